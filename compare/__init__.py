@@ -1,0 +1,1 @@
+"""Benchmark and correctness harness comparing the FlashAttention-2 backends."""

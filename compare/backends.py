@@ -1,0 +1,219 @@
+"""Registry of named attention backends with declared capabilities.
+
+Names are ``<backend>:<variant>``: ``sdpa:flash``, ``sdpa:cudnn``, ``sdpa:efficient``, ``sdpa:math``
+(torch SDPA peers), ``triton:<variant>`` and ``cuda:<variant>`` (read from each package's ``VARIANTS``).
+Asking for a backend that cannot run here raises ``BackendUnavailable`` with the reason (no GPU, arch
+too old, package missing); nothing is ever substituted.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from . import formats
+
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend exists but cannot run on this machine; the message says why."""
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str                       # "<backend>:<variant>"
+    family: str                     # "peer" | "triton" | "cuda"
+    formats: tuple[str, ...]
+    head_dims: tuple[int, ...] | None   # None: any head_dim the implementation accepts
+    run: Callable = field(repr=False)   # run(q, k, v, *, causal, scale, return_lse)
+    availability: Callable[[], str | None] = field(repr=False)
+    returns_lse: bool = True
+    gqa: bool = True
+    causal_unequal: bool = True     # bottom-right causal with seqlen_q != seqlen_k
+    min_cc: tuple[int, int] | None = None   # None: runs on CPU too
+    max_cc: tuple[int, int] | None = None
+    ceiling: str = "mma.sync"       # "mma.sync" (warp-level MMA) or "gemm" (Hopper wgmma, as cuBLAS uses)
+    description: str = ""
+
+    @property
+    def backend(self) -> str:
+        return self.name.split(":", 1)[0]
+
+    @property
+    def variant(self) -> str:
+        return self.name.split(":", 1)[1]
+
+    def ceiling_for(self, fmt: str) -> str:
+        """Name of the measured ceiling (compare.ceilings) this backend is judged against for `fmt`."""
+        spec = formats.FORMATS.get(fmt)
+        if spec is not None and spec.quantized:
+            return "gemm.fp8"
+        return "mma.sync.bf16" if self.ceiling == "mma.sync" else "gemm.bf16"
+
+    def unavailable_reason(self) -> str | None:
+        if self.min_cc is not None:
+            if not torch.cuda.is_available():
+                return "no CUDA GPU visible to torch"
+            cc = torch.cuda.get_device_capability(0)
+            if cc < self.min_cc:
+                return f"needs compute capability >= {self.min_cc[0]}.{self.min_cc[1]}, this GPU is {cc[0]}.{cc[1]}"
+            if self.max_cc is not None and cc > self.max_cc:
+                return f"built for compute capability <= {self.max_cc[0]}.{self.max_cc[1]}, this GPU is {cc[0]}.{cc[1]}"
+        return self.availability()
+
+    def unsupported_reason(self, case) -> str | None:
+        """Why this backend does not accept `case` by its declared capabilities (None: it does)."""
+        if case.fmt not in self.formats:
+            return f"format {case.fmt} not in {self.formats}"
+        if self.head_dims is not None and case.head_dim not in self.head_dims:
+            return f"head_dim {case.head_dim} not in {self.head_dims}"
+        if not self.gqa and case.heads_q != case.heads_kv:
+            return "no GQA/MQA"
+        if case.causal and case.seqlen_q != case.seqlen_k and not self.causal_unequal:
+            return "causal with seqlen_q != seqlen_k (its causal mask is top-left aligned)"
+        return None
+
+    def __call__(self, q, k, v, *, causal=False, scale=None, return_lse=False):
+        return self.run(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+
+
+# --- torch SDPA peers -------------------------------------------------------------------------
+
+_SDPA = {  # variant -> (SDPBackend attribute, needs GPU, description)
+    "flash": ("FLASH_ATTENTION", True, "torch SDPA, FlashAttention-2 kernel"),
+    "cudnn": ("CUDNN_ATTENTION", True, "torch SDPA, cuDNN fused attention"),
+    "efficient": ("EFFICIENT_ATTENTION", True, "torch SDPA, memory-efficient (xFormers) kernel"),
+    "math": ("MATH", False, "torch SDPA, unfused math reference (any device)"),
+}
+
+
+def _sdpa_runner(variant: str) -> Callable:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+
+    kernel = getattr(SDPBackend, _SDPA[variant][0])
+
+    def run(q, k, v, *, causal=False, scale=None, return_lse=False):
+        if return_lse:
+            raise ValueError(f"sdpa:{variant} does not return the LSE")
+        for name, x in (("q", q), ("k", k), ("v", v)):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"sdpa:{variant} takes plain tensors, got {type(x).__name__} for {name}")
+        sq, sk = q.shape[-2], k.shape[-2]
+        mask = None
+        if causal and sq != sk:
+            if variant != "math":
+                raise ValueError(f"sdpa:{variant}: causal with seqlen_q != seqlen_k is top-left aligned "
+                                 "in SDPA; refused rather than computing a different mask")
+            keys = torch.arange(sk, device=q.device)
+            mask = keys[None, :] <= torch.arange(sq, device=q.device)[:, None] + (sk - sq)
+        with sdpa_kernel([kernel]):
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                                  scale=scale, enable_gqa=q.shape[1] != k.shape[1])
+
+    return run
+
+
+def _sdpa_backends() -> list[Backend]:
+    out = []
+    for variant, (_, gpu, description) in _SDPA.items():
+        out.append(Backend(
+            name=f"sdpa:{variant}", family="peer",
+            formats=SIXTEEN_BIT + (() if gpu else ("fp32",)),
+            head_dims=None, run=_sdpa_runner(variant), availability=lambda: None, returns_lse=False,
+            causal_unequal=variant == "math", min_cc=(8, 0) if gpu else None,
+            # FA2 and the efficient kernel are mma.sync kernels; cuDNN uses Hopper's wgmma.
+            ceiling="gemm" if variant == "cudnn" else "mma.sync", description=description))
+    return out
+
+
+# --- project backends (triton_impl, cuda_impl) --------------------------------------------------
+
+_CEILING = {"triton": "gemm", "cuda": "mma.sync"}
+
+
+def _package_backends(family: str, module_name: str) -> list[Backend]:
+    try:
+        module = importlib.import_module(module_name)
+        variants = module.VARIANTS
+    except (ImportError, AttributeError) as exc:  # the package itself failed: one entry that says why
+        reason = f"{module_name} could not be loaded: {exc}"
+        return [Backend(name=f"{family}:*", family=family, formats=(), head_dims=(), run=_refuse(reason),
+                        availability=lambda: reason, description=reason)]
+    out = []
+    for variant, caps in variants.items():
+        def run(q, k, v, *, causal=False, scale=None, return_lse=False, _variant=variant):
+            return module.attention(q, k, v, causal=causal, scale=scale, variant=_variant, return_lse=return_lse)
+
+        out.append(Backend(
+            name=f"{family}:{variant}", family=family, formats=tuple(caps["formats"]),
+            head_dims=tuple(caps["head_dims"]),
+            run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
+            min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") else None,
+            max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None,
+            ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", "")))
+    return out
+
+
+def _refuse(reason: str) -> Callable:
+    def run(*args, **kwargs):
+        raise BackendUnavailable(reason)
+    return run
+
+
+_REGISTRY: dict[str, Backend] | None = None
+
+
+def registry() -> dict[str, Backend]:
+    """All known backends by name (built once, on first use)."""
+    global _REGISTRY
+    if _REGISTRY is None:
+        backends = _sdpa_backends() + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl")
+        _REGISTRY = {b.name: b for b in backends}
+    return _REGISTRY
+
+
+def get(name: str) -> Backend:
+    """The backend called `name`; ValueError listing the known names if there is none."""
+    reg = registry()
+    if name not in reg:
+        raise ValueError(f"unknown backend {name!r}; known: {', '.join(sorted(reg))}")
+    return reg[name]
+
+
+def require(name: str) -> Backend:
+    """The backend called `name`, or BackendUnavailable saying why it cannot run here."""
+    backend = get(name)
+    reason = backend.unavailable_reason()
+    if reason:
+        raise BackendUnavailable(f"backend {name} cannot run here: {reason}")
+    return backend
+
+
+def select(patterns: list[str] | None) -> tuple[list[Backend], dict[str, str]]:
+    """Backends matching shell-style `patterns` (None: all). Explicit names (no wildcard) must be
+    available, else BackendUnavailable; wildcard matches that cannot run are returned as skipped
+    {name: reason} so that callers report them."""
+    reg = registry()
+    chosen, skipped = [], {}
+    for pattern in patterns or ["*"]:
+        if not any(ch in pattern for ch in "*?["):
+            backend = require(pattern)
+            if backend not in chosen:
+                chosen.append(backend)
+            continue
+        matches = [b for name, b in sorted(reg.items()) if fnmatch.fnmatchcase(name, pattern)]
+        if not matches:
+            raise ValueError(f"no backend matches {pattern!r}; known: {', '.join(sorted(reg))}")
+        for b in matches:
+            reason = b.unavailable_reason()
+            if reason:
+                skipped[b.name] = reason
+            elif b not in chosen:
+                chosen.append(b)
+    return chosen, skipped

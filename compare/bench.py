@@ -1,0 +1,259 @@
+"""The one benchmark driver: every backend timed the same way, every timed case checked by the oracle.
+
+For each (backend, case) of a sweep: fresh random inputs, the oracle (row-sampled for big shapes) -- which
+also warms up JIT builds and autotuning outside the timed region -- then, only if the oracle passed,
+``triton.testing.do_bench`` (CUDA events, L2 flushed before every launch, warm-up first) giving the
+median and the p20/p80 of single launches. One long-format row per item is appended to the run's CSV and
+flushed at once, so an interrupted run keeps its rows and a rerun of the same commit on the same machine
+skips them (resume). A row that failed the oracle is kept with oracle=fail and no timing.
+
+FLOPs are ``4 * B * Hq * D * (unmasked (query, key) pairs)``: exact for bottom-right causal and tails.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import statistics
+import sys
+import time
+import zlib
+from pathlib import Path
+
+import torch
+
+from . import backends as backends_mod
+from . import env as env_mod
+from . import formats, oracle
+from .sweeps import Sweep, shard as shard_items
+
+DATA_DIR = env_mod.REPO_ROOT / "figures" / "data"
+# Datasheet dense rates (TFLOP/s) by GPU name fragment: 16-bit and 8-bit tensor-core peaks.
+DATASHEET = {"H200": {"16bit": 989.0, "8bit": 1979.0}, "H100": {"16bit": 989.0, "8bit": 1979.0}}
+
+ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_capability", "driver", "cuda",
+               "torch", "triton", "host_python", "sm_clock_mhz"]
+CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
+                "head_dim", "causal"]
+RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
+                  "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
+                  "oracle", "note"]
+COLUMNS = ENV_COLUMNS + CASE_COLUMNS + RESULT_COLUMNS
+# A row is the same measurement as another when these agree (resume key).
+KEY_COLUMNS = ["git_commit", "gpu", "driver", "torch", "triton"] + CASE_COLUMNS
+
+
+def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
+    """Number of (query, key) pairs that are not masked, per (batch, head)."""
+    if not causal:
+        return seqlen_q * seqlen_k
+    # Bottom-right: query i sees keys 0 .. i + offset (offset = Sk - Sq), i.e. i + offset + 1 keys,
+    # never more than Sk; rows with i < -offset see none. Sum of an arithmetic series from row `lo`.
+    offset = seqlen_k - seqlen_q
+    lo = max(0, -offset)
+    n = seqlen_q - lo
+    return n * (offset + 1) + n * (lo + seqlen_q - 1) // 2
+
+
+def flops(case: oracle.Case) -> int:
+    return 4 * case.batch * case.heads_q * case.head_dim * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal)
+
+
+def time_call(fn, device: str, warmup_ms: int = 25, rep_ms: int = 100) -> tuple[float, float, float]:
+    """(p20, p50, p80) milliseconds of single calls of `fn`."""
+    if device == "cuda":
+        from triton.testing import do_bench
+        p20, p50, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
+        return p20, p50, p80
+    fn()  # CPU: no events, no L2 flush; plain wall-clock quantiles after one warm-up call
+    times = []
+    deadline = time.perf_counter() + rep_ms / 1000
+    while len(times) < 5 or (time.perf_counter() < deadline and len(times) < 1000):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1000)
+    q = statistics.quantiles(times, n=10, method="inclusive")
+    return q[1], statistics.median(times), q[7]
+
+
+def measure_ceilings(device: str, log=print) -> dict[str, float]:
+    """Measured instruction/memory ceilings for this run ({} on CPU); see compare.ceilings.
+    A ceiling that cannot be measured leaves %SOL blank and is said in the log, never guessed."""
+    if device != "cuda":
+        return {}
+    try:
+        from . import ceilings
+        return ceilings.measure_all(log=log)
+    except Exception as exc:  # noqa: BLE001 - reported, and the sweep still measures the kernels
+        log(f"ceilings not measured ({type(exc).__name__}: {exc}); %SOL stays blank")
+        return {}
+
+
+def _case_seed(backend_name: str, case: oracle.Case) -> int:
+    return zlib.crc32(f"{backend_name}|{case}".encode())
+
+
+def _gpu_datasheet(gpu: str, fmt: str) -> float | None:
+    for fragment, rates in DATASHEET.items():
+        if fragment in gpu:
+            quantized = fmt in formats.FORMATS and formats.FORMATS[fmt].quantized
+            return rates["8bit" if quantized else "16bit"]
+    return None
+
+
+def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceilings: dict[str, float],
+            warmup_ms: int = 25, rep_ms: int = 100) -> dict:
+    """One results row (without the environment columns) for `backend` on `case`."""
+    row = dict(backend=backend.backend, family=backend.family, variant=backend.variant, format=case.fmt,
+               batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, seqlen_q=case.seqlen_q,
+               seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal, note="")
+    case = case.replace(seed=_case_seed(backend.name, case))
+    inputs = oracle.make_inputs(case, device)
+    try:
+        verdict = oracle.check(backend, case, device=device, returns_lse=backend.returns_lse, inputs=inputs)
+    except Exception as exc:  # a crash is a result too: keep it, marked
+        row.update(oracle="error", note=f"{type(exc).__name__}: {exc}"[:300])
+        return row
+    row.update(max_abs_err=verdict.max_abs_err, err_bound=verdict.bound, rel_l2=verdict.rel_l2,
+               rel_l2_unquantized=verdict.rel_l2_unquantized, oracle_rows=verdict.rows_checked,
+               oracle="pass" if verdict.passed else "fail", note=verdict.reason)
+    if not verdict.passed:
+        return row
+    q, k, v = inputs.q, inputs.k, inputs.v
+    p20, p50, p80 = time_call(lambda: backend(q, k, v, causal=case.causal, scale=case.scale), device,
+                              warmup_ms, rep_ms)
+    tflops = flops(case) / (p50 * 1e-3) / 1e12
+    ceiling = backend.ceiling_for(case.fmt)
+    ceiling_tflops = ceilings.get(ceiling)
+    row.update(ms_p20=p20, ms_p50=p50, ms_p80=p80, tflops=tflops, ceiling=ceiling if ceiling_tflops else "",
+               ceiling_tflops=ceiling_tflops or "", pct_sol=100 * tflops / ceiling_tflops if ceiling_tflops else "")
+    return row
+
+
+def default_output(sweep: str, environment: dict) -> Path:
+    gpu = environment["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
+    return DATA_DIR / f"{sweep}-{gpu}-{environment['git_commit']}.csv"
+
+
+def _done_keys(path: Path) -> set[tuple]:
+    if not path.exists():
+        return set()
+    with path.open(newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != COLUMNS:
+            raise ValueError(f"{path} has other columns than this version writes; pass a new --out")
+        return {tuple(r[c] for c in KEY_COLUMNS) for r in reader}
+
+
+def _key(row: dict) -> tuple:
+    return tuple(str(row[c]) for c in KEY_COLUMNS)
+
+
+def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = None, shard: str | None = None,
+        resume: bool = True, warmup_ms: int = 25, rep_ms: int = 100, progress=True, log=print) -> Path:
+    """Run `sweep` (restricted to backends matching `patterns`, default the sweep's own list) and
+    append its rows to `out`. Returns the CSV path."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    environment = env_mod.environment(device)
+    out = Path(out) if out else default_output(sweep.name, environment)
+    chosen, skipped = backends_mod.select(patterns or list(sweep.backends))
+    for name, reason in skipped.items():
+        log(f"skip {name}: {reason}")
+    items = [(b, c) for c in sweep.cases for b in chosen]
+    not_applicable = [(b, c) for b, c in items if b.unsupported_reason(c)]
+    items = shard_items([it for it in items if not it[0].unsupported_reason(it[1])], shard)
+    done = _done_keys(out) if resume else set()
+    base = {**environment, "sweep": sweep.name}
+    todo = [(b, c) for b, c in items if _key({**base, **_case_fields(b, c)}) not in done]
+    log(f"sweep {sweep.name}: {len(todo)} to measure, {len(items) - len(todo)} already in {out}, "
+        f"{len(not_applicable)} (backend, case) pairs outside a backend's declared capabilities, on {device} "
+        f"({environment['gpu']}, commit {environment['git_commit']})")
+
+    clock_start = env_mod.sm_clock_mhz()
+    ceilings = measure_ceilings(device, log) if todo else {}
+    if ceilings:
+        log("ceilings: " + ", ".join(f"{k} {v:.1f}" for k, v in ceilings.items()))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not out.exists()
+    rows = []
+    bar = _progress(todo, progress)
+    with out.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        if new_file:
+            writer.writeheader()
+        for backend, case in bar:
+            if hasattr(bar, "set_postfix_str"):
+                bar.set_postfix_str(f"{backend.name} {case.shape_str()}")
+            row = measure(backend, case, device, ceilings, warmup_ms, rep_ms)
+            sheet = _gpu_datasheet(environment["gpu"], case.fmt)
+            if sheet and row.get("tflops"):
+                row["pct_datasheet"] = 100 * row["tflops"] / sheet
+            row = {**base, "timestamp": env_mod.now(), "sm_clock_mhz": env_mod.sm_clock_mhz(), **row}
+            writer.writerow({c: _fmt(row.get(c, "")) for c in COLUMNS})
+            f.flush()
+            rows.append(row)
+    log(f"SM clock before {clock_start or '-'} MHz, after {env_mod.sm_clock_mhz() or '-'} MHz")
+    log(summary_table(rows))
+    return out
+
+
+def _case_fields(backend, case) -> dict:
+    return dict(backend=backend.backend, family=backend.family, variant=backend.variant, format=case.fmt,
+                batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, seqlen_q=case.seqlen_q,
+                seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        return "inf" if math.isinf(value) else f"{value:.6g}"
+    return str(value)
+
+
+def _progress(items, enabled):
+    if not enabled:
+        return items
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return items
+    return tqdm(items, file=sys.stderr, unit="case", dynamic_ncols=True)
+
+
+def summary_table(rows: list[dict]) -> str:
+    """TFLOP/s per case (rows) and backend (columns); failed or crashed items shown as FAIL/ERROR."""
+    if not rows:
+        return "(no new rows)"
+    import pandas as pd
+
+    df = pd.DataFrame(rows)
+    df["name"] = df["backend"] + ":" + df["variant"]
+    df["shape"] = df.apply(lambda r: f"{r['format']} b{r['batch']} h{r['heads_q']}/{r['heads_kv']} "
+                                     f"q{r['seqlen_q']} k{r['seqlen_k']} d{r['head_dim']}"
+                                     f"{' causal' if r['causal'] else ''}", axis=1)
+    df["cell"] = df.apply(lambda r: f"{r['tflops']:.1f}" if r["oracle"] == "pass" else r["oracle"].upper(), axis=1)
+    table = df.pivot_table(index="shape", columns="name", values="cell", aggfunc="first", sort=False).fillna("-")
+    failed = df[df["oracle"] != "pass"]
+    lines = ["TFLOP/s (median; FAIL = oracle rejected, ERROR = raised)", table.to_string()]
+    for _, r in failed.iterrows():
+        lines.append(f"  {r['oracle'].upper()} {r['name']} {r['shape']}: {r['note']}")
+    return "\n".join(lines)
+
+
+def merge(parts: list[Path], out: Path) -> int:
+    """Join shard CSVs into `out` (same columns; duplicate keys keep the first). Returns the row count."""
+    seen, rows = set(), []
+    for part in parts:
+        with Path(part).open(newline="") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != COLUMNS:
+                raise ValueError(f"{part}: columns differ from this version's schema")
+            for r in reader:
+                if _key(r) not in seen:
+                    seen.add(_key(r))
+                    rows.append(r)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    return len(rows)

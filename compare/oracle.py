@@ -1,0 +1,285 @@
+"""The one test oracle every backend is held to.
+
+* ``reference``: float64 attention (with LSE) on given inputs; causal is bottom-right aligned
+  (query i sees key j iff j <= i + Sk - Sq); a query that sees no key gives out 0 and LSE -inf.
+  ``rows`` restricts it to a subset of query rows (the row-sampled mode for big shapes,
+  cost O(rows * Sk * D) per head).
+* ``plain_attention``: a plain PyTorch implementation in the kernel's own precision (16-bit matmuls
+  with fp32 softmax; for quantized formats, dequantized inputs and the format's own quantization of P,
+  ``compare.formats.quantize_p``). Its error sets the tolerance.
+* ``check``: the FlashAttention rule, ``max|out - ref| <= 2 * max|out_lp - ref| + atol_floor``, with
+  ``atol_floor`` one unit of the output dtype's precision at the output's magnitude; LSE alike. NaN never
+  passes; rows that see no key must give exactly 0 and -inf. The output allocator is poisoned with NaN
+  before the call, so an element the kernel never writes shows up as NaN (on CUDA, where the caching
+  allocator hands the poisoned block back; on CPU a fresh allocation is usually zeros, which fails on
+  magnitude instead).
+
+Inputs are drawn fresh per check from a float32 master tensor: ``normal`` (N(0,1)), ``shifted``
+(N(0,1) + 1, correlated scores) or ``large`` (4 N(0,1), peaky softmax). For the paper the verdict also
+reports the relative L2 error against float64 attention on the *unquantized* master inputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+
+from . import formats
+
+DISTRIBUTIONS = ("normal", "shifted", "large")
+# Above this many (query, key) score elements per call the oracle samples query rows.
+FULL_REFERENCE_LIMIT = 1 << 24
+SAMPLED_ROWS = 256
+
+
+@dataclass(frozen=True)
+class Case:
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    seqlen_k: int
+    head_dim: int
+    causal: bool = False
+    fmt: str = "bf16"
+    scale: float | None = None
+    dist: str = "normal"
+    seed: int = 0
+
+    def __post_init__(self):
+        for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"Case.{field} must be >= 1, got {getattr(self, field)}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
+        if self.fmt not in formats.FORMATS and self.fmt != "fp32":
+            raise ValueError(f"unknown format {self.fmt!r}; known: {sorted(formats.FORMATS)} and 'fp32'")
+        if self.dist not in DISTRIBUTIONS:
+            raise ValueError(f"unknown distribution {self.dist!r}; known: {DISTRIBUTIONS}")
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    def shape_str(self) -> str:
+        mask = "causal" if self.causal else "full"
+        return (f"{self.fmt} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{self.seqlen_k} "
+                f"d{self.head_dim} {mask} {self.dist}")
+
+    def replace(self, **kw) -> "Case":
+        return dataclasses.replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a backend receives (q, k, v) and what the references are computed from."""
+    q: object                    # torch.Tensor or formats.QuantTensor
+    k: object
+    v: object
+    q_master: torch.Tensor       # float32, before rounding to the format
+    k_master: torch.Tensor
+    v_master: torch.Tensor
+
+    def dequantized(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The values the kernel actually sees, as float64 (B, H, S, D) tensors."""
+        return tuple(_values(x).double() for x in (self.q, self.k, self.v))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    reason: str                  # '' when passed
+    max_abs_err: float
+    lp_max_abs_err: float
+    bound: float
+    lse_err: float | None
+    lse_bound: float | None
+    rel_l2: float                # vs float64 reference on the (quantized) inputs the kernel saw
+    rel_l2_unquantized: float    # vs float64 reference on the unquantized master inputs
+    rows_checked: int            # query rows per (batch, head) that were compared
+
+    def summary(self) -> str:
+        status = "PASS" if self.passed else f"FAIL ({self.reason})"
+        return (f"{status}: max err {self.max_abs_err:.3g}, bound {self.bound:.3g} (plain {self.lp_max_abs_err:.3g}), "
+                f"relL2 {self.rel_l2:.3g}, vs unquantized {self.rel_l2_unquantized:.3g}")
+
+
+def _values(x) -> torch.Tensor:
+    return x.dequantize(torch.float32) if isinstance(x, formats.QuantTensor) else x
+
+
+def make_inputs(case: Case, device: str | torch.device = "cpu") -> Inputs:
+    """Fresh random inputs for `case`, drawn on `device` from the case's seed."""
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    shape_q = (case.batch, case.heads_q, case.seqlen_q, case.head_dim)
+    shape_kv = (case.batch, case.heads_kv, case.seqlen_k, case.head_dim)
+    masters = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in (shape_q, shape_kv, shape_kv)]
+    if case.dist == "shifted":
+        masters = [m + 1.0 for m in masters]
+    elif case.dist == "large":
+        masters = [m * 4.0 for m in masters]
+    q, k, v = masters
+    if case.fmt == "fp32":
+        lp = (q, k, v)
+    elif formats.FORMATS[case.fmt].quantized:
+        lp = formats.quantize_attention_inputs(q, k, v, case.fmt)
+    else:
+        dtype = formats.FORMATS[case.fmt].torch_dtype
+        lp = tuple(m.to(dtype) for m in (q, k, v))
+    return Inputs(*lp, q_master=q, k_master=k, v_master=v)
+
+
+def _expand_kv(x: torch.Tensor, heads_q: int) -> torch.Tensor:
+    return x if x.shape[1] == heads_q else x.repeat_interleave(heads_q // x.shape[1], dim=1)
+
+
+def _visible(rows: torch.Tensor, seqlen_q: int, seqlen_k: int, causal: bool, device) -> torch.Tensor | None:
+    """Boolean (R, Sk) mask of keys each query row may see, None when every key is visible."""
+    if not causal:
+        return None
+    keys = torch.arange(seqlen_k, device=device)
+    return keys[None, :] <= (rows[:, None] + seqlen_k - seqlen_q)
+
+
+def _all_rows(seqlen_q: int, rows: torch.Tensor | None, device) -> torch.Tensor:
+    return torch.arange(seqlen_q, device=device) if rows is None else rows.to(device)
+
+
+def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None = None):
+    """float64 attention on (B, H, S, D) tensors. Returns (out, lse) for the selected query rows."""
+    q, k, v = (x.double() for x in (q, k, v))
+    rows = _all_rows(q.shape[2], rows, q.device)
+    k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
+    out = torch.empty(q.shape[0], q.shape[1], rows.numel(), q.shape[3], dtype=torch.float64, device=q.device)
+    lse = torch.empty(q.shape[0], q.shape[1], rows.numel(), dtype=torch.float64, device=q.device)
+    visible = _visible(rows, q.shape[2], k.shape[2], causal, q.device)
+    for b in range(q.shape[0]):  # one batch at a time bounds memory to H * R * Sk
+        s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)) * scale
+        if visible is not None:
+            s = s.masked_fill(~visible, -math.inf)
+        lse[b] = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse[b, ..., None]).nan_to_num(0.0)  # rows with no key: exp(nan) -> 0
+        out[b] = torch.matmul(p, v[b])
+    return out, lse
+
+
+def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None):
+    """A plain PyTorch implementation in the kernel's precision; returns (out float64, lse float64)."""
+    scale = case.softmax_scale
+    q, k, v = inputs.q, inputs.k, inputs.v
+    rows = _all_rows(case.seqlen_q, rows, inputs.q_master.device)
+    quantized = case.fmt in formats.FORMATS and formats.FORMATS[case.fmt].quantized
+    if quantized:
+        q, k, v = (_values(x) for x in (q, k, v))  # float32 dequantized values
+    out_dtype = torch.bfloat16 if quantized else q.dtype
+    k, v = _expand_kv(k, case.heads_q), _expand_kv(v, case.heads_q)
+    visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device)
+    outs, lses = [], []
+    for b in range(case.batch):
+        s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
+        if visible is not None:
+            s = s.masked_fill(~visible, -math.inf)
+        m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
+        p = torch.exp(s - m)
+        denom = p.sum(dim=-1, keepdim=True)
+        if quantized:
+            o = torch.matmul(formats.quantize_p(p, case.fmt), v[b]) / denom
+        else:
+            o = torch.matmul(p.to(v.dtype), v[b]).float() / denom
+        outs.append(o.nan_to_num(0.0).to(out_dtype))
+        lses.append((m + torch.log(denom)).squeeze(-1))
+    return torch.stack(outs).double(), torch.stack(lses).double()
+
+
+def poison_allocator(device: torch.device, nbytes: int) -> None:
+    """Fill `nbytes` of freshly freed device memory with NaN so that the next allocation of that
+    size returns NaN-filled memory through the caching allocator."""
+    if torch.device(device).type != "cuda":
+        return
+    junk = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
+    junk.fill_(math.nan)
+    del junk
+
+
+def _pick_rows(case: Case, device, max_rows: int | None) -> torch.Tensor | None:
+    work = case.batch * case.heads_q * case.seqlen_q * case.seqlen_k
+    limit = SAMPLED_ROWS if max_rows is None else max_rows
+    if (max_rows is None and work <= FULL_REFERENCE_LIMIT) or case.seqlen_q <= limit:
+        return None
+    gen = torch.Generator().manual_seed(case.seed + 1)
+    rows = torch.randperm(case.seqlen_q, generator=gen)[:limit]
+    # Always include both ends: first rows are most masked under causal, last rows hold the tail.
+    rows = torch.cat([torch.tensor([0, case.seqlen_q - 1]), rows]).unique()
+    return rows.to(device)
+
+
+def _max_abs(a: torch.Tensor, b: torch.Tensor) -> float:
+    d = (a - b).abs()
+    return math.inf if torch.isnan(d).any() else float(d.max()) if d.numel() else 0.0
+
+
+def _rel_l2(a: torch.Tensor, b: torch.Tensor) -> float:
+    denom = float(torch.linalg.vector_norm(b))
+    diff = float(torch.linalg.vector_norm((a - b).nan_to_num(math.inf)))
+    return diff / denom if denom > 0 else diff
+
+
+def check(fn, case: Case, *, device: str | torch.device = "cpu", returns_lse: bool = True,
+          max_rows: int | None = None, inputs: Inputs | None = None) -> Verdict:
+    """Run ``fn(q, k, v, causal=, scale=, return_lse=)`` on fresh inputs for `case` and judge it.
+
+    ``max_rows`` forces the row-sampled mode with that many rows (None: automatic by size)."""
+    inputs = inputs or make_inputs(case, device)
+    out_bytes = case.batch * case.heads_q * case.seqlen_q * case.head_dim * 4
+    poison_allocator(device, out_bytes)
+    result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse)
+    out, lse = result if returns_lse else (result, None)
+    expected = (case.batch, case.heads_q, case.seqlen_q, case.head_dim)
+    if tuple(out.shape) != expected:
+        raise ValueError(f"backend returned out of shape {tuple(out.shape)}, expected {expected}")
+    return judge(out, lse, inputs, case, rows=_pick_rows(case, out.device, max_rows))
+
+
+def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Case,
+          rows: torch.Tensor | None = None) -> Verdict:
+    """Apply the acceptance rule to an output (and LSE) computed by a kernel for `inputs`."""
+    idx = _all_rows(case.seqlen_q, rows, out.device)
+    out = out[:, :, idx].double()
+    q, k, v = inputs.dequantized()
+    ref, ref_lse = reference(q, k, v, causal=case.causal, scale=case.softmax_scale, rows=idx)
+    ref_unq, _ = reference(inputs.q_master, inputs.k_master, inputs.v_master, causal=case.causal,
+                           scale=case.softmax_scale, rows=idx)
+    lp, lp_lse = plain_attention(inputs, case, rows=idx)
+
+    out_dtype = torch.float32 if case.fmt == "fp32" else torch.bfloat16 if case.fmt != "fp16" else torch.float16
+    magnitude = max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-6)
+    floor = torch.finfo(out_dtype).eps * magnitude
+    err, lp_err = _max_abs(out, ref), _max_abs(lp, ref)
+    bound = 2.0 * lp_err + floor
+    reasons = []
+    if torch.isnan(out).any():
+        reasons.append(f"{int(torch.isnan(out).sum())} NaN outputs")
+    elif err > bound:
+        reasons.append(f"max abs err {err:.3g} > bound {bound:.3g}")
+    empty = torch.isneginf(ref_lse)
+    if empty.any() and bool((out[empty] != 0).any()):
+        reasons.append("rows that see no key are not exactly 0")
+
+    lse_err = lse_bound = None
+    if lse is not None:
+        got = lse[:, :, idx].double()
+        if bool((torch.isneginf(got) != empty).any()):
+            reasons.append("LSE -inf pattern differs from the reference (rows that see no key)")
+        finite = ~empty
+        lse_err, lp_lse_err = _max_abs(got[finite], ref_lse[finite]), _max_abs(lp_lse[finite], ref_lse[finite])
+        lse_mag = max(float(ref_lse[finite].abs().max()) if finite.any() else 0.0, 1.0)
+        lse_bound = 2.0 * lp_lse_err + 4 * torch.finfo(torch.float32).eps * lse_mag
+        if lse_err > lse_bound:
+            reasons.append(f"LSE err {lse_err:.3g} > bound {lse_bound:.3g}")
+
+    return Verdict(passed=not reasons, reason="; ".join(reasons), max_abs_err=err, lp_max_abs_err=lp_err,
+                   bound=bound, lse_err=lse_err, lse_bound=lse_bound, rel_l2=_rel_l2(out, ref),
+                   rel_l2_unquantized=_rel_l2(out, ref_unq), rows_checked=idx.numel())

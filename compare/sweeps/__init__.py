@@ -1,0 +1,86 @@
+"""Named sweeps: TOML files beside this module (``compare/sweeps/*.toml``) that expand into benchmark cases.
+
+A sweep file has top-level ``description``, ``backends`` (shell patterns over registry names) and
+``formats``, and one or more ``[[shapes]]`` tables. Every key of a shapes table is a scalar or a list;
+the table expands to the product of its lists. Shape keys:
+
+* ``seqlen`` (sets both lengths) or ``seqlen_q`` and ``seqlen_k``;
+* ``batch``, or ``tokens`` (batch = tokens // seqlen_q, the design's fixed 16k-token budget);
+* ``heads_q``, or ``model_dim`` (heads_q = model_dim // head_dim); ``heads_kv`` (default heads_q);
+* ``head_dim``, ``causal``, and ``formats`` (overrides the top-level list for this table).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..oracle import Case
+
+SWEEP_DIR = Path(__file__).resolve().parent
+_SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
+               "head_dim", "causal", "formats"}
+
+
+@dataclass(frozen=True)
+class Sweep:
+    name: str
+    description: str
+    backends: tuple[str, ...]
+    cases: tuple[Case, ...]
+
+
+def available() -> list[str]:
+    return sorted(p.stem for p in SWEEP_DIR.glob("*.toml"))
+
+
+def load(name_or_path: str) -> Sweep:
+    path = Path(name_or_path)
+    if not path.suffix:
+        path = SWEEP_DIR / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ValueError(f"no sweep {name_or_path!r}; named sweeps: {', '.join(available())} (or give a .toml path)")
+    spec = tomllib.loads(path.read_text())
+    if not spec.get("shapes"):
+        raise ValueError(f"sweep {path} has no [[shapes]] tables")
+    default_formats = spec.get("formats", ["bf16"])
+    cases = []
+    for i, table in enumerate(spec["shapes"]):
+        unknown = set(table) - _SHAPE_KEYS
+        if unknown:
+            raise ValueError(f"sweep {path}, shapes table {i}: unknown keys {sorted(unknown)}; known {sorted(_SHAPE_KEYS)}")
+        table = {"formats": default_formats, **table}
+        keys = list(table)
+        grids = [v if isinstance(v, list) else [v] for v in table.values()]
+        for values in itertools.product(*grids):
+            cases.append(_case(dict(zip(keys, values)), f"{path.name} shapes[{i}]"))
+    return Sweep(name=path.stem, description=spec.get("description", ""),
+                 backends=tuple(spec.get("backends", ["*"])), cases=tuple(dict.fromkeys(cases)))
+
+
+def _case(d: dict, where: str) -> Case:
+    try:
+        seqlen_q = d.get("seqlen_q", d.get("seqlen"))
+        seqlen_k = d.get("seqlen_k", d.get("seqlen"))
+        batch = d["batch"] if "batch" in d else d["tokens"] // seqlen_q
+        heads_q = d["heads_q"] if "heads_q" in d else d["model_dim"] // d["head_dim"]
+        return Case(batch=batch, heads_q=heads_q, heads_kv=d.get("heads_kv", heads_q), seqlen_q=seqlen_q,
+                    seqlen_k=seqlen_k, head_dim=d["head_dim"], causal=bool(d.get("causal", False)),
+                    fmt=d["formats"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"{where}: incomplete shape {d} ({exc!r})") from exc
+
+
+def shard(items: list, spec: str | None) -> list:
+    """The i-th of N interleaved parts of `items` for spec 'i/N' (0-based i); all items for None."""
+    if spec is None:
+        return list(items)
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/N with integers, got {spec!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"--shard {spec}: need 0 <= i < N")
+    return list(items)[i::n]

@@ -1,0 +1,66 @@
+"""Registry: capabilities, clear errors, no silent substitutes."""
+
+import pytest
+import torch
+
+from compare import backends, oracle
+
+
+def test_peers_are_registered_with_capabilities():
+    reg = backends.registry()
+    for name in ("sdpa:flash", "sdpa:cudnn", "sdpa:efficient", "sdpa:math"):
+        assert reg[name].family == "peer"
+    assert reg["sdpa:math"].min_cc is None and reg["sdpa:flash"].min_cc == (8, 0)
+    assert not reg["sdpa:flash"].causal_unequal and reg["sdpa:math"].causal_unequal
+
+
+def test_unknown_backend_names_the_known_ones():
+    with pytest.raises(ValueError, match="sdpa:math"):
+        backends.get("sdpa:nonexistent")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_gpu_backend_without_gpu_says_why():
+    with pytest.raises(backends.BackendUnavailable, match="no CUDA GPU"):
+        backends.require("sdpa:flash")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU refusal")
+def test_wildcard_reports_unavailable_instead_of_substituting():
+    chosen, skipped = backends.select(["sdpa:*"])
+    assert [b.name for b in chosen] == ["sdpa:math"]
+    assert set(skipped) == {"sdpa:cudnn", "sdpa:efficient", "sdpa:flash"}
+    assert all("no CUDA GPU" in r for r in skipped.values())
+
+
+def test_pattern_that_matches_nothing_is_an_error():
+    with pytest.raises(ValueError, match="no backend matches"):
+        backends.select(["nothing:*"])
+
+
+def test_declared_capabilities_filter_cases():
+    flash = backends.get("sdpa:flash")
+    assert flash.unsupported_reason(oracle.Case(1, 2, 2, 64, 128, 64, causal=True)) is not None
+    assert flash.unsupported_reason(oracle.Case(1, 2, 2, 64, 128, 64, causal=False)) is None
+    assert "format" in flash.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 64, fmt="fp8"))
+
+
+def test_sdpa_refuses_bottom_right_causal_it_cannot_do():
+    q = torch.randn(1, 2, 8, 64)
+    k = torch.randn(1, 2, 16, 64)
+    run = backends.get("sdpa:flash").run
+    with pytest.raises(ValueError, match="top-left"):
+        run(q, k, k, causal=True)
+
+
+def test_sdpa_math_matches_the_oracle_for_bottom_right_causal_and_gqa():
+    math_backend = backends.get("sdpa:math")
+    for case in (oracle.Case(1, 4, 2, 50, 120, 64, causal=True, fmt="fp32"),
+                 oracle.Case(1, 2, 1, 120, 50, 64, causal=True, fmt="bf16")):
+        verdict = oracle.check(math_backend, case, returns_lse=False)
+        assert verdict.passed, verdict.summary()
+
+
+def test_ceiling_names():
+    assert backends.get("sdpa:flash").ceiling_for("bf16") == "mma.sync.bf16"
+    assert backends.get("sdpa:cudnn").ceiling_for("bf16") == "gemm.bf16"

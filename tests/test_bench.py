@@ -1,0 +1,105 @@
+"""The benchmark driver end to end on CPU with the SDPA math peer, plus FLOP counting, sweeps, merge."""
+
+import csv
+import itertools
+
+import pytest
+
+from compare import bench, oracle, sweeps
+
+
+@pytest.mark.parametrize("sq,sk", [(1, 1), (7, 30), (30, 7), (64, 64), (100, 1)])
+def test_attention_pairs_bottom_right_is_exact(sq, sk):
+    brute = sum(sum(1 for j in range(sk) if j <= i + sk - sq) for i in range(sq))
+    assert bench.attention_pairs(sq, sk, causal=True) == brute
+    assert bench.attention_pairs(sq, sk, causal=False) == sq * sk
+
+
+def test_flops_formula():
+    case = oracle.Case(2, 8, 2, 100, 100, 64, causal=True)
+    assert bench.flops(case) == 4 * 2 * 8 * 64 * (100 * 101 // 2)
+
+
+def test_named_sweeps_load():
+    assert {"quick", "seed"} <= set(sweeps.available())
+    quick = sweeps.load("quick")
+    seqlens = {c.seqlen_q for c in quick.cases}
+    assert {1024, 4096, 16384} <= seqlens
+    assert all(c.batch * c.seqlen_q == 16384 for c in quick.cases if c.seqlen_q == c.seqlen_k)
+    seed = sweeps.load("seed")
+    assert {(c.batch, c.heads_q, c.seqlen_q, c.seqlen_k, c.head_dim) for c in seed.cases} == {(1, 8, 4096, 8192, 128)}
+
+
+def test_bad_sweep_names_and_keys(tmp_path):
+    with pytest.raises(ValueError, match="named sweeps"):
+        sweeps.load("nope")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[shapes]]\nseqlen = 8\nhead_dimm = 64\n")
+    with pytest.raises(ValueError, match="unknown keys"):
+        sweeps.load(str(bad))
+
+
+def test_shard_partitions_exactly():
+    items = list(range(10))
+    parts = [sweeps.shard(items, f"{i}/3") for i in range(3)]
+    assert sorted(itertools.chain(*parts)) == items
+    with pytest.raises(ValueError):
+        sweeps.shard(items, "3/3")
+
+
+def _tiny_sweep(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text('backends = ["sdpa:math"]\nformats = ["fp32", "bf16"]\n'
+                    "[[shapes]]\nbatch = 1\nheads_q = 2\nheads_kv = [1, 2]\nseqlen_q = 40\nseqlen_k = 72\n"
+                    "head_dim = 64\ncausal = [false, true]\n")
+    return sweeps.load(str(path))
+
+
+def test_driver_end_to_end_on_cpu_with_resume(tmp_path):
+    sweep = _tiny_sweep(tmp_path)
+    out = tmp_path / "run.csv"
+    logs = []
+    bench.run(sweep, out=out, rep_ms=5, progress=False, log=logs.append)
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 8
+    assert list(rows[0]) == bench.COLUMNS
+    for r in rows:
+        assert r["oracle"] == "pass", r
+        assert float(r["tflops"]) > 0 and float(r["ms_p20"]) <= float(r["ms_p50"]) <= float(r["ms_p80"])
+        assert r["gpu"] == "cpu" and r["git_commit"] and r["torch"]
+        assert float(r["rel_l2"]) < 1e-2
+    assert "TFLOP/s" in logs[-1]
+    # Same commit, same machine: nothing left to measure.
+    logs.clear()
+    bench.run(sweep, out=out, rep_ms=5, progress=False, log=logs.append)
+    assert len(list(csv.DictReader(out.open()))) == 8
+    assert "0 to measure, 8 already" in logs[0]
+
+
+def test_failing_backend_row_is_kept_marked_and_not_timed(tmp_path, monkeypatch):
+    from compare import backends
+    real = backends.get("sdpa:math")
+
+    def wrong(q, k, v, *, causal=False, scale=None, return_lse=False):
+        return real(q, k, v, causal=causal, scale=1.0)
+    broken = backends.Backend(name="sdpa:math", family="peer", formats=("fp32",), head_dims=None, run=wrong,
+                              availability=lambda: None, returns_lse=False)
+    monkeypatch.setitem(backends.registry(), "sdpa:math", broken)
+    out = tmp_path / "fail.csv"
+    bench.run(_tiny_sweep(tmp_path), out=out, rep_ms=5, progress=False, log=lambda s: None)
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["oracle"] == "fail" and r["tflops"] == "" and r["ms_p50"] == "" for r in rows)
+
+
+def test_merge_joins_shards_exactly(tmp_path):
+    sweep = _tiny_sweep(tmp_path)
+    parts = []
+    for i in range(2):
+        part = tmp_path / f"part{i}.csv"
+        bench.run(sweep, out=part, shard=f"{i}/2", rep_ms=5, progress=False, log=lambda s: None)
+        parts.append(part)
+    merged = tmp_path / "merged.csv"
+    assert bench.merge(parts, merged) == 8
+    keys = [tuple(r[c] for c in bench.KEY_COLUMNS) for r in csv.DictReader(merged.open())]
+    assert len(set(keys)) == 8
+    assert bench.merge(parts + parts, merged) == 8  # duplicates collapse

@@ -1,0 +1,54 @@
+"""CLI smoke tests, run as a user would (python -m compare ...)."""
+
+import json
+import subprocess
+import sys
+
+from compare import cli
+
+
+def _run(*args):
+    return subprocess.run([sys.executable, "-m", "compare", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_list_shows_backends_and_whether_they_run():
+    r = _run("list")
+    assert r.returncode == 0, r.stderr
+    assert "sdpa:math" in r.stdout and "runs here" in r.stdout
+
+
+def test_env_is_json():
+    r = _run("env")
+    assert r.returncode == 0, r.stderr
+    assert {"git_commit", "torch", "gpu"} <= set(json.loads(r.stdout))
+
+
+def test_check_passes_for_sdpa_math_and_reports_counts():
+    assert cli.main(["check", "--backends", "sdpa:math", "--matrix", "small", "--formats", "fp32", "bf16"]) == 0
+
+
+def test_check_of_an_unknown_backend_is_a_clear_error(capsys):
+    assert cli.main(["check", "--backends", "sdpa:nope"]) == 2
+    assert "unknown backend" in capsys.readouterr().err
+
+
+def test_check_with_no_matching_cases_fails(capsys):
+    assert cli.main(["check", "--backends", "sdpa:math", "--formats", "nvfp4"]) == 1
+
+
+def test_run_and_merge(tmp_path):
+    sweep = tmp_path / "s.toml"
+    sweep.write_text('backends = ["sdpa:math"]\nformats = ["fp32"]\n[[shapes]]\nbatch = 1\nheads_q = 2\n'
+                     "seqlen = 32\nhead_dim = 64\ncausal = [false, true]\n")
+    out = tmp_path / "r.csv"
+    r = _run("run", "--sweep", str(sweep), "--out", str(out), "--rep-ms", "5", "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "TFLOP/s" in r.stdout
+    merged = tmp_path / "m.csv"
+    r = _run("merge", str(out), "--out", str(merged))
+    assert r.returncode == 0 and "2 rows" in r.stdout
+
+
+def test_run_unknown_sweep_is_a_clear_error():
+    r = _run("run", "--sweep", "nope")
+    assert r.returncode == 2 and "named sweeps" in r.stderr

@@ -1,0 +1,37 @@
+"""The full oracle matrix for every registered backend, on the GPU (skipped cleanly without one)."""
+
+import pytest
+import torch
+
+from compare import backends, cli, oracle
+
+pytestmark = pytest.mark.gpu
+
+
+def _cases():
+    for name, backend in sorted(backends.registry().items()):
+        for case in cli.matrix_cases(backend, "full", None):
+            yield pytest.param(name, case, id=f"{name}-{case.shape_str().replace(' ', '-')}")
+
+
+@pytest.mark.parametrize("name,case", list(_cases()))
+def test_oracle_matrix(name, case):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    backend = backends.get(name)
+    reason = backend.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    verdict = oracle.check(backend, case, device="cuda", returns_lse=backend.returns_lse)
+    assert verdict.passed, verdict.summary()
+
+
+def test_gpu_poisoning_exposes_unwritten_output():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    case = oracle.Case(1, 2, 2, 128, 128, 64)
+
+    def writes_nothing(q, k, v, **kw):
+        return torch.empty_like(q)
+    verdict = oracle.check(writes_nothing, case, device="cuda", returns_lse=False)
+    assert not verdict.passed and "NaN" in verdict.reason

@@ -1,0 +1,233 @@
+"""The oracle must pass a correct kernel and fail each kind of wrong one."""
+
+import math
+
+import pytest
+import torch
+
+from compare import formats, oracle
+
+
+def plain_kernel(q, k, v, *, causal=False, scale=None, return_lse=False, mask_shift=0, lse_shift=0.0):
+    """A correct float32 attention (bottom-right causal, GQA), with knobs to break it on purpose."""
+    sq, sk, d = q.shape[2], k.shape[2], q.shape[3]
+    scale = 1 / math.sqrt(d) if scale is None else scale
+    rep = q.shape[1] // k.shape[1]
+    kf, vf = (x.float().repeat_interleave(rep, dim=1) for x in (k, v))
+    s = q.float() @ kf.transpose(-1, -2) * scale
+    if causal:
+        keep = torch.arange(sk)[None, :] <= torch.arange(sq)[:, None] + sk - sq + mask_shift
+        s = s.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(s, -1)
+    out = (torch.softmax(s, -1).nan_to_num(0.0) @ vf).to(q.dtype)
+    return (out, lse + lse_shift) if return_lse else out
+
+
+CASES = [
+    oracle.Case(1, 2, 2, 97, 203, 64, causal=True, fmt="fp32"),
+    oracle.Case(1, 4, 2, 300, 100, 64, causal=True, fmt="bf16", dist="shifted"),
+    oracle.Case(2, 4, 1, 64, 64, 128, causal=False, fmt="fp16", dist="large"),
+    oracle.Case(1, 2, 2, 33, 70, 64, causal=False, fmt="bf16", scale=0.3),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.shape_str())
+def test_correct_kernel_passes(case):
+    verdict = oracle.check(plain_kernel, case)
+    assert verdict.passed, verdict.summary()
+    assert verdict.max_abs_err <= verdict.bound
+    assert verdict.lse_err is not None and verdict.lse_err <= verdict.lse_bound
+
+
+def _broken(**knobs):
+    def fn(q, k, v, **kw):
+        return plain_kernel(q, k, v, **kw, **knobs)
+    return fn
+
+
+def test_missing_scale_fails():
+    case = oracle.Case(1, 2, 2, 64, 80, 64, fmt="bf16")
+
+    def no_scale(q, k, v, *, causal, scale, return_lse):
+        return plain_kernel(q, k, v, causal=causal, scale=1.0, return_lse=return_lse)
+    verdict = oracle.check(no_scale, case)
+    assert not verdict.passed and "max abs err" in verdict.reason
+
+
+def test_ignored_custom_scale_fails():
+    case = oracle.Case(1, 2, 2, 64, 80, 64, fmt="bf16", scale=0.05)
+
+    def default_scale(q, k, v, *, causal, scale, return_lse):
+        return plain_kernel(q, k, v, causal=causal, scale=None, return_lse=return_lse)
+    assert not oracle.check(default_scale, case).passed
+
+
+@pytest.mark.parametrize("shift", [1, -1])
+def test_off_by_one_causal_mask_fails(shift):
+    case = oracle.Case(1, 2, 2, 100, 100, 64, causal=True, fmt="bf16")
+    assert not oracle.check(_broken(mask_shift=shift), case).passed
+
+
+def test_top_left_causal_fails_when_lengths_differ():
+    case = oracle.Case(1, 2, 2, 50, 120, 64, causal=True, fmt="bf16")
+    assert not oracle.check(_broken(mask_shift=-(120 - 50)), case).passed
+
+
+def test_unwritten_tail_fails():
+    case = oracle.Case(1, 2, 2, 70, 70, 64, fmt="bf16")
+
+    def tail_unwritten(q, k, v, **kw):
+        out = plain_kernel(q, k, v, **kw)
+        full, lse = out if kw["return_lse"] else (out, None)
+        # As a kernel that forgets the last partial tile would: rows past 64 keep what memory held.
+        full = full.clone()
+        full[:, :, 64:] = float("nan")
+        return (full, lse) if lse is not None else full
+    verdict = oracle.check(tail_unwritten, case)
+    assert not verdict.passed and "NaN" in verdict.reason
+
+
+def test_zero_tail_fails_on_magnitude():
+    case = oracle.Case(1, 2, 2, 70, 70, 64, fmt="bf16")
+
+    def tail_zero(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        out = out.clone()
+        out[:, :, 64:] = 0
+        return out, lse
+    assert not oracle.check(tail_zero, case).passed
+
+
+def test_wrong_gqa_head_mapping_fails():
+    case = oracle.Case(1, 4, 2, 64, 64, 64, fmt="bf16")
+
+    def interleaved(q, k, v, **kw):  # head h reads kv head h % Hkv instead of h // (Hq / Hkv)
+        rep = q.shape[1] // k.shape[1]
+        return plain_kernel(q, k.repeat(1, rep, 1, 1), v.repeat(1, rep, 1, 1), **kw)
+    assert not oracle.check(interleaved, case).passed
+
+
+def test_wrong_lse_fails():
+    case = oracle.Case(1, 2, 2, 64, 64, 64, fmt="bf16")
+    verdict = oracle.check(_broken(lse_shift=0.02), case)
+    assert not verdict.passed and "LSE" in verdict.reason
+
+
+def test_log2_lse_fails():
+    case = oracle.Case(1, 2, 2, 64, 64, 64, fmt="bf16")
+
+    def base2(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        return out, lse / math.log(2)
+    assert not oracle.check(base2, case).passed
+
+
+def test_rows_that_see_no_key_must_be_zero_and_minus_inf():
+    case = oracle.Case(1, 2, 2, 90, 30, 64, causal=True, fmt="bf16")
+
+    def nonzero_empty_rows(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        out = out.clone()
+        out[:, :, :60] = 1e-3  # rows 0..59 see no key
+        return out, lse
+
+    def finite_lse(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        return out, lse.clamp_min(-1e30)
+    assert oracle.check(plain_kernel, case).passed
+    assert "exactly 0" in oracle.check(nonzero_empty_rows, case).reason
+    assert "-inf pattern" in oracle.check(finite_lse, case).reason
+
+
+def test_nan_never_passes():
+    case = oracle.Case(1, 2, 2, 64, 64, 64, fmt="bf16")
+
+    def one_nan(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        out = out.clone()
+        out[0, 1, 5, 7] = float("nan")
+        return out, lse
+    assert not oracle.check(one_nan, case).passed
+
+
+def test_wrong_output_shape_raises():
+    case = oracle.Case(1, 2, 2, 64, 64, 64, fmt="bf16")
+    with pytest.raises(ValueError, match="shape"):
+        oracle.check(lambda q, k, v, **kw: plain_kernel(q[:, :, :10], k, v, **kw), case)
+
+
+def test_reference_matches_closed_form():
+    # One key: softmax is 1, so out = v and lse = q.k * scale.
+    q, k, v = torch.randn(1, 1, 3, 8), torch.randn(1, 1, 1, 8), torch.randn(1, 1, 1, 8)
+    out, lse = oracle.reference(q, k, v, causal=False, scale=0.5)
+    torch.testing.assert_close(out, v.double().expand(1, 1, 3, 8))
+    torch.testing.assert_close(lse, (q.double() @ k.double().transpose(-1, -2))[..., 0] * 0.5)
+
+
+def test_reference_bottom_right_causal():
+    # Sq=2, Sk=4: row 0 sees keys 0..2, row 1 sees all four.
+    q, k = torch.zeros(1, 1, 2, 4), torch.zeros(1, 1, 4, 4)
+    v = torch.arange(4.0).reshape(1, 1, 4, 1).expand(1, 1, 4, 4)
+    out, lse = oracle.reference(q, k, v, causal=True, scale=1.0)
+    torch.testing.assert_close(out[0, 0, :, 0], torch.tensor([1.0, 1.5], dtype=torch.float64))
+    torch.testing.assert_close(lse[0, 0], torch.log(torch.tensor([3.0, 4.0], dtype=torch.float64)))
+
+
+def test_row_sampled_mode_matches_full():
+    case = oracle.Case(1, 2, 2, 300, 64, 64, causal=True, fmt="fp32")
+    inputs = oracle.make_inputs(case)
+    full = oracle.reference(*inputs.dequantized(), causal=True, scale=case.softmax_scale)
+    rows = torch.tensor([0, 5, 299])
+    part = oracle.reference(*inputs.dequantized(), causal=True, scale=case.softmax_scale, rows=rows)
+    torch.testing.assert_close(part[0], full[0][:, :, rows])
+    torch.testing.assert_close(part[1], full[1][:, :, rows])
+    verdict = oracle.check(plain_kernel, case, max_rows=16)
+    assert verdict.passed and verdict.rows_checked <= 18
+
+
+def test_sampled_mode_still_catches_a_bad_row():
+    case = oracle.Case(1, 2, 2, 200, 64, 64, fmt="bf16")
+
+    def last_row_wrong(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        out = out.clone()
+        out[:, :, -1] += 1.0
+        return out, lse
+    assert not oracle.check(last_row_wrong, case, max_rows=8).passed
+
+
+def test_inputs_are_fresh_per_seed_and_never_zero():
+    a = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, seed=1))
+    b = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, seed=2))
+    assert not torch.equal(a.q, b.q)
+    for dist in oracle.DISTRIBUTIONS:
+        x = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, dist=dist)).q_master
+        assert float(x.abs().min()) >= 0 and float(x.abs().mean()) > 0.5
+
+
+@pytest.mark.parametrize("bad", [dict(heads_q=3, heads_kv=2), dict(fmt="int8"), dict(seqlen_q=0), dict(dist="zeros")])
+def test_case_validation(bad):
+    kw = dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=8, seqlen_k=8, head_dim=64) | bad
+    with pytest.raises(ValueError):
+        oracle.Case(**kw)
+
+
+@pytest.mark.parametrize("fmt", ["fp8", "mxfp8", "nvfp4"])
+def test_quantized_formats_emulated_kernel_passes_and_missing_descale_fails(fmt):
+    case = oracle.Case(1, 2, 2, 64, 96, 64, causal=True, fmt=fmt)
+
+    def emulated(q, k, v, *, causal, scale, return_lse, q_scale=1.0):
+        """What a quantized kernel computes: dequantized S in fp32, P quantized as the format says."""
+        qd, kd, vd = (x.dequantize() for x in (q, k, v))
+        s = (qd * q_scale) @ kd.transpose(-1, -2) * case.softmax_scale
+        keep = torch.arange(96)[None, :] <= torch.arange(64)[:, None] + 96 - 64
+        s = s.masked_fill(~keep, -math.inf)
+        m = s.amax(-1, keepdim=True)
+        p = torch.exp(s - m)
+        out = formats.quantize_p(p, fmt) @ vd / p.sum(-1, keepdim=True)
+        return out.to(torch.bfloat16), (m + p.sum(-1, keepdim=True).log()).squeeze(-1)
+
+    good = oracle.check(emulated, case)
+    assert good.passed, good.summary()
+    # A kernel that forgets a descale (here: Q's, a factor far from 1) must fail.
+    assert not oracle.check(lambda *a, **kw: emulated(*a, **kw, q_scale=3.0), case).passed
