@@ -35,6 +35,7 @@ class Backend:
     returns_lse: bool = True
     gqa: bool = True
     causal_unequal: bool = True     # bottom-right causal with seqlen_q != seqlen_k
+    min_seqlen_k: int = 1
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # "mma.sync" (warp-level MMA) or "gemm" (Hopper wgmma, as cuBLAS uses)
@@ -74,6 +75,8 @@ class Backend:
             return f"head_dim {case.head_dim} not in {self.head_dims}"
         if not self.gqa and case.heads_q != case.heads_kv:
             return "no GQA/MQA"
+        if case.seqlen_k < self.min_seqlen_k:
+            return f"seqlen_k < {self.min_seqlen_k}"
         if case.causal and case.seqlen_q != case.seqlen_k and not self.causal_unequal:
             return "causal with seqlen_q != seqlen_k (its causal mask is top-left aligned)"
         return None
@@ -90,6 +93,9 @@ _SDPA = {  # variant -> (SDPBackend attribute, needs GPU, description)
     "efficient": ("EFFICIENT_ATTENTION", True, "torch SDPA, memory-efficient (xFormers) kernel"),
     "math": ("MATH", False, "torch SDPA, unfused math reference (any device)"),
 }
+# Limits seen on an H200 with torch 2.11 ("No available kernel"): the efficient kernel takes no
+# enable_gqa, cuDNN refuses a key length of 1.
+_SDPA_LIMITS = {"efficient": dict(gqa=False), "cudnn": dict(min_seqlen_k=2)}
 
 
 def _sdpa_runner(variant: str) -> Callable:
@@ -126,7 +132,7 @@ def _sdpa_backends() -> list[Backend]:
             name=f"sdpa:{variant}", family="peer",
             formats=SIXTEEN_BIT + (() if gpu else ("fp32",)),
             head_dims=None, run=_sdpa_runner(variant), availability=lambda: None, returns_lse=False,
-            causal_unequal=variant == "math", min_cc=(8, 0) if gpu else None,
+            causal_unequal=variant == "math", min_cc=(8, 0) if gpu else None, **_SDPA_LIMITS.get(variant, {}),
             # FA2 and the efficient kernel are mma.sync kernels; cuDNN uses Hopper's wgmma.
             ceiling="gemm" if variant == "cudnn" else "mma.sync", description=description))
     return out

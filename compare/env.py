@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -14,7 +15,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def git_commit() -> str:
-    """Short commit of the checkout, suffixed '-dirty' when tracked files differ from it."""
+    """Short commit of the checkout, suffixed '-dirty' when tracked files differ from it.
+    FA2_GIT_COMMIT overrides it, for copies of a checkout without .git (e.g. a remote GPU machine)."""
+    if os.environ.get("FA2_GIT_COMMIT"):
+        return os.environ["FA2_GIT_COMMIT"]
     try:
         sha = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=REPO_ROOT,
                              capture_output=True, text=True, check=True).stdout.strip()

@@ -64,3 +64,8 @@ def test_sdpa_math_matches_the_oracle_for_bottom_right_causal_and_gqa():
 def test_ceiling_names():
     assert backends.get("sdpa:flash").ceiling_for("bf16") == "mma.sync.bf16"
     assert backends.get("sdpa:cudnn").ceiling_for("bf16") == "gemm.bf16"
+
+
+def test_declared_limits_of_peers():
+    assert backends.get("sdpa:efficient").unsupported_reason(oracle.Case(1, 4, 2, 64, 64, 64)) == "no GQA/MQA"
+    assert "seqlen_k" in backends.get("sdpa:cudnn").unsupported_reason(oracle.Case(1, 2, 2, 64, 1, 64))

@@ -21,7 +21,7 @@ def test_flops_formula():
 
 
 def test_named_sweeps_load():
-    assert {"quick", "seed"} <= set(sweeps.available())
+    assert {"quick", "seed", "paper"} <= set(sweeps.available())
     quick = sweeps.load("quick")
     seqlens = {c.seqlen_q for c in quick.cases}
     assert {1024, 4096, 16384} <= seqlens
