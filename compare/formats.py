@@ -3,7 +3,8 @@
 Pure torch ops, device-agnostic: quantizing the same tensor on CPU and GPU gives bit-identical
 containers. Every value is converted to float32 first (exact for bf16/fp16, one rounding for fp64)
 and every scale computation below is done in float32, in the order written, so that kernels can
-mirror it bit for bit.
+mirror it bit for bit. Every division is a true IEEE division (never a multiply by a rounded
+reciprocal such as 1/448 or 1/6); NaN payloads are not part of the contract, only NaN-ness.
 
 Elements
 --------
@@ -181,6 +182,12 @@ def _finite_abs(x: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isfinite(x), x.abs(), torch.zeros_like(x))
 
 
+def _divide(x: torch.Tensor, constant: float) -> torch.Tensor:
+    # torch on CUDA turns `tensor / python_scalar` into a multiply by the rounded reciprocal, which
+    # can differ from the CPU's true division by one ulp; a same-device divisor keeps true division.
+    return x / torch.tensor(constant, dtype=x.dtype, device=x.device)
+
+
 def _scale_or_one(scale: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, scale, torch.ones_like(scale))
 
@@ -312,7 +319,7 @@ def quantize(x: torch.Tensor, fmt: str, *, transpose: bool = False, granularity:
     if fmt == "fp8":
         amax = _finite_abs(stored)
         amax = amax.amax(dim=(-2, -1)) if granularity == "head" else amax.amax().expand(shape[:2])
-        descale = _scale_or_one(amax / E4M3_MAX).contiguous()
+        descale = _scale_or_one(_divide(amax, E4M3_MAX)).contiguous()
         data = round_to_e4m3(stored / descale[..., None, None])
         return QuantTensor(fmt, data, descale, None, shape, transpose, 0)
 
@@ -321,7 +328,7 @@ def quantize(x: torch.Tensor, fmt: str, *, transpose: bool = False, granularity:
     if fmt == "mxfp8":
         data, codes = _mx_quantize(padded)
         return QuantTensor(fmt, data, codes, None, shape, transpose, block)
-    tensor_scale = _scale_or_one(_finite_abs(stored).amax() / (E2M1_MAX * E4M3_MAX))
+    tensor_scale = _scale_or_one(_divide(_finite_abs(stored).amax(), E2M1_MAX * E4M3_MAX))
     data, block_scale = _nvfp4_quantize(padded, tensor_scale)
     return QuantTensor(fmt, data, block_scale, tensor_scale, shape, transpose, block)
 
