@@ -25,23 +25,12 @@ import torch
 from . import backends as backends_mod
 from . import env as env_mod
 from . import formats, oracle
+from .schema import CASE_COLUMNS, COLUMNS, KEY_COLUMNS
 from .sweeps import Sweep, shard as shard_items
 
 DATA_DIR = env_mod.REPO_ROOT / "figures" / "data"
 # Datasheet dense rates (TFLOP/s) by GPU name fragment: 16-bit and 8-bit tensor-core peaks.
 DATASHEET = {"H200": {"16bit": 989.0, "8bit": 1979.0}, "H100": {"16bit": 989.0, "8bit": 1979.0}}
-
-ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_capability", "driver", "cuda",
-               "torch", "triton", "host_python", "sm_clock_mhz"]
-CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
-                "head_dim", "causal"]
-RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
-                  "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
-                  "oracle", "note"]
-COLUMNS = ENV_COLUMNS + CASE_COLUMNS + RESULT_COLUMNS
-# A row is the same measurement as another when these agree (resume key).
-KEY_COLUMNS = ["git_commit", "gpu", "driver", "torch", "triton"] + CASE_COLUMNS
-
 
 def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
     """Number of (query, key) pairs that are not masked, per (batch, head)."""

@@ -1,0 +1,531 @@
+"""The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
+
+``generate()`` reads every CSV under ``figures/data/`` (the schema of ``compare.bench``), keeps the newest
+row per (gpu, case), and draws five figures, each as PNG and PDF:
+
+1. TFLOP/s against seqlen on the 16k-token grid (panels: format x head_dim x mask; bars p20..p80),
+2. the optimisation ladder at the founding shape, beside the founding document's RTX 5090 numbers
+   (a separate panel: another GPU, never on the same axis),
+3. where custom CUDA wins: best-CUDA / best-Triton TFLOP/s over (head_dim x seqlen),
+4. accuracy (relative L2 against the unquantized fp64 result) against TFLOP/s,
+5. a roofline of achieved TFLOP/s against the measured ceilings recorded in the rows.
+
+A row whose oracle verdict is not "pass" is never drawn as a speed; captions count them. Each figure's
+footer names the environment its rows came from. A figure with nothing to draw is skipped with a message.
+Results from several GPUs give one set of figures per GPU (file names suffixed with the GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib import colormaps
+from matplotlib.colors import LogNorm
+from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
+from matplotlib.ticker import LogFormatter
+
+from .schema import CASE_COLUMNS
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_FOR_CAPTION = ["gpu", "driver", "cuda", "torch", "triton"]
+REQUIRED_COLUMNS = (["timestamp", "git_commit"] + ENV_FOR_CAPTION + CASE_COLUMNS
+                    + ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
+                       "rel_l2_unquantized", "oracle"])
+# The same measurement recorded by several runs (other commits or versions): the newest one is drawn.
+DEDUP_KEY = ["gpu"] + CASE_COLUMNS
+NUMERIC = ["batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "ms_p20", "ms_p50", "ms_p80",
+           "tflops", "ceiling_tflops", "pct_sol", "rel_l2_unquantized"]
+
+GRID_TOKENS = 16384  # the paper sweep keeps batch * seqlen fixed so every point does the same work per token
+FOUNDING_SHAPE = dict(batch=1, heads_q=8, heads_kv=8, seqlen_q=4096, seqlen_k=8192, head_dim=128, causal=False)
+FOUNDING_FORMAT = "bf16"
+FOUNDING_REFERENCE = "rtx5090-founding-ladder.csv"
+FORMAT_ORDER = ["bf16", "fp16", "fp8", "mxfp8", "nvfp4"]
+FORMAT_MARKERS = {"bf16": "o", "fp16": "s", "fp8": "^", "mxfp8": "D", "nvfp4": "v"}
+# Bytes per stored element; block scales are ignored. Quantized formats write a bf16 output.
+ELEMENT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+OUTPUT_BYTES = {"fp16": 2.0, "fp32": 4.0}  # every other format writes bf16
+BANDWIDTH_CEILINGS = ("dram",)  # ceiling names whose value is TB/s, not TFLOP/s
+FAMILY_ORDER = {"cuda": 0, "triton": 1, "peer": 2}
+LABEL_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+DPI = 150
+
+
+class NothingToDraw(Exception):
+    """A figure has no rows to draw; the message says which rows it needed."""
+
+
+# ---------------------------------------------------------------- data
+
+def load_results(data_dir: Path) -> pd.DataFrame:
+    """Every results CSV under `data_dir`, typed, newest row per (gpu, case), with a `label` column."""
+    paths = sorted(Path(data_dir).rglob("*.csv"))
+    frames = []
+    for path in paths:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+        missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+        if missing:
+            raise ValueError(f"{path} is not a compare.bench results CSV: missing columns {missing}")
+        frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=REQUIRED_COLUMNS + ["label"])
+    df = pd.concat(frames, ignore_index=True)
+    for column in NUMERIC:
+        df[column] = pd.to_numeric(df[column].replace("", np.nan), errors="coerce")
+    df["causal"] = df["causal"].str.lower().map({"true": True, "false": False})
+    df["time"] = pd.to_datetime(df["timestamp"], utc=True, errors="coerce")
+    df = df.sort_values("time", kind="stable").drop_duplicates(DEDUP_KEY, keep="last")
+    df["label"] = df["backend"] + ":" + df["variant"]
+    return df.reset_index(drop=True)
+
+
+def passed(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows that may be drawn as speeds: oracle passed and a positive rate was recorded."""
+    return df[(df["oracle"] == "pass") & (df["tflops"] > 0)]
+
+
+def failed_count(df: pd.DataFrame) -> int:
+    return int((df["oracle"] != "pass").sum())
+
+
+def grid_rows(df: pd.DataFrame) -> pd.DataFrame:
+    """The 16k-token sweep grid: seqlen_q == seqlen_k and batch * seqlen == 16384."""
+    return df[(df["seqlen_q"] == df["seqlen_k"]) & (df["batch"] * df["seqlen_q"] == GRID_TOKENS)]
+
+
+def seqlen_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 1 draws."""
+    return passed(grid_rows(df))
+
+
+def founding_rows(df: pd.DataFrame) -> pd.DataFrame:
+    mask = df["format"] == FOUNDING_FORMAT
+    for column, value in FOUNDING_SHAPE.items():
+        mask &= df[column] == value
+    return df[mask]
+
+
+def ladder_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 2 draws (this run's side)."""
+    return passed(founding_rows(df))
+
+
+def accuracy_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 4 draws."""
+    rows = passed(df)
+    return rows[rows["rel_l2_unquantized"] > 0]
+
+
+def roofline_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 5 draws, with the arithmetic intensity of each row."""
+    rows = passed(df)
+    rows = rows[rows["format"].isin(list(ELEMENT_BYTES))]
+    return rows.assign(intensity=arithmetic_intensity(rows))
+
+
+def tflops_bounds(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """TFLOP/s at the p80 and p20 times: the same work divided by the slower and faster launch."""
+    return df["tflops"] * df["ms_p50"] / df["ms_p80"], df["tflops"] * df["ms_p50"] / df["ms_p20"]
+
+
+def cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
+    """Best CUDA over best Triton TFLOP/s per (format, causal, head_dim, seqlen) of the grid, among rows that
+    passed the oracle. A cell holds a ratio only when both families have a passing row there (else NaN)."""
+    rows = passed(grid_rows(df))
+    cells = ["format", "causal", "head_dim", "seqlen_q"]
+    best = rows[rows["family"].isin(["cuda", "triton"])].pivot_table(
+        index=cells, columns="family", values="tflops", aggfunc="max")
+    best = best.reindex(columns=["cuda", "triton"])
+    best["ratio"] = best["cuda"] / best["triton"]
+    return best.reset_index().rename(columns={"seqlen_q": "seqlen", "cuda": "best_cuda", "triton": "best_triton"})
+
+
+def arithmetic_intensity(df: pd.DataFrame) -> pd.Series:
+    """FLOP per byte of minimal traffic: q, k, v read once and the output written once. The FLOPs are the
+    driver's exact count (tflops x median time) so causal masks and tails count as the driver counted them."""
+    element = df["format"].map(ELEMENT_BYTES)
+    out = df["format"].map(OUTPUT_BYTES).fillna(2.0)
+    q_and_out = df["batch"] * df["heads_q"] * df["seqlen_q"] * df["head_dim"]
+    k_and_v = 2 * df["batch"] * df["heads_kv"] * df["seqlen_k"] * df["head_dim"]
+    total_bytes = q_and_out * (element + out) + k_and_v * element
+    flop = df["tflops"] * df["ms_p50"] * 1e9
+    return flop / total_bytes
+
+
+# ---------------------------------------------------------------- style
+
+def _variant_key(label: str):
+    """Natural order, so cuda:v2 comes before cuda:v10."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", label)]
+
+
+class Style:
+    """One colour and marker per backend label across all figures: CUDA in reds, Triton in blues, peers
+    in greys to black (told apart by their markers)."""
+
+    FAMILY_COLORMAPS = {"cuda": ("Reds", 0.4, 0.95), "triton": ("Blues", 0.4, 0.95), "peer": ("Greys", 0.95, 0.45)}
+
+    def __init__(self, df: pd.DataFrame):
+        self.family = dict(zip(df["label"], df["family"]))
+        self.labels = sorted(self.family, key=lambda lab: (FAMILY_ORDER.get(self.family[lab], 3), _variant_key(lab)))
+        self.color, self.marker = {}, {}
+        for family in dict.fromkeys(self.family[lab] for lab in self.labels):
+            members = [lab for lab in self.labels if self.family[lab] == family]
+            cmap_name, start, stop = self.FAMILY_COLORMAPS.get(family, ("Greens", 0.4, 0.95))
+            cmap = colormaps[cmap_name]
+            positions = np.linspace(start, stop, len(members)) if len(members) > 1 else [(start + stop) / 2]
+            for i, (lab, pos) in enumerate(zip(members, positions)):
+                self.color[lab] = cmap(pos)
+                self.marker[lab] = LABEL_MARKERS[i % len(LABEL_MARKERS)]
+
+    def ordered(self, labels) -> list[str]:
+        present = set(labels)
+        return [lab for lab in self.labels if lab in present]
+
+
+# ---------------------------------------------------------------- captions
+
+def _summarise(values, limit: int = 3) -> str:
+    uniq = sorted({str(v) for v in values if str(v) not in ("", "nan")})
+    if not uniq:
+        return "?"
+    return "/".join(uniq[:limit]) + (f" +{len(uniq) - limit} more" if len(uniq) > limit else "")
+
+
+def environment_caption(df: pd.DataFrame) -> str:
+    """gpu, driver, CUDA, torch, triton, commits and the date range of the rows a figure drew."""
+    times = df["time"].dropna()
+    span = "?"
+    if len(times):
+        first, last = times.min().strftime("%Y-%m-%d %H:%M"), times.max().strftime("%Y-%m-%d %H:%M")
+        span = first if first == last else f"{first} to {last}"
+    return (f"{_summarise(df['gpu'])} | driver {_summarise(df['driver'])} | CUDA {_summarise(df['cuda'])} | "
+            f"torch {_summarise(df['torch'])} | triton {_summarise(df['triton'])} | "
+            f"commit {_summarise(df['git_commit'])} | {span} UTC")
+
+
+def _footer(fig: Figure, lines: list[str]) -> None:
+    """Caption below the axes, wrapped to the figure's width; savefig(bbox_inches='tight') grows the
+    canvas to hold it."""
+    width = int(fig.get_figwidth() * 17)  # characters of 7.5 pt text per inch, roughly
+    wrapped = "\n".join(textwrap.fill(line, width) for line in lines if line)
+    fig.text(0.0, -0.01, wrapped, ha="left", va="top", fontsize=7.5, color="0.25")
+
+
+def _excluded_note(selection: pd.DataFrame) -> str:
+    n = failed_count(selection)
+    return f"{n} row(s) excluded: failed oracle." if n else ""
+
+
+def _seqlen_tick(n: int) -> str:
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _legend(fig: Figure, style: Style, labels, format_markers=None) -> None:
+    """Backend legend right of the axes (never over data). Where the marker encodes the format instead of
+    the backend, backends show as colour patches and a second block lists the format markers."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    if format_markers is not None:
+        handles = [Patch(color=style.color[lab], label=lab) for lab in style.ordered(labels)]
+        handles.append(Patch(color="none", label=""))
+        handles += [Line2D([], [], color="0.3", marker=FORMAT_MARKERS.get(f, "o"), linestyle="none", label=f)
+                    for f in sorted(set(format_markers), key=_format_key)]
+    else:
+        handles = [Line2D([], [], color=style.color[lab], marker=style.marker[lab], label=lab)
+                   for lab in style.ordered(labels)]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(1.0, 0.5),
+               frameon=False, fontsize=8)
+
+
+# ---------------------------------------------------------------- figures
+
+def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
+    selection = grid_rows(df)
+    rows = seqlen_data(df)
+    if rows.empty:
+        raise NothingToDraw(f"no passing rows on the {GRID_TOKENS}-token grid (seqlen_q == seqlen_k)")
+    formats = sorted(rows["format"].unique(), key=_format_key)
+    columns = sorted({(d, c) for d, c in zip(rows["head_dim"], rows["causal"])})
+    fig = Figure(figsize=(3.0 * len(columns) + 0.5, 2.5 * len(formats) + 0.4), layout="constrained")
+    axes = fig.subplots(len(formats), len(columns), sharex=True, sharey="row", squeeze=False)
+    seqlens = sorted(rows["seqlen_q"].unique())
+    for i, fmt in enumerate(formats):
+        for j, (head_dim, causal) in enumerate(columns):
+            ax = axes[i][j]
+            panel = rows[(rows["format"] == fmt) & (rows["head_dim"] == head_dim) & (rows["causal"] == causal)]
+            for label in style.ordered(panel["label"]):
+                line = panel[panel["label"] == label].sort_values("seqlen_q")
+                low, high = tflops_bounds(line)
+                ax.errorbar(line["seqlen_q"], line["tflops"], yerr=[line["tflops"] - low, high - line["tflops"]],
+                            color=style.color[label], marker=style.marker[label], markersize=4, linewidth=1.3,
+                            capsize=2, linestyle="--" if style.family[label] == "peer" else "-")
+            if panel.empty:
+                ax.text(0.5, 0.5, "not measured", transform=ax.transAxes, ha="center", va="center", color="0.5")
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(seqlens, [_seqlen_tick(s) for s in seqlens])
+            ax.minorticks_off()
+            ax.grid(True, alpha=0.3)
+            if i == 0:
+                ax.set_title(f"head_dim {head_dim}, {'causal' if causal else 'non-causal'}", fontsize=10)
+            if j == 0:
+                ax.set_ylabel(f"{fmt}\nTFLOP/s")
+            if i == len(formats) - 1:
+                ax.set_xlabel("seqlen (batch x seqlen = 16k tokens)")
+    for i, fmt in enumerate(formats):  # after plotting: set_ylim freezes the shared autoscale of the row
+        top = tflops_bounds(rows[rows["format"] == fmt])[1].max()
+        axes[i][0].set_ylim(0, top * 1.08)
+    fig.suptitle("Forward TFLOP/s against sequence length (median; bars: p20..p80 launch time)")
+    _legend(fig, style, rows["label"])
+    _footer(fig, [environment_caption(rows), _excluded_note(selection)])
+    return fig
+
+
+def fig_ladder(df: pd.DataFrame, style: Style, reference_dir: Path) -> Figure:
+    selection = founding_rows(df)
+    rows = ladder_data(df)
+    if rows.empty:
+        raise NothingToDraw("no passing bf16 rows at the founding shape (b1 h8 q4096 k8192 d128, non-causal)")
+    rows = rows.set_index("label").loc[style.ordered(rows["label"])].reset_index()
+    reference_path = Path(reference_dir) / FOUNDING_REFERENCE
+    reference = pd.read_csv(reference_path) if reference_path.exists() else None
+    ratios = [3, 2] if reference is not None else [1]
+    fig = Figure(figsize=(12.5 if reference is not None else 7.5, 0.42 * max(len(rows), 8) + 1.6),
+                 layout="constrained")
+    axes = fig.subplots(1, len(ratios), width_ratios=ratios, squeeze=False)[0]
+
+    ax = axes[0]
+    y = np.arange(len(rows))
+    low, high = tflops_bounds(rows)
+    ax.barh(y, rows["tflops"], xerr=[rows["tflops"] - low, high - rows["tflops"]],
+            color=[style.color[lab] for lab in rows["label"]], edgecolor="black", linewidth=0.5, capsize=2)
+    for yi, (_, r) in zip(y, rows.iterrows()):
+        text = f"{r['tflops']:.0f}"
+        if pd.notna(r["pct_sol"]):
+            text += f"  ({r['pct_sol']:.0f}% of {r['ceiling']})"
+        ax.text(high.iloc[yi] + rows["tflops"].max() * 0.02, yi, text, va="center", fontsize=8)
+    ax.set_yticks(y, rows["label"])
+    ax.invert_yaxis()
+    ax.set_xlim(0, rows["tflops"].max() * (1.6 if rows["pct_sol"].notna().any() else 1.2))
+    ax.set_xlabel("TFLOP/s (median; bars: p20..p80)")
+    ax.set_title(f"This run: {_summarise(rows['gpu'])}, bf16, b1 h8 q4096 k8192 d128", fontsize=10)
+    ax.grid(True, axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+
+    ceilings = rows[rows["ceiling_tflops"].notna()].groupby("ceiling")["ceiling_tflops"].median()
+    if len(ceilings):
+        sol = "%SOL against measured ceilings: " + "; ".join(f"{name} = {value:.0f} TFLOP/s"
+                                                            for name, value in ceilings.items()) + "."
+    else:
+        sol = "%SOL not shown: these rows record no measured ceiling."
+    reference_note = f"Reference panel: {reference_path.name} not found."
+    if reference is not None:
+        ref = axes[1]
+        yr = np.arange(len(reference))
+        ref.barh(yr, reference["tflops"], color="0.85", edgecolor="0.3", hatch="//", linewidth=0.5)
+        for yi, (_, r) in zip(yr, reference.iterrows()):
+            ref.text(r["tflops"] * 1.02, yi, f"{r['tflops']:.0f}  ({r['pct_sol']:.0f}% SOL)", va="center", fontsize=8)
+        ref.set_yticks(yr, reference["kernel"])
+        ref.invert_yaxis()
+        ref.set_xlim(0, reference["tflops"].max() * 1.45)
+        ref.set_xlabel("TFLOP/s (as published)")
+        ref.set_title(f"Reference, another GPU: {_summarise(reference['gpu'])}\n(founding document; not comparable)",
+                      fontsize=10)
+        ref.grid(True, axis="x", alpha=0.3)
+        ref.set_axisbelow(True)
+        reference_note = "Reference: " + reference["conditions"].iloc[0] + "."
+    fig.suptitle("Optimisation ladder at the founding shape")
+    _footer(fig, [sol, reference_note, environment_caption(rows), _excluded_note(selection)])
+    return fig
+
+
+def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
+    table = cuda_triton_ratio(df)
+    table = table[table["ratio"].notna()]
+    if table.empty:
+        raise NothingToDraw("no grid cell has passing rows from both a CUDA and a Triton backend")
+    panels = sorted({(f, c) for f, c in zip(table["format"], table["causal"])}, key=lambda p: (_format_key(p[0]), p[1]))
+    full = cuda_triton_ratio(df)
+    spread = max(float(np.max(np.abs(np.log(table["ratio"])))), np.log(1.1))
+    norm = LogNorm(vmin=np.exp(-spread), vmax=np.exp(spread))  # symmetric in log space: centred at 1
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(5.2 * ncols + 1.0, 3.0 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, (fmt, causal) in zip(axes.flat, panels):
+        cells = full[(full["format"] == fmt) & (full["causal"] == causal)]
+        grid = cells.pivot(index="head_dim", columns="seqlen", values="ratio")
+        sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
+                    linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
+        ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
+        ax.set_yticklabels([str(int(d)) for d in grid.index], rotation=0)
+        ax.set_xlabel("seqlen (16k tokens)")
+        ax.set_ylabel("head_dim")
+        ax.set_title(f"{fmt}, {'causal' if causal else 'non-causal'}", fontsize=10)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    mappable = axes.flat[0].collections[0]
+    colorbar = fig.colorbar(mappable, ax=axes, shrink=0.8, label="best CUDA / best Triton TFLOP/s")
+    colorbar.ax.minorticks_off()
+    ticks = np.exp(np.linspace(-spread, spread, 5))
+    colorbar.set_ticks(ticks, labels=[f"{t:.2f}" for t in ticks])
+    fig.suptitle("Where custom CUDA wins: > 1 (red) CUDA faster, < 1 (blue) Triton faster")
+    compared = grid_rows(df)
+    compared = compared[compared["family"].isin(["cuda", "triton"])]
+    _footer(fig, ["Best passing variant of each family per cell; blank cells lack a passing row from one side.",
+                  environment_caption(passed(compared)), _excluded_note(compared)])
+    return fig
+
+
+def fig_accuracy(df: pd.DataFrame, style: Style) -> Figure:
+    rows = accuracy_data(df)
+    if rows.empty:
+        raise NothingToDraw("no passing rows with rel_l2_unquantized")
+    fig = Figure(figsize=(8.5, 5.2), layout="constrained")
+    ax = fig.subplots()
+    summary = rows.groupby(["label", "format"]).agg(
+        x=("tflops", "median"), x_lo=("tflops", "min"), x_hi=("tflops", "max"),
+        y=("rel_l2_unquantized", "median"), y_lo=("rel_l2_unquantized", "min"),
+        y_hi=("rel_l2_unquantized", "max")).reset_index()
+    for _, r in summary.iterrows():
+        ax.errorbar(r["x"], r["y"], xerr=[[r["x"] - r["x_lo"]], [r["x_hi"] - r["x"]]],
+                    yerr=[[r["y"] - r["y_lo"]], [r["y_hi"] - r["y"]]], color=style.color[r["label"]],
+                    marker=FORMAT_MARKERS.get(r["format"], "o"), markersize=7, markeredgecolor="black",
+                    markeredgewidth=0.5, elinewidth=0.8, capsize=2, linestyle="none")
+    ax.set_yscale("log")
+    ax.set_xlim(left=0)
+    ax.set_xlabel("TFLOP/s (median over shapes; bars: min..max)")
+    ax.set_ylabel("relative L2 error vs unquantized fp64 (median; bars: min..max)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_title("Accuracy against speed, per format and backend")
+    _legend(fig, style, summary["label"], format_markers=summary["format"])
+    shapes = len(rows[["batch", "heads_q", "seqlen_q", "seqlen_k", "head_dim", "causal"]].drop_duplicates())
+    _footer(fig, [f"One point per (backend, format) over {shapes} shape(s); colour: backend, marker: format.",
+                  environment_caption(rows), _excluded_note(df)])
+    return fig
+
+
+def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
+    rows = roofline_data(df)
+    measured = df[df["ceiling_tflops"] > 0]
+    compute = measured[~measured["ceiling"].isin(BANDWIDTH_CEILINGS)].groupby("ceiling")["ceiling_tflops"].median()
+    bandwidth = measured[measured["ceiling"].isin(BANDWIDTH_CEILINGS)]["ceiling_tflops"].median()
+    if rows.empty:
+        raise NothingToDraw("no passing rows")
+    if compute.empty:
+        raise NothingToDraw("no measured compute ceiling (ceiling_tflops) in the rows")
+    fig = Figure(figsize=(8.5, 5.2), layout="constrained")
+    ax = fig.subplots()
+    for (label, fmt), group in rows.groupby(["label", "format"]):
+        ax.scatter(group["intensity"], group["tflops"], color=style.color[label],
+                   marker=FORMAT_MARKERS.get(fmt, "o"), s=22, edgecolors="black", linewidths=0.3, zorder=3)
+    x_lo, x_hi = rows["intensity"].min() / 4, rows["intensity"].max() * 2
+    if pd.notna(bandwidth):
+        x_lo = min(x_lo, compute.max() / bandwidth / 4)
+    ceilings = compute.sort_values()
+    for k, (name, value) in enumerate(ceilings.items()):
+        ax.axhline(value, color="0.35", linestyle=":", linewidth=1)
+        # A label goes under its line when the next ceiling is close enough for the two labels to collide.
+        below = k + 1 < len(ceilings) and ceilings.iloc[k + 1] / value < 1.25
+        ax.text(x_lo * 1.1, value * (0.97 if below else 1.03), f"{name}: {value:.0f} TFLOP/s", fontsize=8,
+                color="0.25", va="top" if below else "bottom")
+    if pd.notna(bandwidth):
+        xs = np.geomspace(x_lo, compute.max() / bandwidth, 50)
+        ax.plot(xs, bandwidth * xs, color="0.35", linestyle="-.", linewidth=1)
+        ax.text(xs[-1] * 0.8, bandwidth * xs[-1] * 0.93, f"dram {bandwidth:.2f} TB/s", fontsize=8, color="0.25",
+                ha="right", va="top")
+        memory = f"Memory roof: measured dram {bandwidth:.2f} TB/s."
+    else:
+        memory = "No memory roof: the rows record no measured bandwidth ceiling (named dram)."
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlim(x_lo, x_hi)
+    ax.set_ylim(top=compute.max() * 1.6)
+    ax.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))  # plain numbers, not 6x10^2
+    ax.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of q, k, v read once and out written once)")
+    ax.set_ylabel("TFLOP/s")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.set_title("Roofline: achieved rate against the measured ceilings")
+    _legend(fig, style, rows["label"], format_markers=rows["format"])
+    _footer(fig, [memory + " Bytes per element: 2 (bf16/fp16), 1 (fp8/mxfp8), 0.5 (nvfp4), scales ignored; "
+                  "quantized formats write a bf16 output.", environment_caption(rows), _excluded_note(df)])
+    return fig
+
+
+def _format_key(fmt: str):
+    return (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER else len(FORMAT_ORDER), fmt)
+
+
+# ---------------------------------------------------------------- driver
+
+def _gpu_slug(gpu: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", gpu.replace("NVIDIA ", "").lower()).strip("-")
+
+
+def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_ROOT / "figures",
+             reference_dir: Path = REPO_ROOT / "figures" / "reference", log=print) -> list[Path]:
+    """Draw every figure the data supports into `out_dir` (PNG and PDF); returns the files written."""
+    df = load_results(data_dir)
+    cpu = df["gpu"] == "cpu"
+    if cpu.any():
+        log(f"ignoring {int(cpu.sum())} row(s) measured on a CPU: the figures compare GPU kernels")
+        df = df[~cpu]
+    if df.empty:
+        log(f"no GPU results under {data_dir}: nothing to draw")
+        return []
+    style = Style(df)
+    gpus = sorted(df["gpu"].unique())
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for gpu in gpus:
+        rows = df[df["gpu"] == gpu]
+        suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
+        makers = {
+            "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
+            "fig2_ladder": lambda: fig_ladder(rows, style, reference_dir),
+            "fig3_cuda_vs_triton": lambda: fig_cuda_vs_triton(rows),
+            "fig4_accuracy_vs_speed": lambda: fig_accuracy(rows, style),
+            "fig5_roofline": lambda: fig_roofline(rows, style),
+        }
+        for name, make in makers.items():
+            try:
+                fig = make()
+            except NothingToDraw as reason:
+                log(f"skip {name}{suffix}: {reason}")
+                continue
+            for ext in ("png", "pdf"):
+                path = out_dir / f"{name}{suffix}.{ext}"
+                fig.savefig(path, dpi=DPI, bbox_inches="tight")
+                written.append(path)
+    return written
+
+
+def main(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_ROOT / "figures",
+         reference_dir: Path = REPO_ROOT / "figures" / "reference") -> list[Path]:
+    written = generate(data_dir, out_dir, reference_dir)
+    print(f"wrote {len(written)} file(s)" + "".join(f"\n  {p}" for p in written))
+    return written
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data", type=Path, default=REPO_ROOT / "figures" / "data",
+                        help="folder of results CSVs (searched recursively)")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "figures", help="where PNG and PDF files go")
+    parser.add_argument("--reference", type=Path, default=REPO_ROOT / "figures" / "reference",
+                        help=f"folder holding {FOUNDING_REFERENCE}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not args.data.is_dir():
+        raise ValueError(f"no results folder {args.data}")
+    main(args.data, args.out, args.reference)
+    return 0

@@ -1,0 +1,13 @@
+"""The results CSV schema, shared by the driver (compare.bench) and the figures (compare.figures).
+Torch-free, so that figures regenerate on a machine with only pandas and seaborn."""
+
+ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_capability", "driver", "cuda",
+               "torch", "triton", "host_python", "sm_clock_mhz"]
+CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
+                "head_dim", "causal"]
+RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
+                  "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
+                  "oracle", "note"]
+COLUMNS = ENV_COLUMNS + CASE_COLUMNS + RESULT_COLUMNS
+# A row is the same measurement as another when these agree (resume and merge key).
+KEY_COLUMNS = ["git_commit", "gpu", "driver", "torch", "triton"] + CASE_COLUMNS
