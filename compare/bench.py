@@ -70,12 +70,17 @@ def measure_ceilings(device: str, log=print) -> dict[str, float]:
     A ceiling that cannot be measured leaves %SOL blank and is said in the log, never guessed."""
     if device != "cuda":
         return {}
-    try:
-        from . import ceilings
-        return ceilings.measure_all(log=log)
-    except Exception as exc:  # noqa: BLE001 - reported, and the sweep still measures the kernels
-        log(f"ceilings not measured ({type(exc).__name__}: {exc}); %SOL stays blank")
-        return {}
+    from . import ceilings
+    return ceilings.measure_all(log=log)
+
+
+def ceiling_rows(ceilings: dict[str, float]) -> list[dict]:
+    """The run's ceilings as rows of the results CSV (family 'ceiling', oracle 'n/a'), so that the
+    roofline figure reads them from the same file as the kernels they bound."""
+    from .ceilings import CEILINGS
+
+    return [dict(backend="ceiling", family="ceiling", variant=name, ceiling=name, ceiling_tflops=value,
+                 oracle="n/a", note=f"{CEILINGS[name][1]}: {CEILINGS[name][0]}") for name, value in ceilings.items()]
 
 
 def _case_seed(backend_name: str, case: oracle.Case) -> int:
@@ -170,6 +175,8 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         if new_file:
             writer.writeheader()
+        for row in ceiling_rows(ceilings):
+            writer.writerow({c: _fmt({**base, "timestamp": env_mod.now(), **row}.get(c, "")) for c in COLUMNS})
         for backend, case in bar:
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(f"{backend.name} {case.shape_str()}")

@@ -91,7 +91,8 @@ def passed(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def failed_count(df: pd.DataFrame) -> int:
-    return int((df["oracle"] != "pass").sum())
+    """Kernel rows the oracle rejected or that raised (ceiling rows carry oracle 'n/a')."""
+    return int(df["oracle"].isin(["fail", "error"]).sum())
 
 
 def grid_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -103,3 +103,10 @@ def test_merge_joins_shards_exactly(tmp_path):
     keys = [tuple(r[c] for c in bench.KEY_COLUMNS) for r in csv.DictReader(merged.open())]
     assert len(set(keys)) == 8
     assert bench.merge(parts + parts, merged) == 8  # duplicates collapse
+
+
+def test_ceilings_become_rows_the_figures_can_read():
+    rows = bench.ceiling_rows({"mma.sync.bf16": 611.0, "dram": 4.24})
+    assert [(r["variant"], r["ceiling_tflops"], r["oracle"]) for r in rows] == [("mma.sync.bf16", 611.0, "n/a"),
+                                                                                 ("dram", 4.24, "n/a")]
+    assert rows[1]["note"].startswith("TB/s")

@@ -1,0 +1,116 @@
+"""ctypes binding of the attention library (cuda_impl/csrc) and the raw launch.
+
+The library is torch-free: it takes raw device pointers, element strides and the caller's
+cudaStream_t, and returns 0 or an error code with a message. This module turns torch tensors
+into that call; validation of what users pass happens before, in cuda_impl.validate.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import torch
+
+from cuda_impl import build
+
+LIBRARY_NAME = "cuda_fa"
+DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
+_ERR_LEN = 512
+
+
+class FwdParams(ctypes.Structure):
+    """Mirror of `struct FwdParams` in csrc/fwd_common.cuh (checked by size at load)."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("q_stride", ctypes.c_int64 * 3),
+        ("k_stride", ctypes.c_int64 * 3),
+        ("v_stride", ctypes.c_int64 * 3),
+        ("out_stride", ctypes.c_int64 * 3),
+        ("batch", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("seqlen_k", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+    ]
+
+
+def library_spec(extra_flags: tuple[str, ...] = ()) -> build.LibrarySpec:
+    return build.LibrarySpec(
+        name=LIBRARY_NAME,
+        sources=tuple(sorted(build.CSRC_DIR.glob("*.cu"))),
+        include_dirs=(build.CSRC_DIR,),
+        extra_flags=extra_flags,
+    )
+
+
+_loaded: dict[tuple[str, ...], ctypes.CDLL] = {}
+_load_lock = threading.Lock()
+
+
+def load(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
+    """The library (built on first use when not cached), with its entry points typed."""
+    with _load_lock:
+        if extra_flags not in _loaded:
+            lib = ctypes.CDLL(str(build.build_library(library_spec(extra_flags))))
+            lib.cuda_fa_params_size.restype = ctypes.c_int
+            if lib.cuda_fa_params_size() != ctypes.sizeof(FwdParams):
+                raise RuntimeError("cuda_impl: FwdParams in _lib.py and csrc/fwd_common.cuh differ")
+            _loaded[extra_flags] = lib
+        return _loaded[extra_flags]
+
+
+def entry_point(lib: ctypes.CDLL, variant: str):
+    fn = getattr(lib, f"cuda_fa_fwd_{variant}")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(FwdParams), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    return fn
+
+
+def _strides(t: torch.Tensor):
+    return (ctypes.c_int64 * 3)(*t.stride()[:3])
+
+
+def launch_forward(
+    variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
+) -> None:
+    """Run one forward on torch's current stream of q's device. Tensors are already checked."""
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"alignment: {name} must start on a 16-byte boundary (16-byte cp.async)")
+    params = FwdParams(
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=v.data_ptr(),
+        out=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        q_stride=_strides(q),
+        k_stride=_strides(k),
+        v_stride=_strides(v),
+        out_stride=_strides(out),
+        batch=q.shape[0],
+        heads_q=q.shape[1],
+        heads_kv=k.shape[1],
+        seqlen_q=q.shape[2],
+        seqlen_k=k.shape[2],
+        head_dim=q.shape[3],
+        scale=scale,
+        causal=int(causal),
+        dtype=DTYPE_CODES[q.dtype],
+    )
+    fn = entry_point(load(extra_flags), variant)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
+    if rc != 0:
+        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")

@@ -1,0 +1,36 @@
+"""python -m cuda_impl.build: build the attention library and print ptxas -v per kernel."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from cuda_impl import _lib
+from cuda_impl.build import BuildError, build_library, format_report, ptxas_report
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument(
+        "--flag",
+        action="append",
+        default=[],
+        metavar="NVCC_FLAG",
+        help="extra nvcc flag, e.g. -DFA_D128_WARPS=4 (builds a separate cache entry)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print only the library path")
+    args = parser.parse_args(argv)
+    spec = _lib.library_spec(tuple(args.flag))
+    try:
+        path = build_library(spec, verbose=not args.quiet)
+    except BuildError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    if not args.quiet:
+        print(format_report(ptxas_report(spec)))
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

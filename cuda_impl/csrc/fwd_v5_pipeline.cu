@@ -1,0 +1,151 @@
+// v5 (deep pipeline): v4 with a ring of STAGES >= 3 K/V buffers and the four stages of the
+// founding pipeline overlapped: prefetch K/V, S = Q K^T, softmax, O += P V.
+// - Loads: tiles t+1 .. t+STAGES-1 are in flight while tile t is computed; the newest one is
+//   issued right after the iteration's single barrier, before any math.
+// - Math: S for tile t+1 is issued before the softmax of tile t, so the tensor cores work on
+//   it while the same warp spends its issue slots on exp2/max/sum (in v4 a warp's MMAs stall
+//   behind its own softmax, and the per-tile barrier keeps all warps in that phase together).
+// One barrier per tile: the one that publishes tile t+1's K also proves that every warp is
+// done with tile t-1 (its V was the last read of that stage), whose stage is refilled next.
+#include "fwd_common.cuh"
+
+// Ring depth, a build flag for timing alternatives (scripts/dev_cuda_gpu.py); 4 measured best
+// with the default d128 tiles (303 vs 301 TFLOP/s for 3 on H200).
+#ifndef FA_V5_STAGES
+#define FA_V5_STAGES 4
+#endif
+
+namespace fa {
+
+constexpr int STAGES = FA_V5_STAGES;
+
+template <typename T, int DIM>
+__global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(const FwdParams p) {
+  static_assert(STAGES >= 3, "v5 keeps at least two tiles in flight");
+  using C = LadderTiles<DIM>;
+  constexpr int STAGE_BYTES = 2 * C::KV_BYTES;  // K then V of one tile
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t Q_smem = smem_u32(smem);
+  const uint32_t KV_smem = Q_smem + C::Q_BYTES;
+
+  const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p);
+  const int warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  const int warp_row0 = w.q_start + warp * C::WARP_Q;
+  const T* Q = head_base<T>(p.q, p.q_stride, w.batch, w.head_q) + w.q_start * p.q_stride[2];
+  const T* K = head_base<T>(p.k, p.k_stride, w.batch, w.head_kv);
+  const T* V = head_base<T>(p.v, p.v_stride, w.batch, w.head_kv);
+
+  auto load_kv = [&](int tile) {
+    const uint32_t stage = KV_smem + (tile % STAGES) * STAGE_BYTES;
+    const int kv_start = tile * C::BLOCK_KV;
+    load_tile_async<C::BLOCK_KV, DIM, C::THREADS, true>(stage, K + kv_start * p.k_stride[2],
+                                                        p.k_stride[2], p.seqlen_k - kv_start);
+    load_tile_async<C::BLOCK_KV, DIM, C::THREADS, true>(stage + C::KV_BYTES,
+                                                        V + kv_start * p.v_stride[2],
+                                                        p.v_stride[2], p.seqlen_k - kv_start);
+  };
+
+  load_tile_async<C::BLOCK_Q, DIM, C::THREADS, false>(Q_smem, Q, p.q_stride[2],
+                                                      p.seqlen_q - w.q_start);
+  cp_async_commit();
+  // One commit group per tile, committed even when empty, so the group count stays fixed.
+#pragma unroll
+  for (int tile = 0; tile < STAGES - 1; tile++) {
+    if (tile < w.n_kv_tiles) load_kv(tile);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 2>();  // Q and tile 0 have landed
+  __syncthreads();
+  uint32_t Q_rmem[C::M_TILES][C::D_STEPS][4];
+  load_q_fragments<C>(Q_rmem, Q_smem, warp);
+  const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
+  const SwizzledLane<C::ROW_BYTES, 2> V_lane(lane % 16, lane / 16);
+
+  // S = Q K^T for one tile, masked when the tile needs it.
+  auto scores = [&](float (&S)[C::M_TILES][C::KV_TILES][4], int tile) {
+    const uint32_t K_smem = KV_smem + (tile % STAGES) * STAGE_BYTES;
+#pragma unroll
+    for (int mt = 0; mt < C::M_TILES; mt++)
+#pragma unroll
+      for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) S[mt][nt][i] = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+      for (int kk = 0; kk < C::D_STEPS; kk += 2) {
+        uint32_t K_frag[4];
+        ldmatrix_x4(K_frag, K_smem + K_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+#pragma unroll
+        for (int mt = 0; mt < C::M_TILES; mt++) {
+          mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk], K_frag[0], K_frag[1]);
+          mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk + 1], K_frag[2], K_frag[3]);
+        }
+      }
+  };
+  auto mask_if_needed = [&](float (&S)[C::M_TILES][C::KV_TILES][4], int tile) {
+    const int kv_start = tile * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, warp_row0, kv_start);
+  };
+
+  float O_rmem[C::M_TILES][C::D_TILES][4] = {};
+  float row_max[C::M_TILES][2], row_sum[C::M_TILES][2];
+#pragma unroll
+  for (int mt = 0; mt < C::M_TILES; mt++)
+#pragma unroll
+    for (int r = 0; r < 2; r++) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
+  const float scale_log2 = p.scale * LOG2E;
+
+  // One pipelined step: S_cur holds tile t's scores; S_next receives tile t+1's.
+  auto step = [&](float (&S_cur)[C::M_TILES][C::KV_TILES][4],
+                  float (&S_next)[C::M_TILES][C::KV_TILES][4], int tile) {
+    cp_async_wait<STAGES - 3>();  // tile t+1 landed; t+2 .. t+STAGES-2 may be in flight
+    __syncthreads();  // tile t+1 visible to all; all warps are done with tile t-1
+    if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1);  // into tile t-1's stage
+    cp_async_commit();
+    const bool has_next = tile + 1 < w.n_kv_tiles;
+    if (has_next) scores(S_next, tile + 1);  // independent of the softmax below: overlaps it
+
+    uint32_t P_rmem[C::M_TILES][C::KV_STEPS][4];
+    online_softmax<T>(S_cur, row_max, row_sum, O_rmem, P_rmem, scale_log2);
+
+    const uint32_t V_smem = KV_smem + (tile % STAGES) * STAGE_BYTES + C::KV_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < C::KV_STEPS; kk++)
+#pragma unroll
+      for (int nd = 0; nd < C::D_TILES; nd += 2) {
+        uint32_t V_frag[4];
+        ldmatrix_x4_trans(V_frag, V_smem + V_lane.at(nd) + kk * 16 * C::ROW_BYTES);
+#pragma unroll
+        for (int mt = 0; mt < C::M_TILES; mt++) {
+          mma_m16n8k16<T>(O_rmem[mt][nd], P_rmem[mt][kk], V_frag[0], V_frag[1]);
+          mma_m16n8k16<T>(O_rmem[mt][nd + 1], P_rmem[mt][kk], V_frag[2], V_frag[3]);
+        }
+      }
+    if (has_next) mask_if_needed(S_next, tile + 1);  // after the math, so it cannot split it
+  };
+
+  // Two score buffers that swap roles every tile; the loop is unrolled by two so that the swap
+  // is a renaming, not 32 register moves.
+  float S_a[C::M_TILES][C::KV_TILES][4], S_b[C::M_TILES][C::KV_TILES][4];
+  if (w.n_kv_tiles > 0) {
+    scores(S_a, 0);
+    mask_if_needed(S_a, 0);
+  }
+  for (int tile = 0; tile < w.n_kv_tiles; tile += 2) {
+    step(S_a, S_b, tile);
+    if (tile + 1 < w.n_kv_tiles) step(S_b, S_a, tile + 1);
+  }
+  store_output<T>(p, w, warp_row0, O_rmem, row_max, row_sum);
+}
+
+}  // namespace fa
+
+extern "C" int cuda_fa_fwd_v5(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
+  return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
+    using C = fa::LadderTiles<DIM>;
+    return fa::launch_fwd(fa::fwd_v5_kernel<T, DIM>, C::BLOCK_Q, C::THREADS,
+                          C::Q_BYTES + fa::STAGES * 2 * C::KV_BYTES, *p, stream, err, err_len);
+  });
+}

@@ -1,0 +1,76 @@
+"""Read the machine code (SASS) of a built library with cuobjdump.
+
+Used to check that a kernel really contains the instructions it was written for (HMMA for
+mma.sync, LDSM for ldmatrix, LDGSTS for cp.async), and by the mma.sync ceiling benchmark to
+prove that the compiler did not merge its independent chains.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+_ARCH = re.compile(r"code for (sm_\w+)")
+_FUNCTION = re.compile(r"Function : (\S+)")
+_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+
+
+def find_cuobjdump() -> str | None:
+    """cuobjdump from PATH, the CUDA toolkit, or the copy Triton's wheel ships."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(str(Path(nvcc).resolve().parent.parent))
+    for root in roots:
+        if root and (Path(root) / "bin" / "cuobjdump").is_file():
+            return str(Path(root) / "bin" / "cuobjdump")
+    try:
+        import triton
+
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+        return str(bundled) if bundled.is_file() else None
+    except ImportError:
+        return None
+
+
+def dump_sass(library: Path) -> dict[tuple[str, str], list[str]]:
+    """{(arch, mangled function name): [instruction text, ...]} for every cubin in `library`."""
+    tool = find_cuobjdump()
+    if tool is None:
+        raise RuntimeError("cuobjdump not found (CUDA toolkit bin/ or the triton wheel provide it)")
+    text = subprocess.run(
+        [tool, "--dump-sass", str(library)], capture_output=True, text=True, check=True
+    ).stdout
+    return parse_sass(text)
+
+
+def parse_sass(text: str) -> dict[tuple[str, str], list[str]]:
+    functions: dict[tuple[str, str], list[str]] = {}
+    arch, current = "", None
+    for line in text.splitlines():
+        if m := _ARCH.search(line):
+            arch = m.group(1)
+        elif m := _FUNCTION.search(line):
+            current = functions.setdefault((arch, m.group(1)), [])
+        elif current is not None and (m := _INSTRUCTION.search(line)):
+            current.append(m.group(1))
+    return functions
+
+
+def opcode_counts(instructions: list[str]) -> Counter:
+    """Count full opcodes with modifiers ('HMMA.16816.F32.BF16'), predicates stripped."""
+    counts: Counter = Counter()
+    for ins in instructions:
+        words = ins.split()
+        if words and words[0].startswith("@"):
+            words = words[1:]
+        if words:
+            counts[words[0]] += 1
+    return counts

@@ -1,0 +1,225 @@
+"""cuda_impl without a GPU: the build, the machine code it produces, and input validation.
+
+One build of the whole library is shared by the module (it is cached by content under
+cuda_impl/_build, so later runs reuse it). SASS checks need cuobjdump (CUDA toolkit, or the
+copy in Triton's wheel) and skip cleanly without it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import cuda_impl
+from cuda_impl import _lib, build, sass, validate
+
+REPO = Path(__file__).resolve().parent.parent
+HMMA = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
+MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
+
+
+@pytest.fixture(scope="module")
+def fa_library() -> Path:
+    problem = build.missing_toolchain()
+    if problem and build.cached_library(_lib.library_spec()) is None:
+        pytest.skip(problem)
+    return build.build_library(_lib.library_spec())
+
+
+@pytest.fixture(scope="module")
+def fa_sass(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    return sass.dump_sass(fa_library)
+
+
+def kernels_of(functions: dict, variant: str, fmt: str, head_dim: int) -> dict[str, list[str]]:
+    """{arch: instructions} of fwd_<variant>_kernel<fmt, head_dim>."""
+    tag = f"fwd_{variant}_kernel{MANGLED_DTYPE[fmt]}"
+    return {arch: ins for (arch, fn), ins in functions.items() if tag in fn and f"Li{head_dim}E" in fn}
+
+
+# --- build ---------------------------------------------------------------------------------
+
+
+def test_every_kernel_compiles_for_every_target(fa_library):
+    report = build.ptxas_report(_lib.library_spec())
+    archs: dict[str, set] = {}
+    for row in report:
+        archs.setdefault(row["kernel"], set()).add(row["arch"])
+    expected = {f"sm_{t}" for t in build.ARCH_TARGETS}
+    for variant, spec in cuda_impl.VARIANTS.items():
+        for fmt in spec["formats"]:
+            for head_dim in spec["head_dims"]:
+                name = f"fwd_{variant}_kernel<{fmt},{head_dim}>"
+                assert archs.get(name) == expected, name
+
+
+def test_no_register_spills(fa_library):
+    report = build.ptxas_report(_lib.library_spec())
+    assert report
+    spilling = [r for r in report if r["spill_stores"] or r["spill_loads"] or r["stack"]]
+    assert not spilling, build.format_report(spilling)
+
+
+def test_build_is_cached_by_content(fa_library):
+    assert build.cached_library(_lib.library_spec()) == fa_library
+    other = _lib.library_spec(("-DFA_D128_WARPS=4",))
+    assert other.build_dir != _lib.library_spec().build_dir
+
+
+def test_missing_nvcc_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    never_built = _lib.library_spec(("-DCUDA_IMPL_TEST_NEVER_BUILT",))
+    with pytest.raises(build.BuildError, match="nvcc not found"):
+        build.build_library(never_built)
+
+
+def test_target_matching():
+    assert build.target_runs_on("80", (8, 6))
+    assert build.target_runs_on("90a", (9, 0))
+    assert not build.target_runs_on("90a", (10, 0))
+    assert not build.target_runs_on("80", (9, 0))
+    assert build.gencode_flags(("90a",)) == ["-gencode=arch=compute_90a,code=sm_90a"]
+
+
+# --- machine code ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(cuda_impl.VARIANTS))
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_kernel_uses_intended_instructions(fa_sass, variant, fmt, head_dim):
+    per_arch = kernels_of(fa_sass, variant, fmt, head_dim)
+    assert len(per_arch) == len(build.ARCH_TARGETS)
+    for arch, instructions in per_arch.items():
+        ops = sass.opcode_counts(instructions)
+        assert ops[HMMA[fmt]] > 0, f"{arch}: no {HMMA[fmt]}"
+        assert any(op.startswith("LDGSTS") for op in ops), f"{arch}: no cp.async (LDGSTS)"
+        assert ops["LDSM.16.M88.4"] > 0, f"{arch}: Q fragments should use ldmatrix.x4"
+        if variant in ("v1", "v2", "v3"):
+            assert ops["LDSM.16.M88.2"] > 0 and ops["LDSM.16.MT88.2"] > 0, f"{arch}: K/V via ldmatrix.x2"
+            assert ops["LDSM.16.MT88.4"] == 0
+        else:
+            assert ops["LDSM.16.MT88.4"] > 0, f"{arch}: V via ldmatrix.x4.trans"
+            assert ops["LDSM.16.M88.2"] == 0 and ops["LDSM.16.MT88.2"] == 0
+        assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
+
+
+def test_v5_needs_fewer_barriers_per_tile_than_v4(fa_sass):
+    """The deeper ring lets v5 publish a tile and free an older one with one barrier (v4: two).
+    Counted per MMA because v5's loop body holds two tiles."""
+    for fmt in ("bf16", "fp16"):
+        v4 = kernels_of(fa_sass, "v4", fmt, 128)
+        v5 = kernels_of(fa_sass, "v5", fmt, 128)
+        for arch in v4:
+            rates = []
+            for kernel in (v4, v5):
+                ops = sass.opcode_counts(kernel[arch])
+                bars = sum(n for op, n in ops.items() if op.startswith("BAR.SYNC"))
+                rates.append(bars / ops[HMMA[fmt]])
+            assert rates[1] < rates[0], (
+                f"{arch} {fmt}: barriers per HMMA v4 {rates[0]:.4f}, v5 {rates[1]:.4f}"
+            )
+
+
+# --- the C surface without a GPU -----------------------------------------------------------
+
+
+def test_c_surface_reports_errors_as_messages(fa_library):
+    lib = _lib.load()
+    fn = _lib.entry_point(lib, "v1")
+    err = ctypes.create_string_buffer(256)
+    bad_heads = _lib.FwdParams(batch=1, heads_q=3, heads_kv=2, seqlen_q=4, seqlen_k=4, head_dim=64, scale=1.0)
+    assert fn(ctypes.byref(bad_heads), None, err, 256) != 0
+    assert b"heads" in err.value
+    bad_dim = _lib.FwdParams(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, head_dim=96, scale=1.0)
+    assert fn(ctypes.byref(bad_dim), None, err, 256) != 0
+    assert b"head_dim" in err.value
+
+
+# --- Python-side validation (runs before any launch, no GPU needed) ------------------------
+
+
+def qkv(b=1, hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
+    return (
+        torch.randn(b, hq, sq, d, dtype=dtype),
+        torch.randn(b, hkv, sk, d, dtype=dtype),
+        torch.randn(b, hkv, sk, d, dtype=dtype),
+    )
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: (torch.randn(1, 2, 16, 64), *qkv()[1:]), TypeError, "dtype"),
+        (lambda: (qkv()[0], *qkv(dtype=torch.float16)[1:]), TypeError, "dtype"),
+        (lambda: (object(), *qkv()[1:]), TypeError, "format"),
+        (lambda: (qkv()[0][0], *qkv()[1:]), ValueError, "shape"),
+        (lambda: qkv(d=96), ValueError, "head_dim"),
+        (lambda: qkv(d=256), ValueError, "head_dim"),
+        (lambda: qkv(hq=3, hkv=2), ValueError, "heads"),
+        (lambda: qkv(sq=0), ValueError, "shape"),
+        (
+            lambda: (qkv()[0].transpose(-1, -2).contiguous().transpose(-1, -2), *qkv()[1:]),
+            ValueError,
+            "stride",
+        ),
+        (
+            lambda: (torch.randn(1, 2, 16, 68, dtype=torch.bfloat16)[..., :64], *qkv()[1:]),
+            ValueError,
+            "stride",
+        ),
+        (lambda: qkv(), ValueError, "device"),  # valid in every other way, but on the CPU
+    ],
+)
+def test_bad_input_is_refused_before_launch(make, error, match):
+    q, k, v = make()
+    with pytest.raises(error, match=match):
+        cuda_impl.attention(q, k, v)
+
+
+def test_bad_scale_and_variant_are_refused():
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="scale"):
+        cuda_impl.attention(q, k, v, scale=-1.0)
+    with pytest.raises(ValueError, match="variant"):
+        cuda_impl.attention(q, k, v, variant="v9")
+    with pytest.raises(ValueError, match="variant"):
+        cuda_impl.unavailable_reason("v9")
+
+
+def test_validation_works_on_meta_tensors():
+    """torch.compile traces with fake tensors: every check must work without storage."""
+    q, k, v = (t.to("meta") for t in qkv(d=256))
+    with pytest.raises(ValueError, match="head_dim"):
+        validate.check_inputs(q, k, v, variant="v5", spec=cuda_impl.VARIANTS["v5"], scale=0.1)
+
+
+def test_surface_matches_contract():
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5"}
+    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5"}
+    for spec in cuda_impl.VARIANTS.values():
+        assert set(spec) == {"formats", "head_dims", "min_cc", "max_cc", "description"}
+    if not torch.cuda.is_available():
+        assert "GPU" in cuda_impl.unavailable_reason("v1")
+
+
+def test_import_needs_no_compiler():
+    """Importing runs no subprocess (no nvcc, no ninja) and works with an empty PATH."""
+    code = (
+        "import subprocess\n"
+        "def refuse(*a, **k): raise AssertionError('subprocess at import')\n"
+        "subprocess.run = subprocess.Popen = refuse\n"
+        "import cuda_impl\n"
+        "assert cuda_impl.DEFAULT_VARIANT['bf16'] == 'v5'\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
+    env.update(PATH="", PYTHONPATH=str(REPO))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=REPO)
