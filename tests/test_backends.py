@@ -69,3 +69,8 @@ def test_ceiling_names():
 def test_declared_limits_of_peers():
     assert backends.get("sdpa:efficient").unsupported_reason(oracle.Case(1, 4, 2, 64, 64, 64)) == "no GQA/MQA"
     assert "seqlen_k" in backends.get("sdpa:cudnn").unsupported_reason(oracle.Case(1, 2, 2, 64, 1, 64))
+
+def test_project_packages_register_their_variants():
+    names = backends.registry()
+    assert any(n.startswith("triton:") and n != "triton:*" for n in names), names
+    assert any(n.startswith("cuda:") and n != "cuda:*" for n in names), names

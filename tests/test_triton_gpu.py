@@ -1,0 +1,75 @@
+"""Triton variants on a CUDA GPU against compare.oracle (float64 reference, FlashAttention acceptance
+rule). Skipped cleanly without a GPU; each variant is skipped where it cannot run (arch)."""
+import pytest
+import torch
+
+from compare import oracle
+
+pytestmark = pytest.mark.gpu
+
+SHAPES = [  # (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)
+    (2, 8, 2, 300, 517, 128, True),    # GQA, tails, Sq < Sk
+    (1, 4, 4, 517, 300, 128, True),    # Sq > Sk: rows that see no key
+    (2, 4, 1, 256, 256, 64, False),    # MQA
+    (1, 2, 2, 333, 448, 256, False),
+    (1, 2, 1, 129, 1024, 256, True),
+]
+
+
+def _runner(variant):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    import triton_impl
+    reason = triton_impl.unavailable_reason(variant)
+    if reason:
+        pytest.skip(reason)
+
+    def run(q, k, v, **kw):
+        return triton_impl.attention(q, k, v, variant=variant, **kw)
+    return run
+
+
+def _case(shape, fmt, **kw):
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal = shape
+    return oracle.Case(batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
+                       head_dim=head_dim, causal=causal, fmt=fmt, **kw)
+
+
+@pytest.mark.parametrize("variant,fmt", [("fa2", "bf16"), ("fa2", "fp16"), ("fa2-tma", "bf16"), ("fa2-tma", "fp16")])
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_16bit_passes_the_oracle(variant, fmt, shape):
+    verdict = oracle.check(_runner(variant), _case(shape, fmt, dist="shifted"), device="cuda")
+    assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_fp8_output_passes_the_oracle(shape):
+    """The output meets the oracle's rule. The LSE does not meet its fp32-exact bound: Hopper's fp8
+    wgmma accumulates Q.K^T with reduced precision (see triton_impl/kernels/fp8_tma.py), so it is
+    held to 2e-3 here (measured: ~2e-4)."""
+    verdict = oracle.check(_runner("fp8"), _case(shape, "fp8", scale=0.1), device="cuda")
+    assert verdict.max_abs_err <= verdict.bound, verdict.summary()
+    assert verdict.lse_err <= 2e-3, verdict.summary()
+    assert "no key" not in verdict.reason and "-inf" not in verdict.reason, verdict.summary()
+
+
+@pytest.mark.parametrize("variant", ["fa2", "fa2-tma"])
+def test_strided_views(variant):
+    """(B, S, H, D) storage viewed as (B, H, S, D) gives the same result as contiguous inputs."""
+    run = _runner(variant)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(2, 700, 8, 128, device="cuda", generator=gen, dtype=torch.bfloat16).transpose(1, 2)
+               for _ in range(3))
+    strided = run(q, k, v, causal=True)
+    contiguous = run(q.contiguous(), k.contiguous(), v.contiguous(), causal=True)
+    torch.testing.assert_close(strided, contiguous, atol=1e-2, rtol=0)
+
+
+def test_torch_compile_fullgraph():
+    run = _runner("fa2-tma")
+    import triton_impl
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    q, k, v = (torch.randn(1, 4, 512, 128, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(3))
+    compiled = torch.compile(lambda a, b, c: triton_impl.attention(a, b, c, causal=True, variant="fa2-tma") * 2,
+                             fullgraph=True)
+    assert torch.equal(compiled(q, k, v), run(q, k, v, causal=True) * 2)

@@ -1,0 +1,297 @@
+"""Triton kernels on the CPU under TRITON_INTERPRET=1, against a float64 reference written here.
+
+TRITON_INTERPRET must be set before any @triton.jit decorator runs, and other test modules may import
+Triton kernels first, so the interpreter tests run in a subprocess of their own: in the normal run
+`test_interpreter_suite` starts `pytest` on this file with TRITON_INTERPRET=1 and fails with its
+output if anything inside fails; inside that subprocess the `interpreted` tests run. fp16/fp32 only:
+Triton 3.6's interpreter multiplies bf16 dots on raw bits.
+"""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[1]
+interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+
+
+def test_interpreter_suite():
+    if INSIDE:
+        pytest.skip("this is the subprocess")
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    assert " passed" in run.stdout and "skipped" in run.stdout  # the inner tests really ran
+
+
+@pytest.mark.skipif(INSIDE, reason="checks the machine without the interpreter")
+def test_without_gpu_or_interpreter_the_reason_is_given():
+    import triton_impl
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present")
+    pytest.importorskip("triton")
+    for variant in triton_impl.VARIANTS:
+        assert "no CUDA GPU" in triton_impl.unavailable_reason(variant)
+    q = torch.randn(1, 1, 8, 64, dtype=torch.float16)
+    with pytest.raises(RuntimeError, match="no CUDA GPU"):
+        triton_impl.attention(q, q, q, variant="fa2")
+
+
+# ---------------------------------------------------------------- reference
+
+def reference(q, k, v, causal, scale):
+    """float64 attention with GQA and bottom-right causal mask; empty rows give 0 and -inf."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = q @ k.transpose(-1, -2) * scale
+    seqlen_q, seqlen_k = q.shape[2], k.shape[2]
+    if causal:
+        i = torch.arange(seqlen_q)[:, None]
+        j = torch.arange(seqlen_k)[None, :]
+        s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return p @ v, lse
+
+
+def assert_close(out, lse, ref_out, ref_lse, atol, lse_atol, rtol=0.0):
+    """|out - ref| <= atol + rtol * |ref| everywhere, |lse - ref| <= lse_atol on rows that see a key."""
+    assert torch.isfinite(out).all()
+    seen = torch.isfinite(ref_lse)
+    excess = ((out.double() - ref_out).abs() - atol - rtol * ref_out.abs()).max().item()
+    assert excess <= 0, f"|out - ref| exceeds {atol} + {rtol} * |ref| by {excess:.3g}"
+    lse_err = (lse.double()[seen] - ref_lse[seen]).abs().max().item() if seen.any() else 0.0
+    assert lse_err <= lse_atol, f"max |lse - ref| = {lse_err:.3g} > {lse_atol}"
+    # rows that see no key: exactly 0 and -inf
+    assert (out[~seen] == 0).all()
+    assert (lse[~seen] == float("-inf")).all()
+
+
+TOLERANCE = {torch.float16: (4e-3, 1e-4), torch.float32: (2e-5, 2e-5)}
+
+# (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal); the interpreter uses
+# BLOCK_M=32, BLOCK_N=16, so these cover several blocks, partial blocks and the diagonal band.
+CASES = [
+    (1, 2, 2, 37, 53, 64, False),   # tails on both axes, Sq < Sk
+    (2, 2, 1, 64, 64, 64, True),    # causal, square, GQA, batch > 1
+    (1, 4, 1, 40, 77, 64, True),    # causal Sq < Sk, MQA
+    (1, 2, 2, 70, 45, 64, True),    # causal Sq > Sk: the first 25 rows see no key
+    (1, 1, 1, 1, 33, 64, True),     # one query (decode-like)
+    (1, 1, 1, 33, 1, 64, False),    # one key
+    (1, 2, 1, 20, 29, 128, True),
+    (1, 1, 1, 24, 40, 256, False),
+]
+
+
+def _inputs(case, dtype, seed=0):
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, _ = case
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads_q, seqlen_q, head_dim, generator=gen)
+    k = torch.randn(batch, heads_kv, seqlen_k, head_dim, generator=gen)
+    v = torch.randn(batch, heads_kv, seqlen_k, head_dim, generator=gen) + 0.5
+    return q.to(dtype), k.to(dtype), v.to(dtype)
+
+
+@interpreted
+@pytest.mark.parametrize("variant,dtype", [("fa2", torch.float16), ("fa2-tma", torch.float16),
+                                           ("fa2", torch.float32)])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
+def test_16bit_matches_reference(variant, dtype, case):
+    from triton_impl import attention
+    q, k, v = _inputs(case, dtype)
+    causal = case[-1]
+    out, lse = attention(q, k, v, causal=causal, variant=variant, return_lse=True)
+    assert out.dtype == dtype and out.shape == q.shape
+    assert lse.dtype == torch.float32 and lse.shape == q.shape[:3]
+    assert_close(out, lse, *reference(q, k, v, causal, 1 / math.sqrt(q.shape[-1])), *TOLERANCE[dtype])
+
+
+@interpreted
+@pytest.mark.parametrize("variant", ["fa2", "fa2-tma"])
+@pytest.mark.parametrize("scale", [0.05, 0.3, 1.7])
+def test_custom_scale(variant, scale):
+    from triton_impl import attention
+    q, k, v = _inputs((1, 2, 2, 33, 47, 64, True), torch.float16, seed=1)
+    out, lse = attention(q, k, v, causal=True, scale=scale, variant=variant, return_lse=True)
+    assert_close(out, lse, *reference(q, k, v, True, scale), *TOLERANCE[torch.float16])
+
+
+@interpreted
+@pytest.mark.parametrize("variant", ["fa2", "fa2-tma"])
+def test_strided_inputs(variant):
+    """(B, S, H, D) storage viewed as (B, H, S, D): no copy needed, result as for contiguous inputs."""
+    from triton_impl import attention
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(2, 41, 4, 64, generator=gen).half().transpose(1, 2)
+    k = torch.randn(2, 50, 2, 64, generator=gen).half().transpose(1, 2)
+    v = torch.randn(2, 50, 2, 64, generator=gen).half().transpose(1, 2)
+    out, lse = attention(q, k, v, causal=True, variant=variant, return_lse=True)
+    assert_close(out, lse, *reference(q, k, v, True, 1 / 8), *TOLERANCE[torch.float16])
+
+
+@interpreted
+def test_pointer_variant_takes_any_strides_and_tma_refuses_them():
+    from triton_impl import attention
+    gen = torch.Generator().manual_seed(3)
+    # head_dim is not the contiguous axis here
+    q = torch.randn(1, 2, 64, 30, generator=gen).half().transpose(-1, -2)
+    k = torch.randn(1, 2, 64, 36, generator=gen).half().transpose(-1, -2)
+    v = torch.randn(1, 2, 36, 64, generator=gen).half()
+    out, lse = attention(q, k, v, variant="fa2", return_lse=True)
+    assert_close(out, lse, *reference(q, k, v, False, 1 / 8), *TOLERANCE[torch.float16])
+    with pytest.raises(ValueError, match="TMA"):
+        attention(q, k, v, variant="fa2-tma")
+
+
+@interpreted
+@pytest.mark.parametrize("module", ["fa2_pointer", "fa2_tma"])
+@pytest.mark.parametrize("block_m,block_n", [(16, 32), (16, 16), (64, 16)])
+@pytest.mark.parametrize("seqlens", [(45, 70), (70, 45)])
+def test_block_shapes_causal(module, block_m, block_n, seqlens):
+    """The diagonal split must hold for any BLOCK_M/BLOCK_N, including BLOCK_N > BLOCK_M."""
+    import importlib
+    kernels = importlib.import_module(f"triton_impl.kernels.{module}")
+    q, k, v = _inputs((1, 2, 1, *seqlens, 64, True), torch.float16, seed=4)
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    lse = torch.full(q.shape[:3], float("nan"))
+    kernels.launch(q, k, v, out, lse, True, 0.125, config=dict(BLOCK_M=block_m, BLOCK_N=block_n))
+    assert_close(out, lse, *reference(q, k, v, True, 0.125), *TOLERANCE[torch.float16])
+
+
+# ---------------------------------------------------------------- fp8
+
+def online_fp8_reference(q, k, v, causal, scale, block_n):
+    """What the fp8 kernel computes, in fp32: the online softmax over key blocks of block_n, with each
+    block's P quantized by compare.formats.quantize_p(p, "fp8") against the running max."""
+    from compare.formats import quantize_p
+    qd, kd, vd = (x.dequantize() for x in (q, k, v))
+    group = qd.shape[1] // kd.shape[1]
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    log2e = 1.4426950408889634
+    s = (qd @ kd.transpose(-1, -2)) * (scale * log2e)
+    seqlen_q, seqlen_k = s.shape[-2:]
+    if causal:
+        i = torch.arange(seqlen_q)[:, None]
+        j = torch.arange(seqlen_k)[None, :]
+        s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
+    m = torch.full(s.shape[:-1], float("-inf"))
+    l = torch.zeros(s.shape[:-1])
+    acc = torch.zeros(*s.shape[:-1], qd.shape[-1])
+    for start in range(0, seqlen_k, block_n):
+        blk = s[..., start:start + block_n]
+        m_new = torch.maximum(m, blk.amax(-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+        p = torch.exp2(blk - shift[..., None])
+        alpha = torch.exp2(m - shift)
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + quantize_p(p, "fp8") @ vd[..., start:start + block_n, :]
+        m = m_new
+    out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
+    return out, (m + torch.log2(l)) / log2e
+
+
+@interpreted
+@pytest.mark.parametrize("case", [
+    (1, 2, 1, 37, 53, 64, False),   # key tail, V^T through pointer loads (53 % 16 != 0)
+    (2, 2, 2, 70, 48, 64, True),    # Sq > Sk, V^T through TMA (48 % 16 == 0)
+    (1, 4, 2, 40, 77, 128, True),   # GQA, Sq < Sk
+], ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
+def test_fp8_matches_its_definition(case):
+    from compare.formats import quantize_attention_inputs
+    from triton_impl import attention
+    from triton_impl.kernels.tuning import INTERPRETER_CONFIG
+    q, k, v = _inputs(case, torch.float32, seed=5)
+    k = k * 3  # per-head descales that differ between tensors
+    qq, kq, vq = quantize_attention_inputs(q, k, v, "fp8")
+    causal, scale = case[-1], 0.11
+    out, lse = attention(qq, kq, vq, causal=causal, scale=scale, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    want_out, want_lse = online_fp8_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    # one bf16 ulp (2**-7 relative): the interpreter truncates fp32 -> bf16 where the GPU rounds
+    assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
+    # and against exact attention on the dequantized inputs: P's e4m3 rounding is a few percent
+    exact_out, exact_lse = reference(qq.dequantize(), kq.dequantize(), vq.dequantize(), causal, scale)
+    assert_close(out.float(), lse, exact_out, exact_lse, 0.1, 1e-4)
+
+
+# ---------------------------------------------------------------- API surface and refusals
+
+@interpreted
+def test_variant_table_follows_the_contract():
+    import triton_impl
+    for name, spec in triton_impl.VARIANTS.items():
+        assert set(spec) == {"formats", "head_dims", "min_cc", "max_cc", "description"}
+        assert triton_impl.unavailable_reason(name) is None  # the interpreter runs every variant
+    for fmt, name in triton_impl.DEFAULT_VARIANT.items():
+        assert fmt in triton_impl.VARIANTS[name]["formats"]
+    with pytest.raises(ValueError, match="unknown"):
+        triton_impl.unavailable_reason("fa5")
+
+
+@interpreted
+def test_custom_op_under_torch_compile():
+    from triton_impl import attention
+    q, k, v = _inputs((1, 2, 1, 24, 40, 64, True), torch.float16, seed=6)
+    eager = attention(q, k, v, causal=True, variant="fa2")
+    compiled = torch.compile(lambda a, b, c: attention(a, b, c, causal=True, variant="fa2"),
+                             backend="aot_eager", fullgraph=True)
+    assert torch.equal(compiled(q, k, v), eager)
+    torch.library.opcheck(torch.ops.triton_fa.fwd.default, (q, k, v, True, 0.125, "fa2"))
+
+
+def _bad_calls():
+    half = dict(dtype=torch.float16)
+    q = torch.randn(1, 2, 8, 64, **half)
+    kv = torch.randn(1, 2, 8, 64, **half)
+    return [
+        ("int dtype", lambda a: a(q.int(), kv.int(), kv.int()), TypeError, "dtype"),
+        ("mixed dtypes", lambda a: a(q, kv.float(), kv), TypeError, "one dtype"),
+        ("fp32 with fa2-tma", lambda a: a(q.float(), kv.float(), kv.float(), variant="fa2-tma"),
+         TypeError, "formats"),
+        ("16-bit to fp8 variant", lambda a: a(q, kv, kv, variant="fp8"), TypeError, "formats"),
+        ("unknown variant", lambda a: a(q, kv, kv, variant="fa5"), ValueError, "unknown"),
+        ("head_dim 48", lambda a: a(q[..., :48], kv[..., :48], kv[..., :48]), ValueError, "head_dim"),
+        ("3-D input", lambda a: a(q[0], kv[0], kv[0]), ValueError, "4-D"),
+        ("heads not divisible", lambda a: a(torch.randn(1, 3, 8, 64, **half), kv, kv), ValueError, "multiple"),
+        ("k/v mismatch", lambda a: a(q, kv, kv[:, :, :5]), ValueError, "same"),
+        ("empty seqlen", lambda a: a(q[:, :, :0], kv, kv), ValueError, "empty"),
+        ("zero scale", lambda a: a(q, kv, kv, scale=0.0), ValueError, "scale"),
+        ("tensor and QuantTensor mixed", lambda a: a(_fp8(q), kv, kv), TypeError, "QuantTensor"),
+        ("V not transposed", lambda a: a(_fp8(q), _fp8(kv), _fp8(kv)), ValueError, "transposed"),
+        ("misaligned for TMA", lambda a: a(_misaligned(q), kv, kv, variant="fa2-tma"), ValueError, "16-byte"),
+        ("mxfp8 input", lambda a: a(*(_quantized(x, "mxfp8") for x in (q, kv, kv))), TypeError, "format"),
+        ("fp8 variant through the 16-bit op", lambda a: torch.ops.triton_fa.fwd(q, kv, kv, False, 0.1, "fp8"),
+         ValueError, "runs variants"),
+    ]
+
+
+def _fp8(x):
+    return _quantized(x, "fp8")
+
+
+def _quantized(x, fmt):
+    from compare.formats import quantize
+    return quantize(x.float(), fmt)
+
+
+def _misaligned(x):
+    """Same values, base address 2 bytes off a 16-byte boundary."""
+    flat = torch.empty(x.numel() + 1, dtype=x.dtype)[1:]
+    return flat.view(x.shape).copy_(x)
+
+
+@interpreted
+@pytest.mark.parametrize("name,call,error,match", _bad_calls(), ids=[c[0] for c in _bad_calls()])
+def test_bad_input_is_refused(name, call, error, match):
+    from triton_impl import attention
+    with pytest.raises(error, match=match):
+        call(attention)

@@ -1,0 +1,243 @@
+"""The public entry point: input checks, variant choice, and the torch.library custom ops.
+
+Kernels (and Triton itself) are imported only when a kernel runs, so `import triton_impl` works on a
+machine without Triton or a GPU. Both ops always produce the LSE (B*H*Sq floats, negligible next
+to the output); `attention` drops it unless asked.
+"""
+import contextlib
+import functools
+import importlib
+import math
+import os
+
+import torch
+
+from triton_impl.variants import DEFAULT_VARIANT, VARIANTS
+
+_TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+_KERNEL_MODULES = {
+    "fa2": "triton_impl.kernels.fa2_pointer",
+    "fa2-tma": "triton_impl.kernels.fa2_tma",
+    "fp8": "triton_impl.kernels.fp8_tma",
+}
+# variants whose Q/K (and V for 16-bit) are read through TMA descriptors
+_TMA_VARIANTS = ("fa2-tma", "fp8")
+_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma"), "fwd_fp8": ("fp8",)}
+
+
+def _interpreting():
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def unavailable_reason(variant):
+    """None when `variant` can run here now, else why not."""
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown triton variant {variant!r}; known: {sorted(VARIANTS)}")
+    interpreting = _interpreting()
+    device = None if interpreting or not torch.cuda.is_available() else torch.cuda.current_device()
+    return _reason(variant, interpreting, device)
+
+
+@functools.lru_cache(maxsize=None)
+def _reason(variant, interpreting, device):
+    """Cached: the answer is fixed per process, and attention() asks on every call."""
+    try:
+        importlib.import_module("triton")
+    except ImportError as err:
+        return f"triton is not importable: {err}"
+    if interpreting:
+        return None
+    if device is None:
+        return "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)"
+    cc = torch.cuda.get_device_capability(device)
+    low, high = VARIANTS[variant]["min_cc"], VARIANTS[variant]["max_cc"]
+    if cc < low or (high is not None and cc > high):
+        wanted = f"sm_{low[0]}{low[1]}" + ("+" if high is None else f" to sm_{high[0]}{high[1]}")
+        return f"variant {variant!r} needs {wanted}, this GPU is sm_{cc[0]}{cc[1]}"
+    return None
+
+
+def _is_quantized(x):
+    return all(hasattr(x, name) for name in ("fmt", "data", "scale", "transposed"))
+
+
+def _device_scope(t):
+    """Triton launches on the current device: make it the inputs' device when it is not already."""
+    if t.is_cuda and t.device.index != torch.cuda.current_device():
+        return torch.cuda.device(t.device)
+    return contextlib.nullcontext()
+
+
+def _check_runnable(op, variant, tensors, tma_tensors):
+    """Checks that need real tensors or the machine, so they run inside the op, not while tracing."""
+    if variant not in _OP_VARIANTS[op]:
+        raise ValueError(f"triton_fa::{op} runs variants {_OP_VARIANTS[op]}, got {variant!r}")
+    reason = unavailable_reason(variant)
+    if reason is not None:
+        raise RuntimeError(reason)
+    _check_devices(tensors)
+    _check_tma_layout(variant, tma_tensors)
+
+
+# ---------------------------------------------------------------- custom ops
+
+@torch.library.custom_op("triton_fa::fwd", mutates_args=())
+def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+            variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_runnable("fwd", variant, (q, k, v), dict(q=q, k=k, v=v) if variant in _TMA_VARIANTS else {})
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    with _device_scope(q):
+        kernels.launch(q, k, v, out, lse, causal, scale)
+    return out, lse
+
+
+@_fwd_op.register_fake
+def _fwd_fake(q, k, v, causal, scale, variant):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+@torch.library.custom_op("triton_fa::fwd_fp8", mutates_args=())
+def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor,
+                k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool, scale: float,
+                variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_runnable("fwd_fp8", variant, (q, k, vt, q_descale, k_descale, v_descale), dict(q=q, k=k))
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    with _device_scope(q):
+        kernels.launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale)
+    return out, lse
+
+
+@_fwd_fp8_op.register_fake
+def _fwd_fp8_fake(q, k, vt, q_descale, k_descale, v_descale, causal, scale, variant):
+    return (q.new_empty(q.shape, dtype=torch.bfloat16),
+            q.new_empty(q.shape[:3], dtype=torch.float32))
+
+
+# ---------------------------------------------------------------- checks
+
+def _check_shapes(q, k, v_logical_shape, head_dims):
+    """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v's logical shape (B, Hkv, Sk, D)."""
+    for name, shape in (("q", q.shape), ("k", k.shape), ("v", v_logical_shape)):
+        if len(shape) != 4:
+            raise ValueError(f"{name} must be 4-D (batch, heads, seqlen, head_dim), got shape {tuple(shape)}")
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    if tuple(k.shape) != tuple(v_logical_shape):
+        raise ValueError(f"k and v must have the same (batch, heads, seqlen, head_dim), "
+                         f"got {tuple(k.shape)} and {tuple(v_logical_shape)}")
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
+    if heads_q % k.shape[1] != 0:
+        raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({k.shape[1]})")
+    if min(batch, heads_q, seqlen_q, k.shape[2]) < 1:
+        raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
+    if head_dim not in head_dims:
+        raise ValueError(f"head_dim {head_dim} not supported; supported: {head_dims}")
+
+
+def _check_devices(tensors):
+    devices = {t.device for t in tensors}
+    if len(devices) != 1:
+        raise ValueError(f"inputs are on different devices: {sorted(map(str, devices))}")
+    device = devices.pop()
+    if device.type != "cuda" and not _interpreting():
+        raise ValueError(f"triton kernels need CUDA tensors, got {device} "
+                         f"(or set TRITON_INTERPRET=1 to run on the CPU)")
+
+
+def _check_tma_layout(variant, tensors):
+    """TMA descriptors need a unit last stride and 16-byte aligned base address and strides."""
+    from triton_impl.kernels.tuning import strides
+    for name, t in tensors.items():
+        st = strides(t)
+        if st[-1] != 1 or any(s * t.element_size() % 16 for s in st[:-1]) or t.data_ptr() % 16:
+            raise ValueError(f"variant {variant!r} reads {name} through TMA, which needs a unit last stride "
+                             f"and 16-byte aligned base and strides; got strides {tuple(t.stride())} "
+                             f"(call .contiguous(), or use variant 'fa2' for strided 16-bit inputs)")
+
+
+def _resolve_scale(scale, head_dim):
+    if scale is None:
+        return 1.0 / math.sqrt(head_dim)
+    scale = float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    return scale
+
+
+def _choose_variant(fmt, variant):
+    if variant is None:
+        if fmt not in DEFAULT_VARIANT:
+            raise TypeError(f"no triton variant takes format {fmt!r}; formats: {sorted(DEFAULT_VARIANT)}")
+        variant = DEFAULT_VARIANT[fmt]
+    if variant not in VARIANTS:
+        raise ValueError(f"unknown triton variant {variant!r}; known: {sorted(VARIANTS)}")
+    formats = VARIANTS[variant]["formats"]
+    if fmt not in formats:
+        raise TypeError(f"variant {variant!r} takes formats {formats}, got {fmt!r}")
+    return variant
+
+
+# ---------------------------------------------------------------- public entry point
+
+def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
+    """q: (B, Hq, Sq, D), k/v: (B, Hkv, Sk, D); Hq % Hkv == 0 (GQA/MQA).
+
+    16-bit formats: torch tensors (bf16/fp16; fp32 for variant "fa2"). fp8: compare.formats.QuantTensor
+    with per-head descales, v stored transposed (B, Hkv, D, Sk). causal is bottom-right aligned (query i
+    sees keys j <= i + Sk - Sq); rows that see no key give out 0 and lse -inf. scale defaults to
+    1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype (bf16 for fp8), and with return_lse the
+    natural-log LSE (B, Hq, Sq) fp32 of the scaled scores."""
+    if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
+        out, lse = _attention_quantized(q, k, v, causal, scale, variant)
+    else:
+        out, lse = _attention_16bit(q, k, v, causal, scale, variant)
+    return (out, lse) if return_lse else out
+
+
+def _attention_16bit(q, k, v, causal, scale, variant):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor or a QuantTensor, got {type(t).__name__}")
+    if not q.dtype == k.dtype == v.dtype:
+        raise TypeError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in _TORCH_FORMATS:
+        raise TypeError(f"dtype {q.dtype} not supported; use bfloat16, float16 (or float32 with 'fa2'), "
+                        f"or a QuantTensor")
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant)
+    _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
+    scale = _resolve_scale(scale, q.shape[-1])
+    return torch.ops.triton_fa.fwd(q, k, v, bool(causal), scale, variant)
+
+
+def _attention_quantized(q, k, v, causal, scale, variant):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not _is_quantized(t):
+            raise TypeError(f"q, k, v must all be QuantTensor when one is; {name} is {type(t).__name__}")
+    fmts = {q.fmt, k.fmt, v.fmt}
+    if len(fmts) != 1:
+        raise TypeError(f"q, k, v must share one format, got {q.fmt}, {k.fmt}, {v.fmt}")
+    variant = _choose_variant(q.fmt, variant)
+    if q.transposed or k.transposed or not v.transposed:
+        raise ValueError("q and k must be stored untransposed and v transposed (B, H, D, Sk); "
+                         "use compare.formats.quantize_attention_inputs")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.data.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"{name}.data must be float8_e4m3fn for format {q.fmt!r}, got {t.data.dtype}")
+        if t.data.dim() != 4:
+            raise ValueError(f"{name}.data must be 4-D, got shape {tuple(t.data.shape)}")
+    vt = v.data
+    _check_shapes(q.data, k.data, (vt.shape[0], vt.shape[1], vt.shape[3], vt.shape[2]),
+                  VARIANTS[variant]["head_dims"])
+    descales = []
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        expected = tuple(t.data.shape[:2])
+        if tuple(t.scale.shape) != expected or t.scale.dtype != torch.float32:
+            raise ValueError(f"{name}.scale must be float32 of shape (batch, heads) = {expected}, "
+                             f"got {t.scale.dtype} {tuple(t.scale.shape)}")
+        descales.append(t.scale.contiguous())
+    scale = _resolve_scale(scale, q.data.shape[-1])
+    return torch.ops.triton_fa.fwd_fp8(q.data, k.data, vt, *descales, bool(causal), scale, variant)

@@ -1,0 +1,1 @@
+"""Triton kernels, one variant per module; imported only when a kernel runs (Triton may be absent)."""

@@ -1,0 +1,80 @@
+"""Pieces shared by every forward kernel: which key blocks a query block visits, one online-softmax step,
+and the final normalisation.
+
+Scores are kept in log2 units (score * softmax_scale * log2(e)) so that the exponentials are exp2.
+A query block visits two key ranges: `[0, full_end)` where every row of the block sees every key
+(no mask is evaluated there), and `[full_end, end)`, the blocks that cut the causal diagonal or the
+key tail, where the mask is applied. Only those few blocks pay for masking.
+"""
+import triton
+import triton.language as tl
+
+LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr):
+    """Return (full_end, end): blocks below full_end need no mask, blocks in [full_end, end) do."""
+    if CAUSAL:
+        # bottom-right alignment: query row i sees keys j <= i + (seqlen_k - seqlen_q)
+        diagonal = seqlen_k - seqlen_q
+        seen_by_all_rows = tl.minimum(seqlen_k, start_m * BLOCK_M + diagonal + 1)
+        end = tl.minimum(seqlen_k, (start_m + 1) * BLOCK_M + diagonal)
+    else:
+        seen_by_all_rows = seqlen_k
+        end = seqlen_k
+    full_end = tl.maximum(seen_by_all_rows, 0) // BLOCK_N * BLOCK_N
+    return full_end, end
+
+
+@triton.jit
+def softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr):
+    """One online-softmax update for a (BLOCK_M, BLOCK_N) tile of raw scores.
+
+    Returns p (unnormalised probabilities, fp32), alpha (rescale factor for the accumulator) and the
+    new running max and sum."""
+    if MASKED:
+        visible = offs_n[None, :] < seqlen_k
+        if CAUSAL:
+            visible = visible & (offs_n[None, :] <= offs_m[:, None] + diagonal)
+        qk = tl.where(visible, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
+        # a row that has seen no key yet keeps max -inf; subtracting 0 makes its p and alpha 0, not NaN
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(qk - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)
+    else:
+        # qk_scale > 0 (checked on the host), so scaling commutes with the max
+        m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        alpha = tl.math.exp2(m_i - m_new)
+    l_new = l_i * alpha + tl.sum(p, 1)
+    return p, alpha, m_new, l_new
+
+
+@triton.jit
+def finish_rows(acc, m_i, l_i):
+    """Normalise the accumulator and form the natural-log LSE; rows that saw no key give 0 and -inf."""
+    empty = l_i == 0.0
+    safe_l = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / safe_l)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(safe_l)) * LN2)
+    return out, lse
+
+
+@triton.jit
+def round_to_e4m3_grid(p):
+    """Round p in [0, 1] to the nearest e4m3 value (ties to even), staying in fp32.
+
+    Used only under TRITON_INTERPRET=1: Triton 3.6's interpreter casts fp32 to fp8 with a wrong
+    rounding (no carry into the exponent, truncated subnormals). After this rounding the value is exact
+    in e4m3, so the interpreter's cast no longer rounds. The GPU's cast (cvt.rn) needs no help."""
+    bits = p.to(tl.uint32, bitcast=True)
+    # keep 3 mantissa bits: add half an ulp minus one, plus the lowest kept bit (ties to even)
+    bits = (bits + 0x7FFFF + ((bits >> 20) & 1)) & 0xFFF00000
+    normal = bits.to(tl.float32, bitcast=True)
+    # below 2**-6 e4m3 is subnormal with a fixed step of 2**-9; adding 2**14 rounds to that step
+    subnormal = (p + 16384.0) - 16384.0
+    return tl.where(p < 0.015625, subnormal, normal)

@@ -1,0 +1,81 @@
+"""Compile a variant's kernel for a GPU arch on a machine without a GPU, and read its SASS.
+
+Device time is scarce; registers, spills, shared memory and the instruction mix (HGMMA/QGMMA for
+wgmma, UTMALDG for TMA loads, LDGSTS for cp.async) can all be read from the cubin that Triton builds
+here. Arguments are specialised as Triton's launcher does for contiguous, 16-byte aligned tensors:
+pointers and strides divisible by 16, the unit head_dim stride a constant.
+"""
+import os
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from triton_impl.kernels import fa2_pointer, fa2_tma, fp8_tma
+
+_KERNELS = {"fa2": fa2_pointer._fa2_fwd_pointer, "fa2-tma": fa2_tma._fa2_fwd_tma, "fp8": fp8_tma._fp8_fwd}
+_FLOAT_ARGS = ("qk_scale", "softmax_scale_log2")
+# strides that are 1 for contiguous inputs: head_dim strides, and the key stride of fp8's V^T
+_UNIT_STRIDES = {"fa2": ("sqd", "skd", "svd"), "fa2-tma": (), "fp8": ("svs",)}
+SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "LDGSTS", "MUFU.EX2", "STL", "LDL")
+# the most dynamic shared memory one block may use on sm_90
+SM90_SMEM_LIMIT = 232448
+
+
+def _signature(kernel, variant, dtype):
+    element = {"bf16": "*bf16", "fp16": "*fp16", "fp8": "*fp8e4nv"}[dtype]
+    signature, aligned = {}, []
+    for param in kernel.params:
+        name = param.name
+        if param.is_constexpr or name in _UNIT_STRIDES[variant]:
+            signature[name] = "constexpr"
+        elif name in ("Q", "K", "V", "VT", "O"):
+            signature[name] = "*bf16" if (name == "O" and variant == "fp8") else element
+            aligned.append(name)
+        elif name in ("LSE", "Q_DESCALE", "K_DESCALE", "V_DESCALE"):
+            signature[name] = "*fp32"
+            aligned.append(name)
+        elif name in _FLOAT_ARGS:
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+            if re.fullmatch(r"s[qkvo][bhsd]", name):
+                aligned.append(name)
+    return signature, aligned
+
+
+def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
+    """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>."""
+    kernel = _KERNELS[variant]
+    signature, aligned = _signature(kernel, variant, dtype)
+    constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
+    if variant == "fa2":
+        constexprs["DOT_PRECISION"] = "tf32"
+    if variant == "fp8":
+        constexprs.update(VT_VIA_TMA=True, EXACT_P_ROUNDING=False)
+    constexprs.update({name: 1 for name in _UNIT_STRIDES[variant]})
+    names = list(signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = {name: config[name] for name in ("num_warps", "num_stages", "maxnreg") if name in config}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def report(compiled):
+    """Registers, stack bytes (spills), shared memory and SASS instruction counts of a compiled kernel."""
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        usage = subprocess.run([cuobjdump, "-res-usage", cubin.name], capture_output=True, text=True,
+                               check=True).stdout
+        sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True,
+                              check=True).stdout
+    result = dict(regs=int(re.search(r"REG:(\d+)", usage).group(1)),
+                  stack=int(re.search(r"STACK:(\d+)", usage).group(1)),
+                  smem=compiled.metadata.shared)
+    result.update({op: len(re.findall(re.escape(op) + r"\b", sass)) for op in SASS_OPS})
+    return result
