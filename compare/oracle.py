@@ -6,7 +6,9 @@
   cost O(rows * Sk * D) per head).
 * ``plain_attention``: a plain PyTorch implementation in the kernel's own precision (16-bit matmuls
   with fp32 softmax; for quantized formats, dequantized inputs and the format's own quantization of P,
-  ``compare.formats.quantize_p``). Its error sets the tolerance.
+  ``compare.formats.quantize_p``). For fp8 on a GPU, S = Q K^T goes through the fp8 tensor cores
+  (``torch._scaled_mm`` with fast accumulation), because Hopper's fp8 MMA accumulates with fewer bits
+  than fp32 and every fp8 kernel on it inherits that error. Its error sets the tolerance.
 * ``check``: the FlashAttention rule, ``max|out - ref| <= 2 * max|out_lp - ref| + atol_floor``, with
   ``atol_floor`` one unit of the output dtype's precision at the output's magnitude; LSE alike. NaN never
   passes; rows that see no key must give exactly 0 and -inf. The output allocator is poisoned with NaN
@@ -178,8 +180,12 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
     k, v = _expand_kv(k, case.heads_q), _expand_kv(v, case.heads_q)
     visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device)
     outs, lses = [], []
+    fp8_cores = case.fmt == "fp8" and inputs.q_master.is_cuda
     for b in range(case.batch):
-        s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
+        if fp8_cores:
+            s = _fp8_tensor_core_scores(inputs.q, inputs.k, b, rows) * scale
+        else:
+            s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
         if visible is not None:
             s = s.masked_fill(~visible, -math.inf)
         m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
@@ -192,6 +198,24 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
         outs.append(o.nan_to_num(0.0).to(out_dtype))
         lses.append((m + torch.log(denom)).squeeze(-1))
     return torch.stack(outs).double(), torch.stack(lses).double()
+
+
+def _fp8_tensor_core_scores(q: formats.QuantTensor, k: formats.QuantTensor, b: int, rows: torch.Tensor):
+    """Q K^T (descaled, fp32) of batch `b` for query `rows`, computed by cuBLAS on fp8 tensor cores
+    with fast (unpromoted) accumulation, one (head) GEMM at a time; zero padding to multiples of 16."""
+    heads_q, heads_kv = q.data.shape[1], k.data.shape[1]
+    r, sk = rows.numel(), k.data.shape[2]
+    as_bytes = lambda x: x.view(torch.uint8)
+    q_rows = as_bytes(q.data[b]).index_select(1, rows)
+    q_rows = torch.nn.functional.pad(q_rows, (0, 0, 0, -r % 16)).view(torch.float8_e4m3fn)
+    k_all = torch.nn.functional.pad(as_bytes(k.data[b]), (0, 0, 0, -sk % 16)).view(torch.float8_e4m3fn)
+    out = torch.empty(heads_q, r, sk, dtype=torch.float32, device=q.data.device)
+    for h in range(heads_q):
+        hk = h // (heads_q // heads_kv)
+        s = torch._scaled_mm(q_rows[h].contiguous(), k_all[hk].contiguous().t(), q.scale[b, h].reshape(()).clone(),
+                             k.scale[b, hk].reshape(()).clone(), out_dtype=torch.float32, use_fast_accum=True)
+        out[h] = s[:r, :sk]
+    return out
 
 
 def poison_allocator(device: torch.device, nbytes: int) -> None:

@@ -35,3 +35,17 @@ def test_gpu_poisoning_exposes_unwritten_output():
         return torch.empty_like(q)
     verdict = oracle.check(writes_nothing, case, device="cuda", returns_lse=False)
     assert not verdict.passed and "NaN" in verdict.reason
+
+
+def test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    case = oracle.Case(2, 4, 2, 70, 45, 64, fmt="fp8")
+    inputs = oracle.make_inputs(case, "cuda")
+    rows = torch.arange(case.seqlen_q, device="cuda")
+    s = oracle._fp8_tensor_core_scores(inputs.q, inputs.k, 1, rows)
+    q, k, _ = inputs.dequantized()
+    exact = (q[1] @ k[1].repeat_interleave(2, dim=0).transpose(-1, -2)).float()
+    assert s.shape == exact.shape
+    err = float((s - exact).abs().max() / exact.abs().max())
+    assert 0 <= err < 1e-2, err
