@@ -14,6 +14,8 @@ DTYPE = {"bfloat16": "bf16", "float16": "fp16"}
 def main(path: str) -> None:
     ours = pd.read_csv(path)
     ours = ours[(ours["family"] == "peer") & (ours["oracle"] == "pass")]
+    ints = ["batch", "heads_q", "seqlen_q", "seqlen_k", "head_dim"]
+    ours = ours.astype({c: int for c in ints})
     ref = pd.read_csv(ANCHORS)
     ref = ref[ref["kind"] == "attn"].assign(
         backend="sdpa", variant=lambda d: d["impl"].str.replace("sdpa-", "", regex=False),

@@ -74,3 +74,9 @@ def test_project_packages_register_their_variants():
     names = backends.registry()
     assert any(n.startswith("triton:") and n != "triton:*" for n in names), names
     assert any(n.startswith("cuda:") and n != "cuda:*" for n in names), names
+
+
+def test_interpreter_only_fp32_is_not_a_compared_format():
+    for name, b in backends.registry().items():
+        if b.family != "peer":
+            assert "fp32" not in b.formats, name
