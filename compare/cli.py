@@ -1,4 +1,4 @@
-"""Command line: ``python -m compare {list,check,run,merge,env,figures}`` (also installed as ``fa2-compare``)."""
+"""Command line: ``python -m compare {list,check,run,merge,env,figures,report}`` (also installed as ``fa2-compare``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from . import backends, bench, env, figures, oracle, sweeps
+from . import backends, bench, env, figures, oracle, report, sweeps
 
 # The oracle matrix: (batch, heads_q, heads_kv, seqlen_q, seqlen_k), each run causal and not, for every
 # format and head_dim a backend declares. Chosen to hit tails (lengths that are no multiple of any tile),
@@ -134,11 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     f = sub.add_parser("figures", help="regenerate the paper figures from the committed CSVs (no GPU needed)")
     figures.add_arguments(f)
+    t = sub.add_parser("report", help="markdown tables of the committed results (the README's results block)")
+    report.add_arguments(t)
     return p
 
 
 COMMANDS = {"list": cmd_list, "check": cmd_check, "run": cmd_run, "merge": cmd_merge, "env": cmd_env,
-            "figures": figures.run}
+            "figures": figures.run, "report": report.run}
 
 
 def main(argv: list[str] | None = None) -> int:

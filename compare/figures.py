@@ -275,7 +275,7 @@ def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
             ax.minorticks_off()
             ax.grid(True, alpha=0.3)
             if i == 0:
-                ax.set_title(f"head_dim {head_dim}, {'causal' if causal else 'non-causal'}", fontsize=10)
+                ax.set_title(f"head_dim {int(head_dim)}, {'causal' if causal else 'non-causal'}", fontsize=10)
             if j == 0:
                 ax.set_ylabel(f"{fmt}\nTFLOP/s")
             if i == len(formats) - 1:
