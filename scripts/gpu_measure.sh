@@ -2,22 +2,28 @@
 # The project's measuring call on the H200 (device tool), everything in one command:
 #   here first:  python -m cuda_impl.build && python -m compare.ceilings --build-only
 #   device run:  FA2_GIT_COMMIT=<commit> bash scripts/gpu_measure.sh   with carry ["cuda_impl/_build"]
-# Oracle matrix for every backend, the quick and seed sweeps (CSV + log each), GPU-only tests.
-# Each step has its own time limit so that a slow one cannot take the others' results with it.
+# GPU tests, the oracle matrix for every backend, the quick and seed sweeps (CSV + log each). Each step has
+# its own time limit so that a slow or hung one cannot take the others' results with it; the Hopper
+# kernel (newest, the one most likely to hang) is checked last and enters the sweep only if it passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=. OUT=${OUT:-/tmp/out} PYTHONWARNINGS=ignore::UserWarning
 mkdir -p "$OUT"
 python3 -m compare env > "$OUT/env.json"
 python3 -c "from cuda_impl import _lib; _lib.load()" || { echo "carried CUDA build does not load here"; exit 1; }
-step() { local limit=$1 name=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$OUT/$name.log" 2>&1; echo "rc=$?"; }
-step 60 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_formats.py \
+step() { local limit=$1 name=$2; shift 2; echo "== $name"; timeout "$limit" "$@" >> "$OUT/$name.log" 2>&1; local rc=$?; echo "rc=$rc"; return $rc; }
+SETTLED=('sdpa:*' 'triton:*' 'cuda:v*')
+step 60 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_formats.py tests/test_cuda_ceilings.py \
   tests/test_gpu_oracle.py::test_gpu_poisoning_exposes_unwritten_output \
   tests/test_gpu_oracle.py::test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32
-step 120 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
-step 200 quick python3 -m compare run --sweep quick --out "$OUT/quick.csv" --no-progress
-step 60 seed python3 -m compare run --sweep seed --out "$OUT/seed.csv" --no-progress
-step 150 check-triton python3 -m compare check --backends 'triton:*'
-for f in check-sdpa-cuda check-triton pytest-gpu; do echo "== $f"; grep -E "passed|FAIL|ERROR" "$OUT/$f.log" | tail -12; done
+step 200 check python3 -m compare check --backends "${SETTLED[@]}"
+step 200 quick python3 -m compare run --sweep quick --backends "${SETTLED[@]}" --out "$OUT/quick.csv" --no-progress
+step 60 seed python3 -m compare run --sweep seed --backends "${SETTLED[@]}" --out "$OUT/seed.csv" --no-progress
+if [ -f scripts/dev_hopper_gpu.py ] && step 90 hopper python3 scripts/dev_hopper_gpu.py; then
+  step 60 check python3 -m compare check --backends 'cuda:hopper'
+  step 60 quick python3 -m compare run --sweep quick --backends 'cuda:hopper' --out "$OUT/quick.csv" --no-progress
+  step 30 seed python3 -m compare run --sweep seed --backends 'cuda:hopper' --out "$OUT/seed.csv" --no-progress
+fi
+for f in pytest-gpu check hopper; do echo "== $f"; grep -E "passed|FAIL|ERROR|Error" "$OUT/$f.log" 2>/dev/null | tail -14; done
 echo "== quick"; sed -n '/^TFLOP/,$p' "$OUT/quick.log"
 echo "== seed"; sed -n '/^TFLOP/,$p' "$OUT/seed.log"
