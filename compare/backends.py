@@ -38,7 +38,7 @@ class Backend:
     min_seqlen_k: int = 1
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
-    ceiling: str = "mma.sync"       # "mma.sync" (warp-level MMA) or "gemm" (Hopper wgmma, as cuBLAS uses)
+    ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
     description: str = ""
 
     @property
@@ -50,11 +50,14 @@ class Backend:
         return self.name.split(":", 1)[1]
 
     def ceiling_for(self, fmt: str) -> str:
-        """Name of the measured ceiling (compare.ceilings) this backend is judged against for `fmt`."""
-        spec = formats.FORMATS.get(fmt)
-        if spec is not None and spec.quantized:
-            return "gemm.fp8"
-        return "mma.sync.bf16" if self.ceiling == "mma.sync" else "gemm.bf16"
+        """Name of the measured ceiling (compare.ceilings) this backend is judged against for `fmt`:
+        its instruction family at the precision the tensor cores see. Block-scaled formats run bf16
+        wgmma after upcasts on sm_90 unless a variant names its own ceiling (e.g. "wgmma.e4m3")."""
+        if self.ceiling not in ("mma.sync", "wgmma"):
+            return self.ceiling
+        if self.ceiling == "mma.sync":
+            return "mma.sync.fp16" if fmt == "fp16" else "mma.sync.bf16"
+        return "wgmma.e4m3" if fmt == "fp8" else "wgmma.bf16"
 
     def unavailable_reason(self) -> str | None:
         if self.min_cc is not None:
@@ -134,13 +137,13 @@ def _sdpa_backends() -> list[Backend]:
             head_dims=None, run=_sdpa_runner(variant), availability=lambda: None, returns_lse=False,
             causal_unequal=variant == "math", min_cc=(8, 0) if gpu else None, **_SDPA_LIMITS.get(variant, {}),
             # FA2 and the efficient kernel are mma.sync kernels; cuDNN uses Hopper's wgmma.
-            ceiling="gemm" if variant == "cudnn" else "mma.sync", description=description))
+            ceiling="wgmma" if variant == "cudnn" else "mma.sync", description=description))
     return out
 
 
 # --- project backends (triton_impl, cuda_impl) --------------------------------------------------
 
-_CEILING = {"triton": "gemm", "cuda": "mma.sync"}
+_CEILING = {"triton": "wgmma", "cuda": "mma.sync"}  # Triton emits wgmma on sm_90
 
 
 def _package_backends(family: str, module_name: str) -> list[Backend]:

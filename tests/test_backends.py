@@ -63,7 +63,9 @@ def test_sdpa_math_matches_the_oracle_for_bottom_right_causal_and_gqa():
 
 def test_ceiling_names():
     assert backends.get("sdpa:flash").ceiling_for("bf16") == "mma.sync.bf16"
-    assert backends.get("sdpa:cudnn").ceiling_for("bf16") == "gemm.bf16"
+    assert backends.get("sdpa:flash").ceiling_for("fp16") == "mma.sync.fp16"
+    assert backends.get("sdpa:cudnn").ceiling_for("bf16") == "wgmma.bf16"
+    assert backends.get("triton:fp8").ceiling_for("fp8") == "wgmma.e4m3"
 
 
 def test_declared_limits_of_peers():

@@ -1,4 +1,4 @@
-"""The mma.sync ceiling benchmark: it builds, and its SASS check rejects merged or lost work."""
+"""The mma.sync and wgmma ceiling benchmarks: they build, and their SASS checks reject merged or lost work."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from compare import ceilings
+from compare.ceilings import wgmma
 from cuda_impl import build, sass
 
 BF16_KERNEL = "_ZN7ceiling17mma_chains_kernelI13__nv_bfloat16EEvPKjPfi"
@@ -52,3 +53,69 @@ def test_mma_ceiling_runs():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     assert ceilings.mma_sync_tflops("bf16", iters=2_000, repeats=2) > 10
+
+
+# --- wgmma (sm_90a) ------------------------------------------------------------------------------
+
+WGMMA_BF16_KERNEL = "_ZN13wgmma_ceiling12wgmma_kernelINS_4Bf16EEEvPK5uint4Pfi"
+WGMMA_E4M3_KERNEL = "_ZN13wgmma_ceiling12wgmma_kernelINS_4E4m3EEEvPK5uint4Pfi"
+
+
+def fake_wgmma_kernel(gmma: str, count: int, waits: int = 2) -> list[str]:
+    body = ["WARPGROUP.ARRIVE"] + [f"{gmma} R24, gdesc[UR12], R24"] * count + ["WARPGROUP.DEPBAR.LE gsb0, 0x1"]
+    return body + ["@!P0 BRA 0x1380"] + ["WARPGROUP.DEPBAR.LE gsb0, 0x0"] * (waits - 1) + ["EXIT"]
+
+
+def fake_wgmma_sass(bf16_count: int = 4, e4m3_count: int = 4, **kwargs) -> dict:
+    return {
+        ("sm_90", WGMMA_BF16_KERNEL): fake_wgmma_kernel("HGMMA.64x256x16.F32.BF16", bf16_count, **kwargs),
+        ("sm_90", WGMMA_E4M3_KERNEL): fake_wgmma_kernel("QGMMA.64x256x32.F32.E4M3.E4M3", e4m3_count, **kwargs),
+    }
+
+
+def test_wgmma_sass_check_accepts_the_expected_gmmas():
+    assert wgmma.check_sass(fake_wgmma_sass(), per_iter=4) == {"bf16": 4, "e4m3": 4}
+
+
+@pytest.mark.parametrize("counts", [(3, 4), (4, 5), (4, 1), (8, 4)])
+def test_wgmma_sass_check_rejects_too_few_or_too_many_gmmas(counts):
+    with pytest.raises(ceilings.MergedWorkError, match="GMMA"):
+        wgmma.check_sass(fake_wgmma_sass(*counts), per_iter=4)
+
+
+def test_wgmma_sass_check_rejects_another_shape():
+    functions = fake_wgmma_sass()
+    functions[("sm_90", WGMMA_BF16_KERNEL)] = fake_wgmma_kernel("HGMMA.64x128x16.F32.BF16", 4)
+    with pytest.raises(ceilings.MergedWorkError, match="bf16"):
+        wgmma.check_sass(functions, per_iter=4)
+
+
+def test_wgmma_sass_check_rejects_serialized_wgmmas():
+    with pytest.raises(ceilings.MergedWorkError, match="serialized"):
+        wgmma.check_sass(fake_wgmma_sass(waits=5), per_iter=4)
+
+
+def test_wgmma_sass_check_rejects_missing_kernel():
+    functions = fake_wgmma_sass()
+    del functions[("sm_90", WGMMA_E4M3_KERNEL)]
+    with pytest.raises(ceilings.MergedWorkError, match="e4m3"):
+        wgmma.check_sass(functions, per_iter=4)
+
+
+def test_built_wgmma_benchmark_passes_its_sass_check():
+    if build.missing_toolchain() and build.cached_library(wgmma.library_spec()) is None:
+        pytest.skip(build.missing_toolchain())
+    path = wgmma.build_library()
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    assert wgmma.check_sass(sass.dump_sass(path), per_iter=4) == {"bf16": 4, "e4m3": 4}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "e4m3"])
+def test_wgmma_ceiling_runs(dtype):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma ceilings need an sm_90 GPU")
+    assert wgmma.wgmma_tflops(dtype, iters=2_000, repeats=2) > 100

@@ -13,6 +13,8 @@ from pathlib import Path
 
 from cuda_impl import build, sass
 
+from . import timing
+
 SOURCE = Path(__file__).with_name("mma_sync.cu")
 HMMA_OPCODE = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
 _DTYPE_CODE = {"bf16": 0, "fp16": 1}
@@ -100,15 +102,7 @@ def mma_sync_tflops(dtype: str = "bf16", *, iters: int = 50_000, repeats: int = 
         if rc:
             raise RuntimeError(f"mma ceiling: {err.value.decode()}")
 
-    launch()  # warm-up (clocks, module load)
-    best_ms = float("inf")
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        best_ms = min(best_ms, start.elapsed_time(end))
+    best_ms = timing.best_ms(launch, repeats)
     flops = blocks * (threads // 32) * iters * lib.mma_ceiling_chains() * FLOPS_PER_MMA
     return flops / (best_ms * 1e-3) / 1e12
 
@@ -119,15 +113,7 @@ def copy_bandwidth_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
 
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    best_ms = float("inf")
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        best_ms = min(best_ms, start.elapsed_time(end))
+    best_ms = timing.best_ms(lambda: dst.copy_(src), repeats)
     return 2 * nbytes / (best_ms * 1e-3) / 1e12
 
 
@@ -135,6 +121,8 @@ def copy_bandwidth_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
 CEILINGS = {
     "mma.sync.bf16": ("mma.sync m16n8k16 bf16, fp32 accumulate, 8 chains (SASS-checked)", "TFLOP/s"),
     "mma.sync.fp16": ("mma.sync m16n8k16 fp16, fp32 accumulate, 8 chains (SASS-checked)", "TFLOP/s"),
+    "wgmma.bf16": ("wgmma m64n256k16 bf16, fp32 accumulate, smem operands, sm_90a (SASS-checked)", "TFLOP/s"),
+    "wgmma.e4m3": ("wgmma m64n256k32 e4m3, fp32 accumulate, smem operands, sm_90a (SASS-checked)", "TFLOP/s"),
     "gemm.bf16": ("cuBLAS bf16 GEMM 8192^3 (wgmma on sm_90)", "TFLOP/s"),
     "gemm.fp8": ("cuBLAS e4m3 GEMM 8192^3 via torch._scaled_mm (wgmma on sm_90)", "TFLOP/s"),
     "dram": ("device-to-device copy, bytes read + written", "TB/s"),
@@ -144,11 +132,13 @@ CEILINGS = {
 def measure_all(log=print) -> dict[str, float]:
     """Every ceiling in CEILINGS on the current GPU. One that fails is logged and left out (its
     rows then carry no %SOL); a benchmark whose SASS lost work raises MergedWorkError, never a number."""
-    from . import gemm
+    from . import gemm, wgmma
 
     measures = {
         "mma.sync.bf16": lambda: mma_sync_tflops("bf16"),
         "mma.sync.fp16": lambda: mma_sync_tflops("fp16"),
+        "wgmma.bf16": lambda: wgmma.wgmma_tflops("bf16"),
+        "wgmma.e4m3": lambda: wgmma.wgmma_tflops("e4m3"),
         "gemm.bf16": gemm.gemm_bf16_tflops,
         "gemm.fp8": gemm.gemm_fp8_tflops,
         "dram": copy_bandwidth_tbps,
