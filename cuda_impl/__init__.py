@@ -1,4 +1,5 @@
-"""Hand-written CUDA C++ FlashAttention-2 forward: the founding v1..v5 mma.sync ladder.
+"""Hand-written CUDA C++ FlashAttention-2 forward: the founding v1..v5 mma.sync ladder, and
+"hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation).
 
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason().
 Kernels live in csrc/ (one per version), are built by cuda_impl.build into a torch-free shared
@@ -34,6 +35,17 @@ VARIANTS: dict[str, dict] = {
     for name, description in _LADDER.items()
 }
 
+VARIANTS["hopper"] = {
+    "formats": ("bf16", "fp16"),
+    # d256 would need O (128 fp32 registers) + S + P per consumer thread: not attempted yet.
+    "head_dims": (64, 128),
+    "min_cc": (9, 0),
+    "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
+    "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
+    "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
+    "1 producer + 2 consumer warpgroups",
+}
+
 DEFAULT_VARIANT: dict[str, str] = {"bf16": "v5", "fp16": "v5"}
 
 
@@ -51,6 +63,8 @@ def unavailable_reason(variant: str) -> str | None:
     capability = torch.cuda.get_device_capability()
     if not any(build.target_runs_on(t, capability) for t in build.ARCH_TARGETS):
         return f"arch: sm_{capability[0]}{capability[1]} has no cubin (built for sm_{', sm_'.join(build.ARCH_TARGETS)})"
+    if problem := validate.arch_problem(variant, VARIANTS[variant], capability):
+        return problem
     if build.cached_library(_lib.library_spec()) is None:
         problem = build.missing_toolchain()
         if problem:

@@ -31,6 +31,15 @@ def format_of(q) -> str:
     return DTYPE_FORMATS[q.dtype]
 
 
+def arch_problem(variant: str, spec: dict, capability: tuple[int, int]) -> str | None:
+    """Why `variant` cannot run on a GPU of this compute capability (its min_cc/max_cc), or None."""
+    low, high = spec["min_cc"], spec["max_cc"]
+    if capability < low or (high is not None and capability > high):
+        allowed = f"sm_{low[0]}{low[1]}" + (f"..sm_{high[0]}{high[1]}" if high and high != low else "")
+        return f"arch: variant {variant} runs on {allowed} only; this GPU is sm_{capability[0]}{capability[1]}"
+    return None
+
+
 def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -78,6 +87,11 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
                     f"stride: {name}.stride({dim}) = {t.stride(dim)} must be a multiple of "
                     f"{STRIDE_MULTIPLE} elements (16-byte cp.async rows)"
                 )
+            if variant == "hopper" and t.shape[dim] > 1 and t.stride(dim) <= 0:
+                raise ValueError(
+                    f"stride: {name}.stride({dim}) = {t.stride(dim)}; variant hopper loads tiles "
+                    "with TMA, which needs positive strides (no broadcast dimensions)"
+                )
 
     if q.device.type != "cuda":
         raise ValueError(f"device: tensors must be on a CUDA device, got {q.device}")
@@ -89,3 +103,5 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
             f"arch: the library holds cubins for sm_{', sm_'.join(build.ARCH_TARGETS)}; "
             f"this GPU is sm_{capability[0]}{capability[1]}"
         )
+    if problem := arch_problem(variant, spec, capability):
+        raise ValueError(problem)

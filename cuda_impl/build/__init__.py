@@ -194,7 +194,7 @@ def build_library(spec: LibrarySpec, *, verbose: bool = False) -> Path:
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_LADDER_NAME = re.compile(r"(fwd_v\d+_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E")
+_LADDER_NAME = re.compile(r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E")
 
 
 def readable_kernel_name(mangled: str) -> str:

@@ -1,0 +1,377 @@
+// hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
+//
+// CTA = 3 warpgroups, 128 query rows, KV swept in tiles of 128 keys:
+// - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
+//   load (Q once, then K and V of each tile into a STAGES-deep ring);
+// - warpgroups 1 and 2, the consumers: raise to CONSUMER_REGS; each owns 64 query rows and
+//   runs S = Q K^T (wgmma, both operands in shared memory), the online softmax in the
+//   accumulator registers, and O += P V (wgmma with P from registers, V from shared memory).
+// Shared tiles are what TMA writes with the 128-byte swizzle: 64-column panels of 128-byte
+// rows. Q and K feed wgmma K-major, V MN-major (the descriptor's transpose bit), so no operand
+// is ever rearranged in shared memory.
+//
+// Barrier protocol (n = number of KV tiles the CTA needs, identical in every role):
+//   q_full            count 1: producer arrive.expect_tx(Q bytes) + TMA; consumers wait parity 0.
+//   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t,
+//                     s = t % STAGES; consumers wait parity (t / STAGES) & 1.
+//   kv_empty[s]       count 256 (every consumer thread): each consumer thread arrives once per
+//                     tile t, after its P V wgmma on stage s has retired (wait_group 0);
+//                     the producer waits parity ((t / STAGES) & 1) ^ 1 before refilling s
+//                     with tile t (the first round passes on the fresh barrier's parity).
+// Every tile 0..n-1 is produced exactly once and consumed exactly once by every consumer
+// thread, with no early exit and no skipped tile inside that range (causally invisible tiles
+// are outside it: n stops at the CTA's last visible key), so each wait has its arrivals.
+// With n = 0 (causal, Sq > Sk, rows that see no key) nobody loads or waits: the consumers
+// store zeros and lse -inf. Arrivals on kv_empty for the last STAGES tiles are never waited
+// for, which is harmless. The producer's other 127 threads, and finally the producer thread,
+// just exit: no CTA-wide barrier follows the role split.
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
+
+#include "fwd_common.cuh"
+#include "hopper.cuh"
+
+// K/V ring depth at d128, a build flag so that scripts/dev_hopper_gpu.py can time 3 stages
+// (Q 32 KB + 3 x 64 KB = 224 KB + barriers: inside the 227 KB a CTA may opt into) beside 2.
+#ifndef FA_HOPPER_D128_STAGES
+#define FA_HOPPER_D128_STAGES 2
+#endif
+
+namespace fa {
+
+template <int DIM_>
+struct HopperTiles {
+  static constexpr int DIM = DIM_;
+  static constexpr int CONSUMERS = 2;                  // consumer warpgroups, 64 rows each
+  static constexpr int THREADS = 128 * (1 + CONSUMERS);
+  static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
+  static constexpr int BLOCK_Q = 64 * CONSUMERS;
+  static constexpr int BLOCK_KV = 128;
+  // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB; d64 fits a third stage in less.
+  static constexpr int STAGES = DIM == 64 ? 3 : FA_HOPPER_D128_STAGES;
+  static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
+  static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
+  static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
+  static constexpr int Q_BYTES = PANELS * Q_PANEL_BYTES;
+  static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
+  static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
+  static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
+  static constexpr int BARRIERS = 1 + 3 * STAGES;           // q_full, k_full, v_full, kv_empty
+  // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
+  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+  static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
+  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM.
+  static constexpr int PRODUCER_REGS = 24;
+  static constexpr int CONSUMER_REGS = 240;
+  static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x 128 fp32 accumulator per warpgroup
+  static constexpr int O_REGS = DIM / 2;
+};
+
+#if FA_SM90A
+namespace hopper {
+
+// Shared addresses of the CTA's mbarriers (8 bytes each, after the tiles).
+template <int STAGES>
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
+  __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
+};
+
+template <typename C>
+__device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+                        const CUtensorMap* map_q, const CUtensorMap* map_k,
+                        const CUtensorMap* map_v) {
+  if (w.n_kv_tiles == 0) return;
+  sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
+#pragma unroll
+  for (int panel = 0; panel < C::PANELS; panel++)
+    sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * 64,
+                      w.q_start, w.head_q, w.batch);
+  for (int tile = 0; tile < w.n_kv_tiles; tile++) {
+    const int s = tile % C::STAGES;
+    const uint32_t round_parity = (tile / C::STAGES) & 1;
+    sm90::mbar_wait(bars.kv_empty(s), round_parity ^ 1);
+    const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
+    const int kv_start = tile * C::BLOCK_KV;
+    sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
+#pragma unroll
+    for (int panel = 0; panel < C::PANELS; panel++)
+      sm90::tma_load_4d(k_smem + panel * C::KV_PANEL_BYTES, map_k, bars.k_full(s), panel * 64,
+                        kv_start, w.head_kv, w.batch);
+    sm90::mbar_arrive_expect_tx(bars.v_full(s), C::KV_BYTES);
+#pragma unroll
+    for (int panel = 0; panel < C::PANELS; panel++)
+      sm90::tma_load_4d(k_smem + C::KV_BYTES + panel * C::KV_PANEL_BYTES, map_v,
+                        bars.v_full(s), panel * 64, kv_start, w.head_kv, w.batch);
+  }
+}
+
+// Scores of keys past seqlen_k or after the causal diagonal -> -inf. `row0` is this thread's
+// first row (the second is row0 + 8).
+template <typename C>
+__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
+                                            const CtaWork& w, int row0, int kv_start) {
+  const int col0 = kv_start + (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < C::S_REGS; i++) {
+    const int row = row0 + ((i / 2) % 2) * 8;
+    const int col = col0 + (i / 4) * 8 + i % 2;
+    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+  }
+}
+
+// Online softmax on one S tile in the wgmma accumulator layout (two rows per thread, the
+// four threads of a quad share a row). Rescales O, writes P as wgmma A fragments.
+template <typename T, typename C>
+__device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&O)[C::O_REGS],
+                                             float (&row_max)[2], float (&row_sum)[2],
+                                             uint32_t (&P)[C::BLOCK_KV / 16][4],
+                                             float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float m = row_max[h];
+#pragma unroll
+    for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+    // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
+    const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+    const float alpha = fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    row_max[h] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < C::S_REGS / 4; j++)
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
+        S[4 * j + 2 * h + c] = e;
+        sum += e;
+      }
+    row_sum[h] = row_sum[h] * alpha + sum;
+#pragma unroll
+    for (int j = 0; j < C::O_REGS / 4; j++) {
+      O[4 * j + 2 * h] *= alpha;
+      O[4 * j + 2 * h + 1] *= alpha;
+    }
+  }
+  // Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+  // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+#pragma unroll
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
+#pragma unroll
+    for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
+}
+
+template <typename T, typename C>
+__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
+                           const float (&row_max)[2], const float (&row_sum)[2]) {
+  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
+  const int quad_col = (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = row0 + 8 * h;
+    if (row >= p.seqlen_q) continue;  // tail rows of the last Q tile are never written
+    T* dst = out + row * p.out_stride[2] + quad_col;
+#pragma unroll
+    for (int j = 0; j < C::O_REGS / 4; j++)
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
+    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
+      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
+      p.lse[head_row + row] = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
+    }
+  }
+}
+
+template <typename T, typename C>
+__device__ void consume(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+                        int consumer) {
+  const int warp_in_group = (threadIdx.x % 128) / 32;
+  const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
+  float O[C::O_REGS];
+#pragma unroll
+  for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const float scale_log2 = p.scale * LOG2E;
+  // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
+  const uint32_t q_smem = smem + consumer * 64 * 128;
+
+  if (w.n_kv_tiles > 0) sm90::mbar_wait(bars.q_full(), 0);
+  for (int tile = 0; tile < w.n_kv_tiles; tile++) {
+    const int s = tile % C::STAGES;
+    const uint32_t round_parity = (tile / C::STAGES) & 1;
+    const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
+    const uint32_t v_smem = k_smem + C::KV_BYTES;
+
+    // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
+    float S[C::S_REGS];
+    sm90::mbar_wait(bars.k_full(s), round_parity);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < C::PANELS * 4; kk++) {
+      const uint32_t in_panel = (kk % 4) * 32;
+      sm90::wgmma_ss_n128<T>(
+          S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
+          sm90::desc_sw128(k_smem + (kk / 4) * C::KV_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
+    }
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+
+    const int kv_start = tile * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C>(S, p, w, row0, kv_start);
+    uint32_t P[C::BLOCK_KV / 16][4];
+    softmax_step<T, C>(S, O, row_max, row_sum, P, scale_log2);
+
+    // O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
+    // head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+    sm90::mbar_wait(bars.v_full(s), round_parity);
+    sm90::fence_regs(O);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
+      sm90::wgmma_rs<T, C::DIM>(O, P[kk],
+                                   sm90::desc_sw128(v_smem + kk * 2048, C::KV_PANEL_BYTES, 1024));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.kv_empty(s));
+  }
+  store_rows<T, C>(p, w, row0, O, row_max, row_sum);
+}
+
+}  // namespace hopper
+#endif  // FA_SM90A
+
+template <typename T, int DIM>
+__global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
+    fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
+                      const __grid_constant__ CUtensorMap map_k,
+                      const __grid_constant__ CUtensorMap map_v) {
+#if FA_SM90A
+  using C = HopperTiles<DIM>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
+  const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
+  const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p);
+
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bars.q_full(), 1);
+    for (int s = 0; s < C::STAGES; s++) {
+      sm90::mbar_init(bars.k_full(s), 1);
+      sm90::mbar_init(bars.v_full(s), 1);
+      sm90::mbar_init(bars.kv_empty(s), C::CONSUMER_THREADS);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: roles diverge below
+
+  const int group = threadIdx.x / 128;
+  if (group == 0) {
+    sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
+    if (threadIdx.x == 0) hopper::produce<C>(p, w, smem, bars, &map_q, &map_k, &map_v);
+  } else {
+    sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
+    hopper::consume<T, C>(p, w, smem, bars, group - 1);
+  }
+#endif
+}
+
+// --- host ------------------------------------------------------------------------------------
+
+namespace hopper_host {
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
+  static const auto fn = [] {
+    void* ptr = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000,
+                                                           cudaEnableDefault, &found);
+    return e == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr)
+               : nullptr;
+  }();
+  return fn;
+}
+
+// 4-D map (head_dim, seq, heads, batch) over a strided (B, H, S, D) tensor; one box is 64
+// columns (128 bytes, the swizzle span) x box_rows rows of one (batch, head). Rows past
+// `seqlen` come back as zeros. Strides of size-1 dimensions are never stepped over, so they are
+// replaced by a valid multiple of 16 bytes (a broadcast stride of 0 would be refused).
+int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
+               int heads, int seqlen, int dim, int box_rows, int dtype, char* err, int err_len) {
+  const auto encode = encode_tiled();
+  if (encode == nullptr)
+    return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
+  cuuint64_t sizes[4] = {cuuint64_t(dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
+  cuuint64_t bytes[3];
+  bytes[0] = seqlen > 1 ? stride[2] * 2 : dim * 2;
+  bytes[1] = heads > 1 ? stride[1] * 2 : bytes[0] * seqlen;
+  bytes[2] = batch > 1 ? stride[0] * 2 : bytes[1] * heads;
+  cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(
+      map, dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      4, const_cast<void*>(ptr), sizes, bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    char detail[96];
+    snprintf(detail, sizeof(detail), "cuTensorMapEncodeTiled failed (CUresult %d): strides must "
+             "be multiples of 16 bytes", int(r));
+    return report(err, err_len, "tma", detail);
+  }
+  return 0;
+}
+
+int check_device(char* err, int err_len) {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0)
+    return report(err, err_len, "arch", "variant hopper runs on sm_90 (H100/H200) only");
+  return 0;
+}
+
+template <typename T, int DIM>
+int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
+  using C = HopperTiles<DIM>;
+  if (int rc = check_device(err, err_len)) return rc;
+  CUtensorMap map_q, map_k, map_v;
+  if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM,
+                          C::BLOCK_Q, p.dtype, err, err_len))
+    return rc;
+  if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
+                          C::BLOCK_KV, p.dtype, err, err_len))
+    return rc;
+  if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
+                          C::BLOCK_KV, p.dtype, err, err_len))
+    return rc;
+  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
+  const auto kernel = fwd_hopper_kernel<T, DIM>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+  if (e != cudaSuccess)
+    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
+  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p, map_q, map_k, map_v);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
+  return 0;
+}
+
+}  // namespace hopper_host
+}  // namespace fa
+
+extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
+  return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
+    return fa::hopper_host::launch<T, DIM>(*p, stream, err, err_len);
+  });
+}

@@ -1,0 +1,216 @@
+// Hopper-only (sm_90a) PTX wrappers: mbarriers, TMA tile loads, wgmma and its shared-memory
+// descriptors, setmaxnreg. Callers compile these only inside `FA_SM90A` sections, because the
+// library is also built for sm_80, where none of these instructions exist.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap (a type only: the library does not link libcuda)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+// True in the device pass for sm_90a, where wgmma and setmaxnreg are legal.
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FA_SM90A 1
+#else
+#define FA_SM90A 0
+#endif
+
+namespace fa::sm90 {
+
+// --- mbarriers ----------------------------------------------------------------------------
+// A barrier completes a phase when `count` arrivals have happened and every byte announced with
+// expect_tx has landed; waiters name the phase by its parity (0, 1, 0, ...).
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+
+// Makes the initialised barriers visible to the async proxy (TMA) before anyone uses them.
+__device__ __forceinline__ void mbar_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+// One arrival that also announces `bytes` of TMA traffic that must land before the phase ends.
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Spin until the phase of parity `parity` has completed. On a fresh barrier (phase 0 running)
+// parity 1 counts as completed: that is what lets a producer pass its first round of "slot
+// empty" waits without any consumer arrival.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n"
+        ".reg .pred ready;\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, ready;\n"
+        "}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  }
+}
+
+// --- TMA ----------------------------------------------------------------------------------
+
+// One box of a 4-D tensor map (coordinates innermost first) into shared memory; completion is
+// counted in bytes on `bar`. Out-of-bounds elements arrive as zeros and still count.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+
+// --- register budget per warpgroup ----------------------------------------------------------
+
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+template <int REGS>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(REGS));
+}
+
+// --- wgmma ----------------------------------------------------------------------------------
+
+// Shared-memory matrix descriptor for the 128-byte swizzle that TMA writes (rows of 128 bytes,
+// 8-row atoms of 1024 bytes, atoms 1024-byte aligned). sbo: bytes between 8-row groups;
+// lbo: for MN-major operands the bytes between 64-element column panels (ignored for K-major).
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
+         static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 |
+         1ull << 62;  // layout type 1 = 128B swizzle
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
+}
+
+// Pins registers that an in-flight wgmma reads or writes, so the compiler neither moves them
+// nor touches them between the issue and the wait.
+template <int N>
+__device__ __forceinline__ void fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+#define FA_ACC8(d, i)                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
+#define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
+#define FA_OPS32                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_OPS64                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+template <typename T>
+struct WgmmaType;
+template <>
+struct WgmmaType<__nv_bfloat16> {
+  static constexpr bool BF16 = true;
+};
+template <>
+struct WgmmaType<__half> {
+  static constexpr bool BF16 = false;
+};
+
+// D (64 x 128, fp32) = A (64 x 16, shared, K-major) * B (16 x 128, shared, K-major) [+ D].
+// Accumulator layout: warp w of the warpgroup owns rows 16w..16w+15; register 4j + 2h + c
+// holds row g + 8h, column 8j + 2t + c (g = lane / 4, t = lane % 4), as mma.sync m16n8.
+template <typename T>
+__device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                              bool accumulate) {
+#define FA_SS_N128(TY)                                                                   \
+  asm volatile(                                                                          \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"                                   \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA_OPS64              \
+      ", %64, %65, acc, 1, 1, 0, 0;\n}\n"                                                \
+      : FA_ACC64(d)                                                                      \
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)))
+  if constexpr (WgmmaType<T>::BF16) {
+    FA_SS_N128("bf16");
+  } else {
+    FA_SS_N128("f16");
+  }
+#undef FA_SS_N128
+}
+
+// D (64 x N, fp32) += A (64 x 16, registers: the mma.sync A-fragment layout per warp) *
+// B (16 x N, shared, MN-major: the transpose bit set). N = 64 or 128.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                         uint64_t desc_b) {
+  static_assert(N == 64 || N == 128, "wgmma_rs: N = 64 or 128");
+  if constexpr (N == 128) {
+    if constexpr (WgmmaType<T>::BF16) {
+      asm volatile(
+          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_OPS64
+          ", {%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}\n"
+          : FA_ACC64(d)
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
+    } else {
+      asm volatile(
+          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_OPS64
+          ", {%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}\n"
+          : FA_ACC64(d)
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
+    }
+  } else {
+    if constexpr (WgmmaType<T>::BF16) {
+      asm volatile(
+          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_OPS32
+          ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
+          : FA_ACC32(d)
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
+    } else {
+      asm volatile(
+          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
+          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_OPS32
+          ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
+          : FA_ACC32(d)
+          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
+    }
+  }
+}
+
+#undef FA_ACC8
+#undef FA_ACC32
+#undef FA_ACC64
+#undef FA_OPS32
+#undef FA_OPS64
+
+}  // namespace fa::sm90

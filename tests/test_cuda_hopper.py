@@ -1,0 +1,217 @@
+"""cuda_impl variant "hopper" (sm_90a: TMA + mbarriers + wgmma, warp-specialised).
+
+CPU part: the library builds, the sm_90a cubin holds the instructions the design rests on
+(HGMMA for both products, the P @ V one with a transposed shared B; UTMALDG; mbarrier SYNCS;
+setmaxnreg in both directions), ptxas neither spills nor ignores setmaxnreg, and bad input is
+refused before launch. GPU part (skipped without one): float64 reference over the cases the
+TMA / barrier protocol can get wrong: tails, several ring rounds, causal with Sq != Sk both
+ways, GQA, both head dims and dtypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+
+import cuda_impl
+from cuda_impl import _lib, build, sass, validate
+
+MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
+HGMMA_SUFFIX = {"bf16": ".BF16", "fp16": ""}
+SPEC = cuda_impl.VARIANTS["hopper"]
+
+
+@pytest.fixture(scope="module")
+def fa_library():
+    problem = build.missing_toolchain()
+    if problem and build.cached_library(_lib.library_spec()) is None:
+        pytest.skip(problem)
+    return build.build_library(_lib.library_spec())
+
+
+@pytest.fixture(scope="module")
+def hopper_sass(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    functions = sass.dump_sass(fa_library)
+    return {
+        (arch, fn): ins for (arch, fn), ins in functions.items() if "fwd_hopper_kernel" in fn
+    }
+
+
+def kernel(functions: dict, arch: str, fmt: str, head_dim: int) -> list[str]:
+    """Instructions of one instantiation; cuobjdump names the sm_90a cubin "sm_90"."""
+    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}E"
+    (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
+    return found
+
+
+# --- build and machine code (CPU) ----------------------------------------------------------
+
+
+def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
+    spec = _lib.library_spec()
+    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_kernel")]
+    names = {(r["kernel"], r["arch"]) for r in rows}
+    for fmt in SPEC["formats"]:
+        for head_dim in SPEC["head_dims"]:
+            assert (f"fwd_hopper_kernel<{fmt},{head_dim}>", "sm_90a") in names
+    for r in rows:
+        assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+        if r["arch"] == "sm_90a":
+            # 384 threads, one CTA per SM: the entry cap must leave the pool setmaxnreg shares.
+            assert r["registers"] * 384 <= 65536, r
+    log = (spec.build_dir / "fwd_hopper.o.log").read_text()
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    assert "wgmma" not in log.lower(), f"ptxas warned about wgmma:\n{log}"
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm90a_machine_code(hopper_sass, fmt, head_dim):
+    ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim))
+    suffix = HGMMA_SUFFIX[fmt]
+    # Per tile: S = Q K^T takes head_dim / 16 k-steps of m64n128k16; O += P V takes 128 / 16.
+    assert ops[f"HGMMA.64x128x16.F32{suffix}"] == (head_dim // 16 + (8 if head_dim == 128 else 0))
+    if head_dim == 64:
+        assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 8
+    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim)
+    transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
+    assert len(transposed_b) == 8, "P @ V: A from registers, V via the MN-major descriptor"
+    assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
+    assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
+    assert any(op.startswith("SYNCS.PHASECHK") for op in ops), "no mbarrier waits"
+    assert any(op.startswith("SYNCS.ARRIVE") for op in ops), "no mbarrier arrivals"
+    assert ops["USETMAXREG.DEALLOC.CTAPOOL"] == 1 and ops["USETMAXREG.TRY_ALLOC.CTAPOOL"] == 1
+    assert not any(op.startswith(("HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
+
+
+def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
+    """The library is also built for sm_80: there the kernel body is compiled out."""
+    ops = sass.opcode_counts(kernel(hopper_sass, "sm_80", "bf16", 128))
+    assert not any(op.startswith(("HGMMA", "UTMALDG", "SYNCS")) for op in ops)
+
+
+def test_c_entry_reports_errors_before_touching_a_device(fa_library):
+    fn = _lib.entry_point(_lib.load(), "hopper")
+    err = ctypes.create_string_buffer(256)
+    bad_dim = _lib.FwdParams(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, head_dim=96, scale=1.0)
+    assert fn(ctypes.byref(bad_dim), None, err, 256) != 0
+    assert b"head_dim" in err.value
+
+
+# --- validation (CPU) ------------------------------------------------------------------------
+
+
+def qkv(hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
+    return (
+        torch.randn(1, hq, sq, d, dtype=dtype),
+        torch.randn(1, hkv, sk, d, dtype=dtype),
+        torch.randn(1, hkv, sk, d, dtype=dtype),
+    )
+
+
+def test_surface_entry():
+    assert SPEC["min_cc"] == (9, 0) and SPEC["max_cc"] == (9, 0)
+    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling"}
+    assert SPEC["ceiling"] == "wgmma"
+    if not torch.cuda.is_available():
+        assert "GPU" in cuda_impl.unavailable_reason("hopper")
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: qkv(d=256), ValueError, "head_dim"),
+        (lambda: qkv(d=96), ValueError, "head_dim"),
+        (lambda: (torch.randn(1, 2, 16, 64), *qkv()[1:]), TypeError, "dtype"),
+        (lambda: qkv(hq=3, hkv=2), ValueError, "heads"),
+        (
+            # k/v heads broadcast with stride 0: fine for cp.async, not for a TMA tensor map
+            lambda: (qkv()[0], *(t[:, :1].expand(1, 2, 16, 64) for t in qkv()[1:])),
+            ValueError,
+            "stride",
+        ),
+        (lambda: qkv(), ValueError, "device"),
+    ],
+)
+def test_bad_input_is_refused_before_launch(make, error, match):
+    q, k, v = make()
+    with pytest.raises(error, match=match):
+        cuda_impl.attention(q, k, v, variant="hopper")
+
+
+def test_broadcast_heads_are_only_refused_for_hopper():
+    q, k, v = qkv()
+    k, v = (t[:, :1].expand(1, 2, 16, 64) for t in (k, v))
+    with pytest.raises(ValueError, match="device"):  # the ladder passes the stride checks
+        cuda_impl.attention(q, k, v, variant="v5")
+
+
+@pytest.mark.parametrize(
+    "capability, refused", [((8, 0), True), ((8, 9), True), ((9, 0), False), ((10, 0), True), ((12, 0), True)]
+)
+def test_arch_range(capability, refused):
+    problem = validate.arch_problem("hopper", SPEC, capability)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith("arch:") and "sm_90" in problem
+
+
+def test_ladder_arch_range_unchanged():
+    for capability in ((8, 0), (8, 6), (8, 9), (9, 0)):
+        assert validate.arch_problem("v5", cuda_impl.VARIANTS["v5"], capability) is None
+
+
+# --- GPU correctness ---------------------------------------------------------------------------
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+GPU_SHAPES = [
+    # b, hq, hkv, sq, sk: chosen for the Hopper pipeline
+    (1, 2, 2, 128, 128),  # one Q tile, one KV tile
+    (2, 4, 4, 200, 333),  # tails on both axes (TMA zero fill, masked stores), Sq < Sk
+    (1, 4, 4, 300, 97),  # Sq > Sk: under causal whole CTAs see no key (n_kv_tiles = 0)
+    (1, 4, 2, 1000, 1500),  # GQA, 12 KV tiles: several rounds of the 2/3-stage ring
+    (2, 8, 1, 64, 1100),  # MQA, short Q against a long KV sweep
+    (1, 2, 2, 1536, 640),  # causal with Sq > Sk over many Q tiles
+    (1, 1, 1, 1, 1),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", list(DTYPES))
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_matches_float64_reference(fmt, head_dim, causal, shape):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper"):
+        pytest.skip(reason)
+    from test_cuda_gpu import check_against_reference, make_inputs
+
+    b, hq, hkv, sq, sk = shape
+    q, k, v = make_inputs(b, hq, hkv, sq, sk, head_dim, DTYPES[fmt], seed=sq * 7 + sk)
+    check_against_reference("hopper", q, k, v, causal, 1.0 / math.sqrt(head_dim))
+
+
+@pytest.mark.gpu
+def test_public_api_custom_scale_and_strided_inputs():
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper"):
+        pytest.skip(reason)
+    from test_cuda_gpu import attention_reference, check_against_reference
+
+    # (B, S, H, D) storage viewed as (B, H, S, D): the 4-D tensor map takes any 16-byte strides.
+    q = torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    kv = torch.randn(2, 700, 2, 2, 136, device="cuda", dtype=torch.bfloat16)
+    k, v = kv[:, :, 0, :, :128].transpose(1, 2), kv[:, :, 1, :, :128].transpose(1, 2)
+    check_against_reference("hopper", q, k, v, True, 0.3)
+    out, lse = cuda_impl.attention(q, k, v, causal=True, variant="hopper", return_lse=True)
+    ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(128))
+    assert (out.double() - ref).abs().max().item() < 2e-2
+    assert (lse.double() - ref_lse).abs().max().item() < 1e-3
