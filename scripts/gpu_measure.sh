@@ -19,11 +19,13 @@ step 60 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_fo
 step 200 check python3 -m compare check --backends "${SETTLED[@]}"
 step 200 quick python3 -m compare run --sweep quick --backends "${SETTLED[@]}" --out "$OUT/quick.csv" --no-progress
 step 60 seed python3 -m compare run --sweep seed --backends "${SETTLED[@]}" --out "$OUT/seed.csv" --no-progress
-if [ -f scripts/dev_hopper_gpu.py ] && step 90 hopper python3 scripts/dev_hopper_gpu.py; then
+if step 90 hopper python3 scripts/dev_hopper_gpu.py; then
+  step 45 hopper compute-sanitizer --tool memcheck python3 scripts/dev_hopper_gpu.py --sanitize
   step 60 check python3 -m compare check --backends 'cuda:hopper'
   step 60 quick python3 -m compare run --sweep quick --backends 'cuda:hopper' --out "$OUT/quick.csv" --no-progress
   step 30 seed python3 -m compare run --sweep seed --backends 'cuda:hopper' --out "$OUT/seed.csv" --no-progress
 fi
-for f in pytest-gpu check hopper; do echo "== $f"; grep -E "passed|FAIL|ERROR|Error" "$OUT/$f.log" 2>/dev/null | tail -14; done
+for f in pytest-gpu check; do echo "== $f"; grep -E "passed|FAIL|ERROR|Error" "$OUT/$f.log" | tail -14; done
+echo "== hopper"; grep -vE "^\s*$" "$OUT/hopper.log" | tail -30
 echo "== quick"; sed -n '/^TFLOP/,$p' "$OUT/quick.log"
 echo "== seed"; sed -n '/^TFLOP/,$p' "$OUT/seed.log"
