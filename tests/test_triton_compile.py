@@ -29,3 +29,59 @@ def test_candidate_compiles_for_sm90(variant, head_dim, causal, config):
     assert usage["HMMA"] == 0, f"mma.sync instead of wgmma: {usage}"
     assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, f"shared memory over the sm_90 limit: {usage}"
+
+
+# ---------------------------------------------------------------- MXFP8 / NVFP4
+
+BLOCKED_VARIANTS = ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")
+BLOCKED_CANDIDATES = [(variant, head_dim, causal, config)
+                      for variant in BLOCKED_VARIANTS
+                      for head_dim in (64, 128, 256) for causal in (False, True)
+                      for config in tuning.candidates(variant, head_dim, causal, 1)]
+# head_dim 256 spills in every config tried (Q dequantized to registers, a 256-wide accumulator):
+# measured 0-24 bytes for the dequant variants, 150-220 for dot_scaled; this bound catches growth
+HEAD_DIM_256_SPILL_BYTES = 256
+
+
+@pytest.mark.parametrize("variant,head_dim,causal,config", BLOCKED_CANDIDATES,
+                         ids=["{}-d{}{}-".format(v, d, "c" * c) + "-".join(f"{k}{x}" for k, x in cfg.items())
+                              for v, d, c, cfg in BLOCKED_CANDIDATES])
+def test_blocked_candidate_compiles_for_sm90(variant, head_dim, causal, config):
+    """bf16 wgmma (HGMMA) for both products, also for dot_scaled, which sm_90 has no block-scaled MMA
+    for: Triton upcasts e4m3 to bf16 (F2FP.F16.E4M3.UNPACK_B, then scale multiplies) in front of it."""
+    from triton_impl.kernels import mx_offline
+    usage = offline.report(mx_offline.compile_for(variant, head_dim, causal, config))
+    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0 and usage["QGMMA"] == 0, f"not bf16 wgmma: {usage}"
+    assert usage["LDGSTS"] > 0, f"tiles not loaded through cp.async: {usage}"
+    allowed = HEAD_DIM_256_SPILL_BYTES if head_dim == 256 else 0
+    assert usage["stack"] <= allowed, f"register spills: {usage}"
+    assert usage["smem"] <= offline.SM90_SMEM_LIMIT, f"shared memory over the sm_90 limit: {usage}"
+
+
+def test_dot_scaled_with_nvfp4_scales_still_fails_for_sm90():
+    """The reason 'nvfp4-dot-scaled' is refused: Triton 3.6 cannot compile an NVFP4 dot_scaled for sm_90.
+    If a Triton upgrade makes this compile, the refusal in triton_impl must be revisited."""
+    from triton_impl.kernels import mx_offline
+    with pytest.raises(RuntimeError, match="PassManager::run failed"):
+        mx_offline.compile_nvfp4_scores_probe()
+
+
+def test_mxfp8_dot_scaled_upcasts_to_bf16_on_sm90():
+    """What tl.dot_scaled becomes on sm_90: e4m3 -> fp16 unpack, fp16 -> bf16, scale multiply in bf16,
+    bf16 wgmma; never fp8 wgmma (QGMMA)."""
+    import os
+    import subprocess
+    import tempfile
+
+    import triton
+    from triton_impl.kernels import mx_offline
+    config = tuning.candidates("mxfp8-dot-scaled", 128, False, 1)[0]
+    compiled = mx_offline.compile_for("mxfp8-dot-scaled", 128, False, config)
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as cubin:
+        cubin.write(compiled.asm["cubin"])
+        cubin.flush()
+        sass = subprocess.run([cuobjdump, "-sass", cubin.name], capture_output=True, text=True, check=True).stdout
+    for op in ("F2FP.F16.E4M3.UNPACK_B", "F2F.BF16.F16", "HMUL2.BF16", "HGMMA"):
+        assert op in sass, f"{op} not in the SASS of mxfp8-dot-scaled"
+    assert "QGMMA" not in sass

@@ -268,7 +268,8 @@ def _bad_calls():
         ("tensor and QuantTensor mixed", lambda a: a(_fp8(q), kv, kv), TypeError, "QuantTensor"),
         ("V not transposed", lambda a: a(_fp8(q), _fp8(kv), _fp8(kv)), ValueError, "transposed"),
         ("misaligned for TMA", lambda a: a(_misaligned(q), kv, kv, variant="fa2-tma"), ValueError, "16-byte"),
-        ("mxfp8 input", lambda a: a(*(_quantized(x, "mxfp8") for x in (q, kv, kv))), TypeError, "format"),
+        ("mxfp8 input to the fp8 variant", lambda a: a(*(_quantized(x, "mxfp8") for x in (q, kv, kv)), variant="fp8"),
+         TypeError, "format"),
         ("fp8 variant through the 16-bit op", lambda a: torch.ops.triton_fa.fwd(q, kv, kv, False, 0.1, "fp8"),
          ValueError, "runs variants"),
     ]
@@ -295,3 +296,222 @@ def test_bad_input_is_refused(name, call, error, match):
     from triton_impl import attention
     with pytest.raises(error, match=match):
         call(attention)
+
+
+# ---------------------------------------------------------------- MXFP8 / NVFP4
+
+def online_blocked_reference(q, k, v, causal, scale, block_n):
+    """What the block-scaled dequant kernels compute, in fp32: formats' dequantized inputs, the online
+    softmax over key blocks of block_n, each block's P quantized by compare.formats.quantize_p."""
+    from compare.formats import quantize_p
+    qd, kd, vd = (x.dequantize() for x in (q, k, v))
+    group = qd.shape[1] // kd.shape[1]
+    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+    log2e = 1.4426950408889634
+    s = (qd @ kd.transpose(-1, -2)) * (scale * log2e)
+    seqlen_q, seqlen_k = s.shape[-2:]
+    if causal:
+        i = torch.arange(seqlen_q)[:, None]
+        j = torch.arange(seqlen_k)[None, :]
+        s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
+    m = torch.full(s.shape[:-1], float("-inf"))
+    l = torch.zeros(s.shape[:-1])
+    acc = torch.zeros(*s.shape[:-1], qd.shape[-1])
+    for start in range(0, seqlen_k, block_n):
+        m_new = torch.maximum(m, s[..., start:start + block_n].amax(-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+        p = torch.exp2(s[..., start:start + block_n] - shift[..., None])
+        alpha = torch.exp2(m - shift)
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + quantize_p(p, q.fmt) @ vd[..., start:start + block_n, :]
+        m = m_new
+    out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
+    return out, (m + torch.log2(l)) / log2e
+
+
+BLOCKED_CASES = [
+    (1, 2, 1, 37, 53, 64, False),   # tails on both axes (V^T padded 53 -> 64), GQA
+    (2, 2, 2, 70, 45, 64, True),    # causal Sq > Sk: rows that see no key, batch > 1
+    (1, 4, 2, 40, 77, 128, True),   # causal Sq < Sk, GQA
+]
+
+
+@interpreted
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
+def test_blocked_dequant_matches_its_definition(fmt, case):
+    """Dequantization of every tile and the in-kernel quantization of P follow compare.formats (fp32 tiles:
+    the interpreter's bf16 dots are wrong); and the quantization of P is really there."""
+    from compare.formats import quantize_attention_inputs
+    from triton_impl import attention
+    from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG
+    q, k, v = _inputs(case, torch.float32, seed=7)
+    qq, kq, vq = quantize_attention_inputs(q, k * 3, v, fmt)
+    causal, scale = case[-1], 0.11
+    out, lse = attention(qq, kq, vq, causal=causal, scale=scale, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    want_out, want_lse = online_blocked_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    # one bf16 ulp (2**-7 relative): the interpreter truncates fp32 -> bf16 where the GPU rounds
+    assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
+    exact_out, _ = reference(qq.dequantize(), kq.dequantize(), vq.dequantize(), causal, scale)
+    seen = torch.isfinite(want_lse)
+    assert (out.double() - exact_out)[seen].abs().max() > 1e-2, "P does not look quantized"
+
+
+@interpreted
+def test_blocked_dequant_fp16_tiles():
+    """The tile dtype is a parameter: fp16 tiles (the interpreter's stand-in for bf16) give the same result
+    within fp16's rounding of P and the dot inputs."""
+    from compare.formats import quantize_attention_inputs
+    from triton_impl.kernels import mx_dequant
+    q, k, v = _inputs((1, 2, 2, 33, 64, 64, True), torch.float32, seed=8)
+    qq, kq, vq = quantize_attention_inputs(q, k, v, "mxfp8")
+    results = []
+    for tile in (torch.float32, torch.float16):
+        out = torch.full(q.shape, float("nan"), dtype=torch.bfloat16)
+        lse = torch.full(q.shape[:3], float("nan"))
+        mx_dequant.launch("mxfp8", qq.data, qq.scale, kq.data, kq.scale, vq.data, vq.scale, (None,) * 3,
+                          out, lse, True, 0.125, tile_dtype=tile)
+        results.append((out.double(), lse.double()))
+    (out32, lse32), (out16, lse16) = results
+    assert (out16 - out32).abs().max() <= 2e-2 and (lse16 - lse32).abs().max() <= 1e-2
+
+
+if INSIDE:
+    import triton
+    import triton.language as tl
+
+    from triton_impl.kernels import mx_blocks
+
+    @triton.jit
+    def _quantize_p_kernel(P, OUT, FORMAT: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr):
+        offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
+        p = tl.load(P + offs)
+        if FORMAT == "mxfp8":
+            p = mx_blocks.quantize_p_mxfp8(p, ROWS, COLS, True)
+        else:
+            p = mx_blocks.quantize_p_nvfp4(p, ROWS, COLS, True)
+        tl.store(OUT + offs, p)
+
+
+def _p_with_edge_cases(fmt):
+    """Random P rows plus rows that hit every rounding rule: ties, saturation, power-of-two amax, zero
+    and tiny blocks."""
+    gen = torch.Generator().manual_seed(9)
+    p = torch.exp2(-(torch.randn(16, 64, generator=gen) * 4).abs())
+    p[1] = 0.0
+    p[2] = 2.0 ** -125  # MX code 0 (2**-127), NVFP4 scale 0
+    if fmt == "mxfp8":
+        # amax 480 / 2**11 -> e = -11: p * 2**11 hits the e4m3 ties 272 (down to 256) and 304 (up to 320),
+        # and 480 saturates to 448
+        p[3, :32] = torch.tensor([256.0, 272.0, 304.0, 480.0, 1.0, 0.5] + [100.0] * 26) / 2048
+        p[4, :32] = 2.0 ** -3  # amax exactly a power of two
+    else:
+        # amax 0.75 -> block scale e4m3(0.125) = 0.125: e2m1 ties at 0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5
+        ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0, 0.1, 7.0 / 8]) * 0.125
+        p[3, :16] = torch.cat([ties, torch.full((6,), 0.05)])
+        # amax 0.7725 -> block scale e4m3(0.12875) = 0.125, so 0.7725 / 0.125 = 6.18 saturates to 6
+        p[4, :16] = torch.tensor([0.7725] + [0.3] * 15)
+    return p
+
+
+@interpreted
+@pytest.mark.parametrize("fmt", ["mxfp8", "nvfp4"])
+def test_in_kernel_p_quantization_is_bit_exact(fmt):
+    from compare.formats import quantize_p
+    p = _p_with_edge_cases(fmt)
+    out = torch.full_like(p, float("nan"))
+    _quantize_p_kernel[(1,)](p, out, FORMAT=fmt, ROWS=p.shape[0], COLS=p.shape[1])
+    want = quantize_p(p, fmt)
+    assert torch.equal(out, want), f"{int((out != want).sum())} of {p.numel()} differ: {out[out != want][:5]} " \
+                                   f"vs {want[out != want][:5]}"
+
+
+@interpreted
+def test_mxfp8_dot_scaled_is_refused_by_the_interpreter():
+    from compare.formats import quantize_attention_inputs
+    from triton_impl import attention
+    q, k, v = _inputs((1, 1, 1, 16, 32, 64, False), torch.float32)
+    with pytest.raises(NotImplementedError, match="interpreter"):
+        attention(*quantize_attention_inputs(q, k, v, "mxfp8"), variant="mxfp8-dot-scaled")
+
+
+@interpreted
+def test_blocked_op_under_opcheck():
+    from compare.formats import quantize_attention_inputs
+    q, k, v = _inputs((1, 2, 1, 20, 40, 64, True), torch.float32, seed=10)
+    qq, kq, vq = quantize_attention_inputs(q, k, v, "nvfp4")
+    args = (qq.data, qq.scale, kq.data, kq.scale, vq.data, vq.scale, qq.tensor_scale, kq.tensor_scale,
+            vq.tensor_scale, True, 0.125, "nvfp4-dequant")
+    # opcheck's schema test multiplies the inputs, which torch cannot do for float8 on the CPU
+    torch.library.opcheck(torch.ops.triton_fa.fwd_blocked.default, args,
+                          test_utils=("test_faketensor", "test_aot_dispatch_dynamic"))
+
+
+def _blocked_bad_calls():
+    import dataclasses
+    from compare.formats import quantize_attention_inputs
+    q, k, v = _inputs((1, 2, 2, 8, 40, 64, False), torch.float32)
+    mx = quantize_attention_inputs(q, k, v, "mxfp8")
+    nv = quantize_attention_inputs(q, k, v, "nvfp4")
+    unpadded_v = dataclasses.replace(mx[2], data=mx[2].data[..., :40])
+    float_scales = dataclasses.replace(mx[1], scale=mx[1].scale.float())
+    no_tensor_scale = dataclasses.replace(nv[0], tensor_scale=None)
+    return [
+        ("nvfp4 through dot_scaled", lambda a: a(*nv, variant="nvfp4-dot-scaled"), NotImplementedError,
+         "Triton 3.6 cannot lower tl.dot_scaled"),
+        ("mxfp8 to an nvfp4 variant", lambda a: a(*mx, variant="nvfp4-dequant"), TypeError, "formats"),
+        ("mixed mxfp8 and nvfp4", lambda a: a(mx[0], nv[1], nv[2]), TypeError, "one format"),
+        ("V^T without padding", lambda a: a(mx[0], mx[1], unpadded_v), ValueError, "padded"),
+        ("float scales for mxfp8", lambda a: a(mx[0], float_scales, mx[2]), TypeError, "scales"),
+        ("nvfp4 without tensor scale", lambda a: a(no_tensor_scale, nv[1], nv[2]), ValueError, "tensor_scale"),
+        ("head_dim 48", lambda a: a(*quantize_attention_inputs(q[..., :48], k[..., :48], v[..., :48], "mxfp8")),
+         ValueError, "head_dim"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(7))
+def test_blocked_bad_input_is_refused(index):
+    """Checked before any kernel or device check, so this runs with and without the interpreter."""
+    pytest.importorskip("triton")
+    from triton_impl import attention
+    name, call, error, match = _blocked_bad_calls()[index]
+    with pytest.raises(error, match=match):
+        call(attention)
+
+
+def _dot_scaled_e4m3_for_the_interpreter(self, lhs, lhs_scale, lhs_format, rhs, rhs_scale, rhs_format, fast_math,
+                                         lhs_k_pack, rhs_k_pack, acc):
+    """tl.dot_scaled as its docstring defines it, for e4m3 operands with E8M0 scales only: lhs (M, K) with
+    scales (M, K/32), rhs (K, N) with scales (N, K/32), fp32 accumulate."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+    from compare.formats import e8m0_decode
+
+    def values(handle):
+        return torch.from_numpy(np.ascontiguousarray(handle.data)).view(torch.float8_e4m3fn).float()
+
+    def scales(handle):
+        return e8m0_decode(torch.from_numpy(np.ascontiguousarray(handle.data))).repeat_interleave(32, dim=1)
+
+    out = (values(lhs) * scales(lhs_scale)) @ (values(rhs) * scales(rhs_scale).T) + torch.from_numpy(acc.data)
+    return TensorHandle(out.numpy(), tl.float32)
+
+
+@interpreted
+@pytest.mark.parametrize("case", BLOCKED_CASES, ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
+def test_mxfp8_dot_scaled_kernel_with_an_emulated_dot_scaled(case, monkeypatch):
+    """The kernel's operands and scale tiles (orientation, masks, P's in-kernel codes) against the same
+    fp32 emulation as the dequant variants, with dot_scaled emulated per its documentation."""
+    from triton.runtime.interpreter import InterpreterBuilder
+    from compare.formats import quantize_attention_inputs
+    from triton_impl import attention
+    from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG
+    monkeypatch.setattr(InterpreterBuilder, "create_dot_scaled", _dot_scaled_e4m3_for_the_interpreter, raising=False)
+    q, k, v = _inputs(case, torch.float32, seed=11)
+    qq, kq, vq = quantize_attention_inputs(q, k * 3, v, "mxfp8")
+    causal, scale = case[-1], 0.11
+    out, lse = attention(qq, kq, vq, causal=causal, scale=scale, variant="mxfp8-dot-scaled", return_lse=True)
+    want_out, want_lse = online_blocked_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)

@@ -1,5 +1,7 @@
 """The public entry point: input checks, variant choice, and the torch.library custom ops.
 
+Ops: `triton_fa::fwd` (16-bit), `triton_fa::fwd_fp8` (fp8 with descales) and `triton_fa::fwd_blocked`
+(MXFP8 / NVFP4 data and block scales; nvfp4's tensor scales as 0-dim tensors, None for mxfp8).
 Kernels (and Triton itself) are imported only when a kernel runs, so `import triton_impl` works on a
 machine without Triton or a GPU. Both ops always produce the LSE (B*H*Sq floats, negligible next
 to the output); `attention` drops it unless asked.
@@ -9,6 +11,7 @@ import functools
 import importlib
 import math
 import os
+from typing import Optional
 
 import torch
 
@@ -19,10 +22,16 @@ _KERNEL_MODULES = {
     "fa2": "triton_impl.kernels.fa2_pointer",
     "fa2-tma": "triton_impl.kernels.fa2_tma",
     "fp8": "triton_impl.kernels.fp8_tma",
+    "mxfp8-dequant": "triton_impl.kernels.mx_dequant",
+    "nvfp4-dequant": "triton_impl.kernels.mx_dequant",
+    "mxfp8-dot-scaled": "triton_impl.kernels.mx_dot_scaled",
 }
 # variants whose Q/K (and V for 16-bit) are read through TMA descriptors
 _TMA_VARIANTS = ("fa2-tma", "fp8")
-_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma"), "fwd_fp8": ("fp8",)}
+_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma"), "fwd_fp8": ("fp8",),
+                "fwd_blocked": ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")}
+# block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
+_BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.uint8, torch.float8_e4m3fn, 2, 16)}
 
 
 def _interpreting():
@@ -117,6 +126,38 @@ def _fwd_fp8_fake(q, k, vt, q_descale, k_descale, v_descale, causal, scale, vari
             q.new_empty(q.shape[:3], dtype=torch.float32))
 
 
+@torch.library.custom_op("triton_fa::fwd_blocked", mutates_args=())
+def _fwd_blocked_op(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor,
+                    vt: torch.Tensor, vt_scale: torch.Tensor, q_tensor_scale: Optional[torch.Tensor],
+                    k_tensor_scale: Optional[torch.Tensor], v_tensor_scale: Optional[torch.Tensor], causal: bool,
+                    scale: float, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    tensor_scales = (q_tensor_scale, k_tensor_scale, v_tensor_scale)
+    _check_runnable("fwd_blocked", variant, (q, q_scale, k, k_scale, vt, vt_scale,
+                                             *(t for t in tensor_scales if t is not None)), {})
+    out, lse = _blocked_outputs(q, variant)
+    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    with _device_scope(q):
+        if variant == "mxfp8-dot-scaled":
+            kernels.launch(q, q_scale, k, k_scale, vt, vt_scale, out, lse, causal, scale)
+        else:
+            kernels.launch(VARIANTS[variant]["formats"][0], q, q_scale, k, k_scale, vt, vt_scale, tensor_scales,
+                           out, lse, causal, scale)
+    return out, lse
+
+
+def _blocked_outputs(q, variant):
+    """Empty out (B, H, Sq, D) bf16 and lse (B, H, Sq) fp32 for block-scaled q data (nvfp4: D/2 bytes)."""
+    per_byte = _BLOCKED[VARIANTS[variant]["formats"][0]][2]
+    shape = (*q.shape[:3], q.shape[3] * per_byte)
+    return (q.new_empty(shape, dtype=torch.bfloat16), q.new_empty(q.shape[:3], dtype=torch.float32))
+
+
+@_fwd_blocked_op.register_fake
+def _fwd_blocked_fake(q, q_scale, k, k_scale, vt, vt_scale, q_tensor_scale, k_tensor_scale, v_tensor_scale,
+                      causal, scale, variant):
+    return _blocked_outputs(q, variant)
+
+
 # ---------------------------------------------------------------- checks
 
 def _check_shapes(q, k, v_logical_shape, head_dims):
@@ -186,11 +227,12 @@ def _choose_variant(fmt, variant):
 def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
     """q: (B, Hq, Sq, D), k/v: (B, Hkv, Sk, D); Hq % Hkv == 0 (GQA/MQA).
 
-    16-bit formats: torch tensors (bf16/fp16; fp32 for variant "fa2"). fp8: compare.formats.QuantTensor
-    with per-head descales, v stored transposed (B, Hkv, D, Sk). causal is bottom-right aligned (query i
-    sees keys j <= i + Sk - Sq); rows that see no key give out 0 and lse -inf. scale defaults to
-    1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype (bf16 for fp8), and with return_lse the
-    natural-log LSE (B, Hq, Sq) fp32 of the scaled scores."""
+    16-bit formats: torch tensors (bf16/fp16; fp32 for variant "fa2"). fp8, mxfp8, nvfp4:
+    compare.formats.QuantTensor (fp8 with per-head descales), v stored transposed (B, Hkv, D, Sk).
+    causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key give
+    out 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype (bf16
+    for quantized inputs), and with return_lse the natural-log LSE (B, Hq, Sq) fp32 of the scaled
+    scores."""
     if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
         out, lse = _attention_quantized(q, k, v, causal, scale, variant)
     else:
@@ -224,6 +266,8 @@ def _attention_quantized(q, k, v, causal, scale, variant):
     if q.transposed or k.transposed or not v.transposed:
         raise ValueError("q and k must be stored untransposed and v transposed (B, H, D, Sk); "
                          "use compare.formats.quantize_attention_inputs")
+    if q.fmt in _BLOCKED:
+        return _attention_blocked(q, k, v, causal, scale, variant)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.data.dtype != torch.float8_e4m3fn:
             raise TypeError(f"{name}.data must be float8_e4m3fn for format {q.fmt!r}, got {t.data.dtype}")
@@ -241,3 +285,32 @@ def _attention_quantized(q, k, v, causal, scale, variant):
         descales.append(t.scale.contiguous())
     scale = _resolve_scale(scale, q.data.shape[-1])
     return torch.ops.triton_fa.fwd_fp8(q.data, k.data, vt, *descales, bool(causal), scale, variant)
+
+
+def _attention_blocked(q, k, v, causal, scale, variant):
+    """MXFP8 / NVFP4 containers: check the stored layouts of compare.formats, then run the op."""
+    data_dtype, scale_dtype, per_byte, block = _BLOCKED[q.fmt]
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.data.dtype != data_dtype or t.scale.dtype != scale_dtype:
+            raise TypeError(f"{name} ({q.fmt}) must hold {data_dtype} data and {scale_dtype} scales, "
+                            f"got {t.data.dtype} and {t.scale.dtype}")
+        if t.block != block or len(t.shape) != 4 or t.data.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D {q.fmt} container with blocks of {block}, got block {t.block} "
+                             f"and stored shape {tuple(t.data.shape)}")
+        padded = -(-t.shape[-1] // block) * block
+        if (tuple(t.data.shape) != (*t.shape[:-1], padded // per_byte)
+                or tuple(t.scale.shape) != (*t.shape[:-1], padded // block)):
+            raise ValueError(f"{name}: data {tuple(t.data.shape)} and scales {tuple(t.scale.shape)} do not match "
+                             f"the {q.fmt} layout of stored shape {tuple(t.shape)} (last dim padded to {padded})")
+        if q.fmt == "nvfp4" and (t.tensor_scale is None or t.tensor_scale.numel() != 1
+                                 or t.tensor_scale.dtype != torch.float32):
+            raise ValueError(f"{name}.tensor_scale must be a one-element float32 tensor for nvfp4")
+    _check_shapes(torch.empty(q.logical_shape, device="meta"), torch.empty(k.logical_shape, device="meta"),
+                  v.logical_shape, VARIANTS[variant]["head_dims"])
+    if variant == "nvfp4-dot-scaled":
+        raise NotImplementedError(importlib.import_module("triton_impl.kernels.nvfp4_dot_scaled").LIMITATION)
+    scale = _resolve_scale(scale, q.logical_shape[-1])
+    tensor_scales = [t.tensor_scale.reshape(()) if q.fmt == "nvfp4" else None for t in (q, k, v)]
+    return torch.ops.triton_fa.fwd_blocked(q.data.contiguous(), q.scale.contiguous(), k.data.contiguous(),
+                                           k.scale.contiguous(), v.data.contiguous(), v.scale.contiguous(),
+                                           *tensor_scales, bool(causal), scale, variant)

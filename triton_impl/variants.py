@@ -22,6 +22,38 @@ VARIANTS: dict[str, dict] = {
         "max_cc": None,
         "description": "FP8 e4m3 forward, per-head descales, V stored transposed, P cast to e4m3 unscaled",
     },
+    "mxfp8-dot-scaled": {
+        "formats": ("mxfp8",),
+        "head_dims": (64, 128, 256),
+        "min_cc": (9, 0),
+        "max_cc": None,
+        "description": "MXFP8 forward, both products tl.dot_scaled (e4m3, E8M0 per 32; P's scales in-kernel); "
+                       "on sm_90 Triton upcasts to bf16 wgmma",
+    },
+    "mxfp8-dequant": {
+        "formats": ("mxfp8",),
+        "head_dims": (64, 128, 256),
+        "min_cc": (9, 0),
+        "max_cc": None,
+        "description": "MXFP8 forward, tiles dequantized exactly to bf16 in registers, bf16 wgmma, "
+                       "P quantized to MXFP8 blocks of 32 keys",
+    },
+    "nvfp4-dot-scaled": {
+        "formats": ("nvfp4",),
+        "head_dims": (64, 128, 256),
+        "min_cc": (9, 0),
+        "max_cc": None,
+        "description": "NVFP4 through tl.dot_scaled: refused (NotImplementedError), Triton 3.6 cannot lower "
+                       "e4m3 block scales on sm_90",
+    },
+    "nvfp4-dequant": {
+        "formats": ("nvfp4",),
+        "head_dims": (64, 128, 256),
+        "min_cc": (9, 0),
+        "max_cc": None,
+        "description": "NVFP4 forward, e2m1 x e4m3-scale tiles dequantized exactly to bf16, bf16 wgmma, "
+                       "tensor scales in fp32, P quantized to NVFP4 blocks of 16 keys",
+    },
 }
 
 DEFAULT_VARIANT: dict[str, str] = {
@@ -29,4 +61,6 @@ DEFAULT_VARIANT: dict[str, str] = {
     "fp16": "fa2-tma",
     "fp32": "fa2",
     "fp8": "fp8",
+    "mxfp8": "mxfp8-dequant",
+    "nvfp4": "nvfp4-dequant",
 }
