@@ -98,9 +98,7 @@ def _gpu_datasheet(gpu: str, fmt: str) -> float | None:
 def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceilings: dict[str, float],
             warmup_ms: int = 25, rep_ms: int = 100) -> dict:
     """One results row (without the environment columns) for `backend` on `case`."""
-    row = dict(backend=backend.backend, family=backend.family, variant=backend.variant, format=case.fmt,
-               batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, seqlen_q=case.seqlen_q,
-               seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal, note="")
+    row = {**_case_fields(backend, case), "note": ""}
     case = case.replace(seed=_case_seed(backend.name, case))
     inputs = oracle.make_inputs(case, device)
     try:
