@@ -151,14 +151,14 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
     chosen, skipped = backends_mod.select(patterns or list(sweep.backends))
     for name, reason in skipped.items():
         log(f"skip {name}: {reason}")
-    items = [(b, c) for c in sweep.cases for b in chosen]
-    not_applicable = [(b, c) for b, c in items if b.unsupported_reason(c)]
-    items = shard_items([it for it in items if not it[0].unsupported_reason(it[1])], shard)
+    applicable = [(b, c) for c in sweep.cases for b in chosen if not b.unsupported_reason(c)]
+    outside = len(sweep.cases) * len(chosen) - len(applicable)
+    items = shard_items(applicable, shard)
     done = _done_keys(out) if resume else set()
     base = {**environment, "sweep": sweep.name}
     todo = [(b, c) for b, c in items if _key({**base, **_case_fields(b, c)}) not in done]
     log(f"sweep {sweep.name}: {len(todo)} to measure, {len(items) - len(todo)} already in {out}, "
-        f"{len(not_applicable)} (backend, case) pairs outside a backend's declared capabilities, on {device} "
+        f"{outside} (backend, case) pairs outside a backend's declared capabilities, on {device} "
         f"({environment['gpu']}, commit {environment['git_commit']})")
 
     clock_start = env_mod.sm_clock_mhz()
