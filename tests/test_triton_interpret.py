@@ -377,6 +377,23 @@ def test_blocked_dequant_fp16_tiles():
     assert (out16 - out32).abs().max() <= 2e-2 and (lse16 - lse32).abs().max() <= 1e-2
 
 
+
+@interpreted
+@pytest.mark.parametrize("variant", ["mxfp8-dequant", "nvfp4-dequant"])
+def test_blocked_dequant_passes_the_shared_oracle_with_several_blocks_per_tile(variant, monkeypatch):
+    """The shared oracle (final-max emulation of P's quantization) accepts the running-max kernels when a
+    key tile holds several P blocks, as on the GPU (BLOCK_N 128 = four MX blocks, eight NVFP4 blocks)."""
+    from compare import oracle
+    from triton_impl import attention
+    from triton_impl.kernels import mx_blocks
+    monkeypatch.setitem(mx_blocks.INTERPRETER_CONFIG, "BLOCK_M", 64)
+    monkeypatch.setitem(mx_blocks.INTERPRETER_CONFIG, "BLOCK_N", 128)
+    fmt = variant.split("-")[0]
+    for case in (oracle.Case(1, 2, 2, 97, 203, 64, fmt=fmt, seed=1000),
+                 oracle.Case(1, 4, 2, 130, 64, 64, causal=True, fmt=fmt, dist="large", seed=1003)):
+        verdict = oracle.check(lambda q, k, v, **kw: attention(q, k, v, variant=variant, **kw), case)
+        assert verdict.passed, verdict.summary()
+
 if INSIDE:
     import triton
     import triton.language as tl
