@@ -169,9 +169,10 @@ def test_block_shapes_causal(module, block_m, block_n, seqlens):
 
 # ---------------------------------------------------------------- fp8
 
-def online_fp8_reference(q, k, v, causal, scale, block_n):
-    """What the fp8 kernel computes, in fp32: the online softmax over key blocks of block_n, with each
-    block's P quantized by compare.formats.quantize_p(p, "fp8") against the running max."""
+def online_quantized_reference(q, k, v, causal, scale, block_n):
+    """What the quantized kernels (fp8, and the MXFP8/NVFP4 dequant variants) compute, in fp32:
+    formats' dequantized inputs, the online softmax over key blocks of block_n, each block's P
+    quantized by compare.formats.quantize_p(p, q.fmt) against the running max."""
     from compare.formats import quantize_p
     qd, kd, vd = (x.dequantize() for x in (q, k, v))
     group = qd.shape[1] // kd.shape[1]
@@ -187,17 +188,15 @@ def online_fp8_reference(q, k, v, causal, scale, block_n):
     l = torch.zeros(s.shape[:-1])
     acc = torch.zeros(*s.shape[:-1], qd.shape[-1])
     for start in range(0, seqlen_k, block_n):
-        blk = s[..., start:start + block_n]
-        m_new = torch.maximum(m, blk.amax(-1))
+        m_new = torch.maximum(m, s[..., start:start + block_n].amax(-1))
         shift = torch.where(m_new == float("-inf"), 0.0, m_new)
-        p = torch.exp2(blk - shift[..., None])
+        p = torch.exp2(s[..., start:start + block_n] - shift[..., None])
         alpha = torch.exp2(m - shift)
         l = l * alpha + p.sum(-1)
-        acc = acc * alpha[..., None] + quantize_p(p, "fp8") @ vd[..., start:start + block_n, :]
+        acc = acc * alpha[..., None] + quantize_p(p, q.fmt) @ vd[..., start:start + block_n, :]
         m = m_new
     out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
     return out, (m + torch.log2(l)) / log2e
-
 
 @interpreted
 @pytest.mark.parametrize("case", [
@@ -215,7 +214,7 @@ def test_fp8_matches_its_definition(case):
     causal, scale = case[-1], 0.11
     out, lse = attention(qq, kq, vq, causal=causal, scale=scale, return_lse=True)
     assert out.dtype == torch.bfloat16 and out.shape == q.shape
-    want_out, want_lse = online_fp8_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    want_out, want_lse = online_quantized_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
     # one bf16 ulp (2**-7 relative): the interpreter truncates fp32 -> bf16 where the GPU rounds
     assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
     # and against exact attention on the dequantized inputs: P's e4m3 rounding is a few percent
@@ -300,34 +299,6 @@ def test_bad_input_is_refused(name, call, error, match):
 
 # ---------------------------------------------------------------- MXFP8 / NVFP4
 
-def online_blocked_reference(q, k, v, causal, scale, block_n):
-    """What the block-scaled dequant kernels compute, in fp32: formats' dequantized inputs, the online
-    softmax over key blocks of block_n, each block's P quantized by compare.formats.quantize_p."""
-    from compare.formats import quantize_p
-    qd, kd, vd = (x.dequantize() for x in (q, k, v))
-    group = qd.shape[1] // kd.shape[1]
-    kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
-    log2e = 1.4426950408889634
-    s = (qd @ kd.transpose(-1, -2)) * (scale * log2e)
-    seqlen_q, seqlen_k = s.shape[-2:]
-    if causal:
-        i = torch.arange(seqlen_q)[:, None]
-        j = torch.arange(seqlen_k)[None, :]
-        s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
-    m = torch.full(s.shape[:-1], float("-inf"))
-    l = torch.zeros(s.shape[:-1])
-    acc = torch.zeros(*s.shape[:-1], qd.shape[-1])
-    for start in range(0, seqlen_k, block_n):
-        m_new = torch.maximum(m, s[..., start:start + block_n].amax(-1))
-        shift = torch.where(m_new == float("-inf"), 0.0, m_new)
-        p = torch.exp2(s[..., start:start + block_n] - shift[..., None])
-        alpha = torch.exp2(m - shift)
-        l = l * alpha + p.sum(-1)
-        acc = acc * alpha[..., None] + quantize_p(p, q.fmt) @ vd[..., start:start + block_n, :]
-        m = m_new
-    out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
-    return out, (m + torch.log2(l)) / log2e
-
 
 BLOCKED_CASES = [
     (1, 2, 1, 37, 53, 64, False),   # tails on both axes (V^T padded 53 -> 64), GQA
@@ -350,7 +321,7 @@ def test_blocked_dequant_matches_its_definition(fmt, case):
     causal, scale = case[-1], 0.11
     out, lse = attention(qq, kq, vq, causal=causal, scale=scale, return_lse=True)
     assert out.dtype == torch.bfloat16 and out.shape == q.shape
-    want_out, want_lse = online_blocked_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    want_out, want_lse = online_quantized_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
     # one bf16 ulp (2**-7 relative): the interpreter truncates fp32 -> bf16 where the GPU rounds
     assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
     exact_out, _ = reference(qq.dequantize(), kq.dequantize(), vq.dequantize(), causal, scale)
@@ -530,5 +501,5 @@ def test_mxfp8_dot_scaled_kernel_with_an_emulated_dot_scaled(case, monkeypatch):
     qq, kq, vq = quantize_attention_inputs(q, k * 3, v, "mxfp8")
     causal, scale = case[-1], 0.11
     out, lse = attention(qq, kq, vq, causal=causal, scale=scale, variant="mxfp8-dot-scaled", return_lse=True)
-    want_out, want_lse = online_blocked_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
+    want_out, want_lse = online_quantized_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
     assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
