@@ -25,7 +25,7 @@ import torch
 from . import backends as backends_mod
 from . import env as env_mod
 from . import formats, oracle
-from .schema import CASE_COLUMNS, COLUMNS, KEY_COLUMNS
+from .schema import CASE_COLUMNS, COLUMNS, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
 DATA_DIR = env_mod.REPO_ROOT / "figures" / "data"
@@ -221,9 +221,7 @@ def summary_table(rows: list[dict]) -> str:
 
     df = pd.DataFrame(rows)
     df["name"] = df["backend"] + ":" + df["variant"]
-    df["shape"] = df.apply(lambda r: f"{r['format']} b{r['batch']} h{r['heads_q']}/{r['heads_kv']} "
-                                     f"q{r['seqlen_q']} k{r['seqlen_k']} d{r['head_dim']}"
-                                     f"{' causal' if r['causal'] else ''}", axis=1)
+    df["shape"] = df.apply(shape_label, axis=1)
     df["cell"] = df.apply(lambda r: f"{r['tflops']:.1f}" if r["oracle"] == "pass" else r["oracle"].upper(), axis=1)
     table = df.pivot_table(index="shape", columns="name", values="cell", aggfunc="first", sort=False).fillna("-")
     failed = df[df["oracle"] != "pass"]

@@ -13,14 +13,10 @@ from pathlib import Path
 import pandas as pd
 
 from .figures import REPO_ROOT, load_results, passed
+from .schema import shape_label
 
 BEGIN, END = "<!-- results:begin (python -m compare report --update-readme) -->", "<!-- results:end -->"
 README = REPO_ROOT / "README.md"
-
-
-def _shape(r) -> str:
-    mask = " causal" if r["causal"] else ""
-    return f"{r['format']} b{int(r['batch'])} h{int(r['heads_q'])} q{int(r['seqlen_q'])} k{int(r['seqlen_k'])} d{int(r['head_dim'])}{mask}"
 
 
 def tflops_table(df: pd.DataFrame) -> str:
@@ -28,7 +24,7 @@ def tflops_table(df: pd.DataFrame) -> str:
     rows = passed(df)
     if rows.empty:
         return "(no passing rows)"
-    rows = rows.assign(shape=rows.apply(_shape, axis=1))
+    rows = rows.assign(shape=rows.apply(shape_label, axis=1))
     order = rows.sort_values(["format", "head_dim", "causal", "seqlen_q", "seqlen_k"])["shape"].unique()
     table = rows.pivot_table(index="shape", columns="label", values="tflops", aggfunc="first").reindex(order)
     columns = sorted(table.columns, key=lambda c: ({"cuda": 0, "triton": 1}.get(c.split(":")[0], 2), c))
