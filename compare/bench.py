@@ -24,7 +24,7 @@ import torch
 
 from . import backends as backends_mod
 from . import env as env_mod
-from . import formats, oracle
+from . import oracle
 from .schema import CASE_COLUMNS, COLUMNS, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
@@ -87,11 +87,10 @@ def _case_seed(backend_name: str, case: oracle.Case) -> int:
     return zlib.crc32(f"{backend_name}|{case}".encode())
 
 
-def _gpu_datasheet(gpu: str, fmt: str) -> float | None:
+def _gpu_datasheet(gpu: str, case: oracle.Case) -> float | None:
     for fragment, rates in DATASHEET.items():
         if fragment in gpu:
-            quantized = fmt in formats.FORMATS and formats.FORMATS[fmt].quantized
-            return rates["8bit" if quantized else "16bit"]
+            return rates["8bit" if case.quantized else "16bit"]
     return None
 
 
@@ -179,7 +178,7 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(f"{backend.name} {case.shape_str()}")
             row = measure(backend, case, device, ceilings, warmup_ms, rep_ms)
-            sheet = _gpu_datasheet(environment["gpu"], case.fmt)
+            sheet = _gpu_datasheet(environment["gpu"], case)
             if sheet and row.get("tflops"):
                 row["pct_datasheet"] = 100 * row["tflops"] / sheet
             row = {**base, "timestamp": env_mod.now(), "sm_clock_mhz": env_mod.sm_clock_mhz(), **row}

@@ -63,6 +63,17 @@ class Case:
             raise ValueError(f"unknown distribution {self.dist!r}; known: {DISTRIBUTIONS}")
 
     @property
+    def quantized(self) -> bool:
+        return self.fmt in formats.FORMATS and formats.FORMATS[self.fmt].quantized
+
+    @property
+    def out_dtype(self) -> torch.dtype:
+        """The output dtype of a kernel for this case: the input dtype, bf16 for quantized formats."""
+        if self.fmt == "fp32":
+            return torch.float32
+        return formats.FORMATS[self.fmt].torch_dtype or torch.bfloat16
+
+    @property
     def softmax_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
 
@@ -124,13 +135,10 @@ def make_inputs(case: Case, device: str | torch.device = "cpu") -> Inputs:
     elif case.dist == "large":
         masters = [m * 4.0 for m in masters]
     q, k, v = masters
-    if case.fmt == "fp32":
-        lp = (q, k, v)
-    elif formats.FORMATS[case.fmt].quantized:
+    if case.quantized:
         lp = formats.quantize_attention_inputs(q, k, v, case.fmt)
     else:
-        dtype = formats.FORMATS[case.fmt].torch_dtype
-        lp = tuple(m.to(dtype) for m in (q, k, v))
+        lp = tuple(m.to(case.out_dtype) for m in (q, k, v))
     return Inputs(*lp, q_master=q, k_master=k, v_master=v)
 
 
@@ -173,10 +181,8 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
     scale = case.softmax_scale
     q, k, v = inputs.q, inputs.k, inputs.v
     rows = _all_rows(case.seqlen_q, rows, inputs.q_master.device)
-    quantized = case.fmt in formats.FORMATS and formats.FORMATS[case.fmt].quantized
-    if quantized:
+    if case.quantized:
         q, k, v = (_values(x) for x in (q, k, v))  # float32 dequantized values
-    out_dtype = torch.bfloat16 if quantized else q.dtype
     k, v = _expand_kv(k, case.heads_q), _expand_kv(v, case.heads_q)
     visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device)
     outs, lses = [], []
@@ -191,11 +197,11 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
         m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
         p = torch.exp(s - m)
         denom = p.sum(dim=-1, keepdim=True)
-        if quantized:
+        if case.quantized:
             o = torch.matmul(formats.quantize_p(p, case.fmt), v[b]) / denom
         else:
             o = torch.matmul(p.to(v.dtype), v[b]).float() / denom
-        outs.append(o.nan_to_num(0.0).to(out_dtype))
+        outs.append(o.nan_to_num(0.0).to(case.out_dtype))
         lses.append((m + torch.log(denom)).squeeze(-1))
     return torch.stack(outs).double(), torch.stack(lses).double()
 
@@ -278,9 +284,8 @@ def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Cas
                            scale=case.softmax_scale, rows=idx)
     lp, lp_lse = plain_attention(inputs, case, rows=idx)
 
-    out_dtype = torch.float32 if case.fmt == "fp32" else torch.bfloat16 if case.fmt != "fp16" else torch.float16
     magnitude = max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-6)
-    floor = torch.finfo(out_dtype).eps * magnitude
+    floor = torch.finfo(case.out_dtype).eps * magnitude
     err, lp_err = _max_abs(out, ref), _max_abs(lp, ref)
     bound = 2.0 * lp_err + floor
     reasons = []
