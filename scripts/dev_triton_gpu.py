@@ -125,9 +125,10 @@ def C(block_m, block_n, warps, stages, maxnreg=None):
 
 
 SWEEP = {
-    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(64, 64, 4, 3), C(64, 64, 4, 2)],
-    ("fp8", 128): [C(64, 128, 4, 3), C(64, 128, 4, 2, 168), C(64, 64, 4, 3), C(128, 64, 8, 2, 128),
-                   C(64, 128, 4, 2)],
+    ("fa2", 128): [C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 8, 4)],
+    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3)],
+    ("fp8", 128): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                   C(64, 128, 4, 4)],
     ("fa2-tma", 64): [C(128, 64, 4, 3), C(128, 128, 8, 2, 128), C(64, 128, 4, 3), C(128, 64, 8, 3),
                       C(128, 128, 8, 3)],
     ("fp8", 64): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(64, 256, 4, 2), C(128, 64, 4, 3)],
@@ -195,8 +196,8 @@ def time_config(variant, config, head_dim, seqlens):
 
 def phase_sweep(head_dims, seqlens):
     for head_dim in head_dims:
-        for variant in ("fa2-tma", "fp8"):
-            for config in SWEEP[(variant, head_dim)]:
+        for variant in ("fa2", "fa2-tma", "fp8"):
+            for config in SWEEP.get((variant, head_dim), ()):
                 time_config(variant, config, head_dim, seqlens)
 
 
@@ -265,13 +266,24 @@ def summary():
         + "; ".join(f"{r['variant']} {r['case']}" for r in failed))
 
 
+# DEV_PHASES picks phases (comma-separated; default all), DEV_SEQLENS the d128 sweep lengths, so that a
+# short call can re-time only the d128 configs at 16k: DEV_PHASES=sweep128 DEV_SEQLENS=16384
+PHASES = os.environ.get("DEV_PHASES", "correctness,sweep128,api128,sweep_other,api_other").split(",")
+SWEEP_SEQLENS = tuple(int(s) for s in os.environ.get("DEV_SEQLENS", ",".join(map(str, SEQLENS))).split(","))
+
+
 def main():
     log("gpu:", gpu_state(), "| torch", torch.__version__, "| triton", triton.__version__)
-    phase_correctness()
-    phase_sweep((128,), SEQLENS)
-    phase_api((128,), SEQLENS, peers=True)
-    phase_sweep((64, 256), SEQLENS[1:])
-    phase_api((64, 256), SEQLENS[2:], peers=True)
+    if "correctness" in PHASES:
+        phase_correctness()
+    if "sweep128" in PHASES:
+        phase_sweep((128,), SWEEP_SEQLENS)
+    if "api128" in PHASES:
+        phase_api((128,), SEQLENS, peers=True)
+    if "sweep_other" in PHASES:
+        phase_sweep((64, 256), SEQLENS[1:])
+    if "api_other" in PHASES:
+        phase_api((64, 256), SEQLENS[2:], peers=True)
     log("gpu after:", gpu_state(), f"| wall {time.time() - START:.0f}s")
     with open(os.path.join(OUT, "triton_dev.csv"), "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=sorted({key for row in ROWS for key in row}))

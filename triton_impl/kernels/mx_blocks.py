@@ -14,6 +14,7 @@
 """
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 from triton_impl.kernels.common import round_to_e4m3_grid
 
@@ -56,6 +57,23 @@ def round_to_e4m3(x, EMULATED: tl.constexpr):
         return round_to_e4m3_grid(x)
     else:
         return x.to(tl.float8e4nv).to(tl.float32)
+
+
+@triton.jit
+def scaled_scores(qk, qk_scale, EMULATED: tl.constexpr):
+    """qk * qk_scale rounded once, never fused into the exponent's subtraction.
+
+    The row maximum of P must come out as exactly 1. softmax_step's fast path computes
+    exp2(qk * scale - max) and the compiler contracts that into one FMA whose unrounded product
+    differs from the rounded max by up to half an ulp: P's largest element becomes 1 - 2**-24
+    about half the time, and the MX floor rule then gives its block the exponent below, where
+    1 - 2**-24 scales to just under 512 and saturates to 448: the row's dominant weight drops to
+    0.875. Pre-scaling with mul.rn (which PTX never contracts) and passing scale 1 to softmax_step
+    makes the subtraction exact for the maximum. The interpreter (numpy) never contracts."""
+    if EMULATED:
+        return qk * qk_scale
+    else:
+        return libdevice.mul_rn(qk, tl.zeros_like(qk) + qk_scale)
 
 
 @triton.jit

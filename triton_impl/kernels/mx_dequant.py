@@ -19,7 +19,8 @@ import triton.language as tl
 
 from triton_impl.kernels import tuning
 from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
-from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG, load_blocked_tile, quantize_p_mxfp8, quantize_p_nvfp4
+from triton_impl.kernels.mx_blocks import (INTERPRETER_CONFIG, load_blocked_tile, quantize_p_mxfp8, quantize_p_nvfp4,
+                                            scaled_scores)
 
 SCALE_BLOCK = {"mxfp8": 32, "nvfp4": 16}
 
@@ -33,7 +34,8 @@ def _attend_keys(acc, m_i, l_i, q, k_data, k_scales, vt_data, vt_scales, start_n
     keys = start_n + offs_n
     k = load_blocked_tile(k_data, k_scales, keys, 0, HEAD_DIM, seqlen_k, HEAD_DIM, BLOCK_N, HEAD_DIM, FORMAT, MASKED)
     qk = tl.dot(q, tl.trans(k.to(TILE)), input_precision=DOT_PRECISION)
-    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, keys, seqlen_k, diagonal, MASKED, CAUSAL)
+    qk = scaled_scores(qk, qk_scale, EMULATED_ROUNDING)
+    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, 1.0, offs_m, keys, seqlen_k, diagonal, MASKED, CAUSAL)
     if FORMAT == "mxfp8":
         p = quantize_p_mxfp8(p, BLOCK_M, BLOCK_N, EMULATED_ROUNDING)
     else:

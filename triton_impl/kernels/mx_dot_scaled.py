@@ -18,7 +18,7 @@ import triton.language as tl
 
 from triton_impl.kernels import tuning
 from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
-from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG, quantize_p_mxfp8_codes
+from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG, quantize_p_mxfp8_codes, scaled_scores
 
 # a constexpr rather than a literal: the interpreter hands literals to dot_scaled as plain str
 E4M3 = tl.constexpr("e4m3")
@@ -47,7 +47,8 @@ def _attend_keys(acc, m_i, l_i, q, q_codes, k_data, k_scales, vt_data, vt_scales
         vt = tl.load(vt_ptrs)
         v_codes = tl.load(v_code_ptrs)
     qk = tl.dot_scaled(q, q_codes, E4M3, kt, k_codes, E4M3)
-    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, keys, seqlen_k, diagonal, MASKED, CAUSAL)
+    qk = scaled_scores(qk, qk_scale, EMULATED_ROUNDING)
+    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, 1.0, offs_m, keys, seqlen_k, diagonal, MASKED, CAUSAL)
     p_elements, p_codes = quantize_p_mxfp8_codes(p, BLOCK_M, BLOCK_N, EMULATED_ROUNDING)
     acc = tl.dot_scaled(p_elements, p_codes, E4M3, tl.trans(vt), v_codes, E4M3, acc * alpha[:, None])
     return acc, m_i, l_i
