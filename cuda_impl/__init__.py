@@ -20,7 +20,8 @@ _LADDER = {
     "v2": "v1 + XOR-swizzled K/V shared memory (no bank conflicts)",
     "v3": "v2 + 2-stage double-buffered K/V cp.async pipeline",
     "v4": "v3 + ldmatrix.x4 for K and ldmatrix.x4.trans for V",
-    "v5": "v4 + 3-stage K/V pipeline, loads for the next tiles issued before compute of the current one",
+    "v5": "v4 + 4-stage K/V ring, loads for the next tiles issued before compute of the current one; "
+    "d128: 32 query rows per warp, Q re-read from shared memory",
 }
 
 VARIANTS: dict[str, dict] = {

@@ -30,12 +30,11 @@ sys.path.insert(0, str(REPO))
 import cuda_impl  # noqa: E402
 from cuda_impl import _lib, build  # noqa: E402
 
-# Build-flag alternatives timed beside the default library (d128 tile shape, v5 ring depth).
-# 4warps: measured 2026-11-29 (v4 316 vs 305 TFLOP/s at 8 warps; v5 247: 4 stages leave one CTA
-# per SM). 4warps-3stages: the open question, two 112 KB CTAs per SM for v5.
+# Build-flag alternatives timed beside the default library; earlier ones and their outcomes are in
+# docs/perf-notes-cuda.md (-DFA_D128_WARPS=4, -DFA_V5_STAGES=3, a skipped O rescale).
+# rows16: v5 at d128 with the ladder's 16 query rows per warp (its default until session 2).
 ALT_BUILDS = {
-    "4warps": ("-DFA_D128_WARPS=4",),
-    "4warps-3stages": ("-DFA_D128_WARPS=4", "-DFA_V5_STAGES=3"),
+    "rows16": ("-DFA_V5_D128_WARP_ROWS=16",),
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal
@@ -76,7 +75,7 @@ def inputs(shape: dict, dtype=torch.bfloat16):
 
 def sanitize_target() -> None:
     """Small launches for compute-sanitizer: tails, causal with Sq > Sk, GQA, both dims."""
-    for variant in ("v1", "v5"):
+    for variant in ("v1", "v2", "v3", "v4", "v5"):
         for d in (64, 128):
             q, k, v = inputs(dict(b=1, hq=4, hkv=2, sq=150, sk=70, d=d))
             for causal in (False, True):
@@ -205,11 +204,11 @@ def run_sanitizer(tool: str, out_dir: Path) -> str:
         "--sanitize-target",
     ]
     try:
-        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=150)
     except FileNotFoundError:
         return "compute-sanitizer not found"
     except subprocess.TimeoutExpired:
-        return "timeout (60 s)"
+        return "timeout (150 s)"
     (out_dir / f"sanitizer-{tool}.txt").write_text(result.stdout[-20000:] + result.stderr[-20000:])
     summary = [
         ln

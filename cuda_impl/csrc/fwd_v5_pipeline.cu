@@ -7,6 +7,9 @@
 //   behind its own softmax, and the per-tile barrier keeps all warps in that phase together).
 // One barrier per tile: the one that publishes tile t+1's K also proves that every warp is
 // done with tile t-1 (its V was the last read of that stage), whose stage is refilled next.
+// At d128 each warp owns 32 query rows (two m-tiles per K/V fragment: a quarter less shared-
+// memory traffic per MMA) and re-reads Q from shared memory; registers then leave no room for
+// the early S of tile t+1, so that overlap is kept for d64 only (V5Tiles).
 #include "fwd_common.cuh"
 
 // Ring depth, a build flag for timing alternatives (scripts/dev_cuda_gpu.py); 4 measured best
@@ -15,14 +18,37 @@
 #define FA_V5_STAGES 4
 #endif
 
+// Query rows per warp at d128, a build flag: 32 (the default) gives each warp two m-tiles that
+// share every K/V fragment, 4 warps and BLOCK_KV 32; Q (32 more registers per m-tile) no longer
+// fits beside O, so it is re-read from swizzled shared memory every tile. 16 keeps the ladder's
+// tiles of v1-v4 (Q in registers, 8 warps). Founding shape on H200: 356 vs 297 TFLOP/s.
+#ifndef FA_V5_D128_WARP_ROWS
+#define FA_V5_D128_WARP_ROWS 32
+#endif
+
 namespace fa {
 
 constexpr int STAGES = FA_V5_STAGES;
 
+// S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer). The
+// 32-row shape has no registers for it (O alone is 128): it computes S of tile t in place.
+template <int DIM>
+struct V5Tiles : LadderTiles<DIM> {
+  static constexpr bool Q_FROM_SMEM = false;
+  static constexpr bool S_AHEAD = true;
+};
+#if FA_V5_D128_WARP_ROWS == 32
+template <>
+struct V5Tiles<128> : Tiles<128, 4, 2, 32> {
+  static constexpr bool Q_FROM_SMEM = true;
+  static constexpr bool S_AHEAD = false;
+};
+#endif
+
 template <typename T, int DIM>
-__global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(const FwdParams p) {
+__global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const FwdParams p) {
   static_assert(STAGES >= 3, "v5 keeps at least two tiles in flight");
-  using C = LadderTiles<DIM>;
+  using C = V5Tiles<DIM>;
   constexpr int STAGE_BYTES = 2 * C::KV_BYTES;  // K then V of one tile
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t Q_smem = smem_u32(smem);
@@ -46,8 +72,9 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
                                                         p.v_stride[2], p.seqlen_k - kv_start);
   };
 
-  load_tile_async<C::BLOCK_Q, DIM, C::THREADS, false>(Q_smem, Q, p.q_stride[2],
-                                                      p.seqlen_q - w.q_start);
+  // Q read once needs no swizzle; Q re-read every tile does (256-byte rows: 8-way conflicts).
+  load_tile_async<C::BLOCK_Q, DIM, C::THREADS, C::Q_FROM_SMEM>(Q_smem, Q, p.q_stride[2],
+                                                               p.seqlen_q - w.q_start);
   cp_async_commit();
   // One commit group per tile, committed even when empty, so the group count stays fixed.
 #pragma unroll
@@ -57,10 +84,15 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
   }
   cp_async_wait<STAGES - 2>();  // Q and tile 0 have landed
   __syncthreads();
-  uint32_t Q_rmem[C::M_TILES][C::D_STEPS][4];
-  load_q_fragments<C>(Q_rmem, Q_smem, warp);
+  uint32_t Q_rmem[C::Q_FROM_SMEM ? 1 : C::M_TILES][C::D_STEPS][4];
+  if constexpr (!C::Q_FROM_SMEM) load_q_fragments<C>(Q_rmem, Q_smem, warp);
   const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
+  // V (two n-tiles per x4) and Q (one 16x16 A fragment per x4) share the lane pattern.
   const SwizzledLane<C::ROW_BYTES, 2> V_lane(lane % 16, lane / 16);
+  const uint32_t Q_warp_smem = Q_smem + warp * C::WARP_Q * C::ROW_BYTES;
+  // K, one k-step of two n-tiles per x4: lanes 0-15 key rows 0-7 (low, high 8 columns),
+  // lanes 16-31 key rows 8-15.
+  const SwizzledLane<C::ROW_BYTES, 2> K_pair_lane(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
 
   // S = Q K^T for one tile, masked when the tile needs it.
   auto scores = [&](float (&S)[C::M_TILES][C::KV_TILES][4], int tile) {
@@ -71,18 +103,40 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
       for (int nt = 0; nt < C::KV_TILES; nt++)
 #pragma unroll
         for (int i = 0; i < 4; i++) S[mt][nt][i] = 0.f;
+    if constexpr (C::Q_FROM_SMEM) {
+      // k-steps outermost so that only one k-step of Q per m-tile (8 registers) is live; each K
+      // x4 then covers two n-tiles of that k-step (K_pair_lane).
 #pragma unroll
-    for (int nt = 0; nt < C::KV_TILES; nt++)
+      for (int kk = 0; kk < C::D_STEPS; kk++) {
+        uint32_t Q_frag[C::M_TILES][4];
 #pragma unroll
-      for (int kk = 0; kk < C::D_STEPS; kk += 2) {
-        uint32_t K_frag[4];
-        ldmatrix_x4(K_frag, K_smem + K_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+        for (int mt = 0; mt < C::M_TILES; mt++)
+          ldmatrix_x4(Q_frag[mt], Q_warp_smem + V_lane.at(kk * 2) + mt * 16 * C::ROW_BYTES);
 #pragma unroll
-        for (int mt = 0; mt < C::M_TILES; mt++) {
-          mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk], K_frag[0], K_frag[1]);
-          mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk + 1], K_frag[2], K_frag[3]);
+        for (int nt = 0; nt < C::KV_TILES; nt += 2) {
+          uint32_t K_frag[4];
+          ldmatrix_x4(K_frag, K_smem + K_pair_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+#pragma unroll
+          for (int mt = 0; mt < C::M_TILES; mt++) {
+            mma_m16n8k16<T>(S[mt][nt], Q_frag[mt], K_frag[0], K_frag[1]);
+            mma_m16n8k16<T>(S[mt][nt + 1], Q_frag[mt], K_frag[2], K_frag[3]);
+          }
         }
       }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+        for (int kk = 0; kk < C::D_STEPS; kk += 2) {
+          uint32_t K_frag[4];
+          ldmatrix_x4(K_frag, K_smem + K_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+#pragma unroll
+          for (int mt = 0; mt < C::M_TILES; mt++) {
+            mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk], K_frag[0], K_frag[1]);
+            mma_m16n8k16<T>(S[mt][nt], Q_rmem[mt][kk + 1], K_frag[2], K_frag[3]);
+          }
+        }
+    }
   };
   auto mask_if_needed = [&](float (&S)[C::M_TILES][C::KV_TILES][4], int tile) {
     const int kv_start = tile * C::BLOCK_KV;
@@ -105,7 +159,12 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
     if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1);  // into tile t-1's stage
     cp_async_commit();
     const bool has_next = tile + 1 < w.n_kv_tiles;
-    if (has_next) scores(S_next, tile + 1);  // independent of the softmax below: overlaps it
+    if constexpr (C::S_AHEAD) {
+      if (has_next) scores(S_next, tile + 1);  // independent of the softmax below: overlaps it
+    } else {
+      scores(S_cur, tile);
+      mask_if_needed(S_cur, tile);
+    }
 
     uint32_t P_rmem[C::M_TILES][C::KV_STEPS][4];
     online_softmax<T>(S_cur, row_max, row_sum, O_rmem, P_rmem, scale_log2);
@@ -123,13 +182,14 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
           mma_m16n8k16<T>(O_rmem[mt][nd + 1], P_rmem[mt][kk], V_frag[2], V_frag[3]);
         }
       }
-    if (has_next) mask_if_needed(S_next, tile + 1);  // after the math, so it cannot split it
+    if constexpr (C::S_AHEAD)
+      if (has_next) mask_if_needed(S_next, tile + 1);  // after the math, so it cannot split it
   };
 
   // Two score buffers that swap roles every tile; the loop is unrolled by two so that the swap
-  // is a renaming, not 32 register moves.
+  // is a renaming, not 32 register moves. Without S_AHEAD their lifetimes never overlap.
   float S_a[C::M_TILES][C::KV_TILES][4], S_b[C::M_TILES][C::KV_TILES][4];
-  if (w.n_kv_tiles > 0) {
+  if (C::S_AHEAD && w.n_kv_tiles > 0) {
     scores(S_a, 0);
     mask_if_needed(S_a, 0);
   }
@@ -144,7 +204,7 @@ __global__ void __launch_bounds__(LadderTiles<DIM>::THREADS, 1) fwd_v5_kernel(co
 
 extern "C" int cuda_fa_fwd_v5(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
-    using C = fa::LadderTiles<DIM>;
+    using C = fa::V5Tiles<DIM>;
     return fa::launch_fwd(fa::fwd_v5_kernel<T, DIM>, C::BLOCK_Q, C::THREADS,
                           C::Q_BYTES + fa::STAGES * 2 * C::KV_BYTES, *p, stream, err, err_len);
   });
