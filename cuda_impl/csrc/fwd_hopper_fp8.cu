@@ -29,6 +29,16 @@
 #ifndef FA_HOPPER_FP8_STAGES
 #define FA_HOPPER_FP8_STAGES 4
 #endif
+// Build flags so that scripts/dev_hopper_fp8_gpu.py can time each step on and off:
+// PINGPONG: the two consumers issue their GEMMs in turn (named barriers), so one's softmax runs
+// while the other's GEMMs do; SKIP_RESCALE: a warp skips O *= alpha when no row max of the warp
+// moved (alpha == 1 exactly), which after the first tiles is the common case.
+#ifndef FA_HOPPER_FP8_PINGPONG
+#define FA_HOPPER_FP8_PINGPONG 1
+#endif
+#ifndef FA_HOPPER_FP8_SKIP_RESCALE
+#define FA_HOPPER_FP8_SKIP_RESCALE 1
+#endif
 
 extern "C" {
 // Mirrored by cuda_impl/_lib.py (Fp8FwdParams). base.v is V^T with base.v_stride its (batch,
@@ -127,25 +137,30 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
                                              uint32_t (&P)[C::K_STEPS_PV][4], float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    float m = row_max[h];
+    // Two independent chains per row (max and sum) halve the dependent latency.
+    float m0 = row_max[h], m1 = row_max[h];
 #pragma unroll
-    for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
+    for (int j = 0; j < C::S_REGS / 4; j++) {
+      m0 = fmaxf(m0, S[4 * j + 2 * h]);
+      m1 = fmaxf(m1, S[4 * j + 2 * h + 1]);
+    }
+    float m = fmaxf(m0, m1);
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
     alpha[h] = fast_exp2(row_max[h] * scale_log2 - m_scaled);
     row_max[h] = m;
-    float sum = 0.f;
+    float sum[2] = {0.f, 0.f};
 #pragma unroll
     for (int j = 0; j < C::S_REGS / 4; j++)
 #pragma unroll
       for (int c = 0; c < 2; c++) {
         const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
         S[4 * j + 2 * h + c] = e;
-        sum += e;
+        sum[c] += e;
       }
-    row_sum[h] = row_sum[h] * alpha[h] + sum;
+    row_sum[h] = row_sum[h] * alpha[h] + (sum[0] + sum[1]);
   }
 #pragma unroll
   for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
@@ -153,6 +168,8 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
 
 template <typename C>
 __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
+  // Warp-uniform: no divergence; alpha is exactly 1 when the row max did not move.
+  if (FA_HOPPER_FP8_SKIP_RESCALE && __all_sync(0xffffffff, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
   for (int j = 0; j < C::O_REGS / 4; j++) {
     O[4 * j] *= alpha[0];
@@ -229,6 +246,20 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
   const uint32_t q_smem = smem + consumer * 64 * C::DIM;  // 64 rows: whole swizzle atoms
   auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
+  // Ping-pong: consumer c issues its GEMMs after bar.sync on barrier 1 + c, which completes when
+  // the other consumer has arrived there, i.e. has issued its own previous GEMMs. Both run the
+  // same n + 1 issue phases; consumer 1 starts by letting consumer 0 go first and skips its
+  // last arrival, so every barrier phase has exactly 256 arrivals.
+  const int phases = w.n_kv_tiles + 1;
+  int phase = 0;
+  auto gemm_turn_begin = [&] {
+    if (FA_HOPPER_FP8_PINGPONG) sm90::named_bar_sync(1 + consumer, C::CONSUMER_THREADS);
+  };
+  auto gemm_turn_end = [&] {
+    phase++;
+    if (FA_HOPPER_FP8_PINGPONG && !(consumer == 1 && phase == phases))
+      sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
+  };
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::K_STEPS_PV][4]) {
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C>(S, p, w, row0, kv_start);
@@ -239,9 +270,12 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     float S[C::S_REGS];
     // Two P buffers in turn: P(t) is written while P(t - 1) V(t - 1) still reads the other.
     uint32_t P0[C::K_STEPS_PV][4], P1[C::K_STEPS_PV][4];
+    if (FA_HOPPER_FP8_PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
     sm90::mbar_wait(bars.q_full(), 0);
     sm90::mbar_wait(bars.k_full(0), 0);
+    gemm_turn_begin();
     issue_qk<C>(S, q_smem, k_smem(0));
+    gemm_turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     masked_softmax(S, 0, P0);  // alpha is 0 or 1 here and O is 0: no rescale needed
@@ -250,9 +284,11 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
                     uint32_t (&P_next)[C::K_STEPS_PV][4]) {
       const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
       sm90::mbar_wait(bars.k_full(s), (tile / C::STAGES) & 1);
-      issue_qk<C>(S, q_smem, k_smem(s));
       sm90::mbar_wait(bars.v_full(prev), ((tile - 1) / C::STAGES) & 1);
+      gemm_turn_begin();
+      issue_qk<C>(S, q_smem, k_smem(s));
       issue_pv<C>(O, P_prev, k_smem(prev) + C::K_BYTES);
+      gemm_turn_end();
       sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
       sm90::fence_regs(S);
       masked_softmax(S, tile, P_next);
@@ -264,7 +300,9 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     auto finish = [&](const uint32_t (&P_last)[C::K_STEPS_PV][4]) {
       const int last = (w.n_kv_tiles - 1) % C::STAGES;
       sm90::mbar_wait(bars.v_full(last), ((w.n_kv_tiles - 1) / C::STAGES) & 1);
+      gemm_turn_begin();
       issue_pv<C>(O, P_last, k_smem(last) + C::K_BYTES);
+      gemm_turn_end();
       sm90::wgmma_wait<0>();
       sm90::fence_regs(O);
       sm90::mbar_arrive(bars.kv_empty(last));

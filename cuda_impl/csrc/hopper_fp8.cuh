@@ -66,6 +66,16 @@ __device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   }
 }
 
+// Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads: sync waits for all of
+// them, arrive only counts this warp in. Consumer warpgroups use them to take turns on the
+// tensor cores.
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 #undef FA_ACC8
 #undef FA_ACC32
 #undef FA_ACC64
