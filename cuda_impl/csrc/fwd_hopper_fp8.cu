@@ -33,11 +33,16 @@
 // PINGPONG: the two consumers issue their GEMMs in turn (named barriers), so one's softmax runs
 // while the other's GEMMs do; SKIP_RESCALE: a warp skips O *= alpha when no row max of the warp
 // moved (alpha == 1 exactly), which after the first tiles is the common case.
+// SOFT_EXP2 = n: the exps of every (4 / n)-th 8-key block (n = 1: a quarter, 2: half) run on the
+// FMA pipe (sm90::soft_exp2) instead of MUFU.
 #ifndef FA_HOPPER_FP8_PINGPONG
-#define FA_HOPPER_FP8_PINGPONG 1
+#define FA_HOPPER_FP8_PINGPONG 0
 #endif
 #ifndef FA_HOPPER_FP8_SKIP_RESCALE
-#define FA_HOPPER_FP8_SKIP_RESCALE 1
+#define FA_HOPPER_FP8_SKIP_RESCALE 0
+#endif
+#ifndef FA_HOPPER_FP8_SOFT_EXP2
+#define FA_HOPPER_FP8_SOFT_EXP2 1
 #endif
 
 extern "C" {
@@ -156,7 +161,9 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     for (int j = 0; j < C::S_REGS / 4; j++)
 #pragma unroll
       for (int c = 0; c < 2; c++) {
-        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
+        const float x = fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled);
+        const bool soft = FA_HOPPER_FP8_SOFT_EXP2 > 0 && j % (4 / FA_HOPPER_FP8_SOFT_EXP2) == 0;
+        const float e = soft ? sm90::soft_exp2(x) : fast_exp2(x);
         S[4 * j + 2 * h + c] = e;
         sum[c] += e;
       }
