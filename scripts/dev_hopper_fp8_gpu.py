@@ -36,7 +36,6 @@ STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 ALT_BUILDS = {
     "mufu-only": ("-DFA_HOPPER_FP8_SOFT_EXP2=0",),
     "soft-half": ("-DFA_HOPPER_FP8_SOFT_EXP2=2",),
-    "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1",),
 }
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
@@ -190,7 +189,6 @@ def bench_case(b, h, s, d, causal):
 
     candidates = [
         ("hopper-fp8", lambda: cuda_impl.attention(qq, kq, vq, causal=causal, variant="hopper-fp8")),
-        ("direct", direct(())),
         *[(name, direct(flags)) for name, flags in ALT_BUILDS.items()],
         ("triton:fp8", lambda: triton_impl.attention(qq, kq, vq, causal=causal, variant="fp8")),
         ("cudnn-bf16", cudnn),
@@ -213,11 +211,11 @@ def bench_case(b, h, s, d, causal):
 
 def stage_timing() -> int:
     rows = [bench_case(*c) for c in BENCH_CASES]
-    names = ["hopper-fp8", "direct", *ALT_BUILDS, "triton:fp8", "cudnn-bf16"]
+    names = ["hopper-fp8", *ALT_BUILDS, "triton:fp8", "cudnn-bf16"]
     print("\nTFLOP/s\n" + f"{'case':26} " + " ".join(f"{n:>10}" for n in names) + "  vs triton  vs cudnn  max|ours-triton|")
     for case, rates, diff in rows:
         cells = " ".join(f"{rates.get(n, float('nan')):10.0f}" for n in names)
-        best = max(rates.get(n, 0) for n in ("hopper-fp8", "direct"))
+        best = rates.get("hopper-fp8", 0)
         vs_t = best / rates["triton:fp8"] if "triton:fp8" in rates else float("nan")
         vs_c = best / rates["cudnn-bf16"] if "cudnn-bf16" in rates else float("nan")
         print(f"{case:26} {cells}  {vs_t:9.2f}  {vs_c:7.2f}  {diff:.2e}")
