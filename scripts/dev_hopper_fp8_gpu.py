@@ -33,10 +33,7 @@ sys.path.insert(0, str(REPO))
 
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
-ALT_BUILDS = {
-    "mufu-only": ("-DFA_HOPPER_FP8_SOFT_EXP2=0",),
-    "soft-half": ("-DFA_HOPPER_FP8_SOFT_EXP2=2",),
-}
+ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1",)}
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
 CORRECTNESS_CASES = [

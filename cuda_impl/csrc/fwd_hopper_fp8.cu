@@ -29,20 +29,11 @@
 #ifndef FA_HOPPER_FP8_STAGES
 #define FA_HOPPER_FP8_STAGES 4
 #endif
-// Build flags so that scripts/dev_hopper_fp8_gpu.py can time each step on and off:
-// PINGPONG: the two consumers issue their GEMMs in turn (named barriers), so one's softmax runs
-// while the other's GEMMs do; SKIP_RESCALE: a warp skips O *= alpha when no row max of the warp
-// moved (alpha == 1 exactly), which after the first tiles is the common case.
-// SOFT_EXP2 = n: the exps of every (4 / n)-th 8-key block (n = 1: a quarter, 2: half) run on the
-// FMA pipe (sm90::soft_exp2) instead of MUFU.
+// PINGPONG = 1: the two consumers issue their GEMMs in turn (named barriers), so that one's
+// softmax runs while the other's GEMMs do. Off by default: measured no gain at d128 and -12% at
+// d64 on top of the S(t+1) / softmax(t) overlap (docs/perf-notes-hopper.md, fp8).
 #ifndef FA_HOPPER_FP8_PINGPONG
 #define FA_HOPPER_FP8_PINGPONG 0
-#endif
-#ifndef FA_HOPPER_FP8_SKIP_RESCALE
-#define FA_HOPPER_FP8_SKIP_RESCALE 0
-#endif
-#ifndef FA_HOPPER_FP8_SOFT_EXP2
-#define FA_HOPPER_FP8_SOFT_EXP2 1
 #endif
 
 extern "C" {
@@ -161,9 +152,7 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     for (int j = 0; j < C::S_REGS / 4; j++)
 #pragma unroll
       for (int c = 0; c < 2; c++) {
-        const float x = fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled);
-        const bool soft = FA_HOPPER_FP8_SOFT_EXP2 > 0 && j % (4 / FA_HOPPER_FP8_SOFT_EXP2) == 0;
-        const float e = soft ? sm90::soft_exp2(x) : fast_exp2(x);
+        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
         S[4 * j + 2 * h + c] = e;
         sum[c] += e;
       }
@@ -175,8 +164,6 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
 
 template <typename C>
 __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
-  // Warp-uniform: no divergence; alpha is exactly 1 when the row max did not move.
-  if (FA_HOPPER_FP8_SKIP_RESCALE && __all_sync(0xffffffff, alpha[0] == 1.f && alpha[1] == 1.f)) return;
 #pragma unroll
   for (int j = 0; j < C::O_REGS / 4; j++) {
     O[4 * j] *= alpha[0];

@@ -66,25 +66,6 @@ __device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   }
 }
 
-// 2^x on the FMA pipe (x <= 0): the MUFU pipe that ex2.approx uses retires 16 results per clock
-// and SM, 1/8 of the FMA rate, and e4m3 attention has half the tensor time per exp of bf16, so
-// moving some exps here relieves MUFU at the cost of ~10 issue slots each. 2^x = 2^round(x) *
-// 2^f, f in [-0.5, 0.5]: round(x) by the 1.5 * 2^23 trick (it lands in the low bits of t, then
-// shifted into the exponent field), 2^f by a degree-5 polynomial (relative error 2.3e-7 in
-// fp32, on par with ex2.approx). x <= -125 (masked keys: -inf) gives exactly 0, as ex2 does for
-// -inf, so rows that see no key keep l = 0.
-__device__ __forceinline__ float soft_exp2(float x) {
-  const float xc = fmaxf(x, -125.f);
-  const float t = xc + 12582912.f;
-  const float f = xc - (t - 12582912.f);
-  float p = fmaf(0.001327647129073739f, f, 0.009675540961325169f);
-  p = fmaf(p, f, 0.05550713092088699f);
-  p = fmaf(p, f, 0.24022120237350464f);
-  p = fmaf(p, f, 0.6931469440460205f);
-  p = fmaf(p, f, 1.0000001192092896f);
-  return x > -125.f ? __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23)) : 0.f;
-}
-
 // Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads: sync waits for all of
 // them, arrive only counts this warp in. Consumer warpgroups use them to take turns on the
 // tensor cores.
