@@ -20,7 +20,8 @@
 // retired, which happens in iteration t + 1 (or after the loop for the last tile). Each of the
 // n tiles is still released exactly once by every consumer thread, so the argument of
 // fwd_hopper.cu carries over; a consumer holds at most two stages (K(t+1) and V(t)), hence
-// STAGES >= 3 so that the producer can run one tile ahead.
+// STAGES >= 3 so that the producer can run one tile ahead. With -DFA_HOPPER_FP8_PINGPONG=1 the
+// consumers also take turns on named barriers 1 and 2 (see consume: equal arrivals and syncs).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include "fwd_common.cuh"
