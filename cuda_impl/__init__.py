@@ -1,5 +1,6 @@
 """Hand-written CUDA C++ FlashAttention-2 forward: the founding v1..v5 mma.sync ladder, and
-"hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation).
+"hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation), and "hopper-fp8", its
+e4m3 version (QGMMA) for compare.formats "fp8" inputs.
 
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason().
 Kernels live in csrc/ (one per version), are built by cuda_impl.build into a torch-free shared
@@ -47,7 +48,18 @@ VARIANTS["hopper"] = {
     "1 producer + 2 consumer warpgroups",
 }
 
-DEFAULT_VARIANT: dict[str, str] = {"bf16": "v5", "fp16": "v5"}
+VARIANTS["hopper-fp8"] = {
+    "formats": ("fp8",),
+    # d256: O alone is 128 fp32 registers per consumer thread, as for hopper; not attempted.
+    "head_dims": (64, 128),
+    "min_cc": (9, 0),
+    "max_cc": (9, 0),  # wgmma .e4m3 / setmaxnreg: sm_90a cubin only
+    "ceiling": "wgmma",  # compare.backends maps wgmma + fp8 to the wgmma.e4m3 ceiling
+    "description": "sm_90a fp8 e4m3: hopper's TMA ring and warpgroups, QGMMA for both products, V^T K-major, "
+    "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t)",
+}
+
+DEFAULT_VARIANT: dict[str, str] = {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
 
 
 def _spec(variant: str) -> dict:
@@ -74,19 +86,39 @@ def unavailable_reason(variant: str) -> str | None:
 
 
 def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
-    """Softmax(scale * q k^T) v for q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16/fp16 CUDA tensors.
+    """Softmax(scale * q k^T) v for q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16/fp16 CUDA tensors,
+    or, for variant hopper-fp8, compare.formats.QuantTensor in format fp8 (q, k (B, H, S, D), v
+    stored transposed (B, Hkv, D, Sk); x = data * descale per (batch, head)): output bf16.
 
     causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key
     give 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype,
     and with return_lse also lse (B, Hq, Sq) float32, natural log of the scaled scores.
     Unsupported input raises ValueError/TypeError naming the constraint; no fallback."""
     fmt = validate.format_of(q)
+    if variant is None and fmt not in DEFAULT_VARIANT:
+        raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(DEFAULT_VARIANT)}")
     variant = DEFAULT_VARIANT[fmt] if variant is None else variant
     spec = _spec(variant)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
-    validate.check_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
-    out, lse = ops.fwd(q, k, v, bool(causal), scale, variant)
+    if validate.is_quantized(q):
+        scale = 1.0 / math.sqrt(q.data.shape[-1]) if scale is None else float(scale)
+        out, lse = _attention_fp8(q, k, v, bool(causal), scale, variant, spec)
+    else:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        validate.check_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
+        out, lse = ops.fwd(q, k, v, bool(causal), scale, variant)
     return (out, lse) if return_lse else out
+
+
+def _attention_fp8(q, k, v, causal: bool, scale: float, variant: str, spec: dict):
+    validate.check_fp8_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
+    vt = v.data
+    if vt.shape[-2] > 1 and vt.stride(-2) % validate.FP8_STRIDE_MULTIPLE:
+        # TMA needs 16-byte row strides; V^T rows are Sk bytes long. Re-pad the keys (zeros, never
+        # read: the tensor map stops at Sk). One copy of V, Sk * D bytes per head.
+        vt = torch.nn.functional.pad(vt.view(torch.uint8), (0, -vt.shape[-1] % validate.FP8_STRIDE_MULTIPLE))
+        vt = vt.view(torch.float8_e4m3fn)[..., : v.data.shape[-1]]
+    descales = (q.scale.contiguous(), k.scale.contiguous(), v.scale.contiguous())
+    return ops.fwd_fp8(q.data, k.data, vt, *descales, causal, scale, variant)
 
 
 __all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason"]

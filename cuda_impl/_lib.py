@@ -16,6 +16,7 @@ from cuda_impl import build
 
 LIBRARY_NAME = "cuda_fa"
 DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
+E4M3_CODE = 2  # FA_DTYPE_E4M3 in csrc/fwd_hopper_fp8.cu
 _ERR_LEN = 512
 
 
@@ -41,6 +42,17 @@ class FwdParams(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
+    ]
+
+
+class Fp8FwdParams(ctypes.Structure):
+    """Mirror of `struct Fp8FwdParams` in csrc/fwd_hopper_fp8.cu (checked by size at first use)."""
+
+    _fields_ = [
+        ("base", FwdParams),
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
     ]
 
 
@@ -108,6 +120,53 @@ def launch_forward(
         dtype=DTYPE_CODES[q.dtype],
     )
     fn = entry_point(load(extra_flags), variant)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    with torch.cuda.device(q.device):
+        stream = torch.cuda.current_stream(q.device).cuda_stream
+        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
+    if rc != 0:
+        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
+
+
+def launch_forward_fp8(
+    variant: str, q, k, vt, q_descale, k_descale, v_descale, out, lse, *, causal: bool, scale: float,
+    extra_flags: tuple[str, ...] = (),
+) -> None:
+    """fp8 forward: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk) e4m3 tensors with byte
+    strides that are multiples of 16; descales (B, H) float32 contiguous; out bf16. Checked already."""
+    for name, t in (("q", q), ("k", k), ("vt", vt), ("out", out)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"alignment: {name} must start on a 16-byte boundary (TMA)")
+    base = FwdParams(
+        q=q.data_ptr(),
+        k=k.data_ptr(),
+        v=vt.data_ptr(),
+        out=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        q_stride=_strides(q),
+        k_stride=_strides(k),
+        v_stride=_strides(vt),
+        out_stride=_strides(out),
+        batch=q.shape[0],
+        heads_q=q.shape[1],
+        heads_kv=k.shape[1],
+        seqlen_q=q.shape[2],
+        seqlen_k=k.shape[2],
+        head_dim=q.shape[3],
+        scale=scale,
+        causal=int(causal),
+        dtype=E4M3_CODE,
+    )
+    params = Fp8FwdParams(
+        base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
+    )
+    lib = load(extra_flags)
+    lib.cuda_fa_fp8_params_size.restype = ctypes.c_int
+    if lib.cuda_fa_fp8_params_size() != ctypes.sizeof(Fp8FwdParams):
+        raise RuntimeError("cuda_impl: Fp8FwdParams in _lib.py and csrc/fwd_hopper_fp8.cu differ")
+    fn = getattr(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}")
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(Fp8FwdParams), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
     err = ctypes.create_string_buffer(_ERR_LEN)
     with torch.cuda.device(q.device):
         stream = torch.cuda.current_stream(q.device).cuda_stream

@@ -20,11 +20,18 @@ STRIDE_MULTIPLE = 8
 GRID_LIMIT = 65535  # batch and heads_q index gridDim.z / gridDim.y
 
 
+def is_quantized(x) -> bool:
+    """A compare.formats.QuantTensor (duck-typed: cuda_impl does not import compare)."""
+    return all(hasattr(x, name) for name in ("fmt", "data", "scale", "transposed"))
+
+
 def format_of(q) -> str:
+    if is_quantized(q):
+        return q.fmt
     if not isinstance(q, torch.Tensor):
         raise TypeError(
-            f"format: cuda_impl takes bf16/fp16 torch tensors; got {type(q).__name__} "
-            "(quantized formats have no cuda_impl variant yet)"
+            f"format: cuda_impl takes bf16/fp16 torch tensors or compare.formats.QuantTensor, "
+            f"got {type(q).__name__}"
         )
     if q.dtype not in DTYPE_FORMATS:
         raise TypeError(f"dtype: cuda_impl supports bfloat16 and float16, got {q.dtype}")
@@ -42,6 +49,11 @@ def arch_problem(variant: str, spec: dict, capability: tuple[int, int]) -> str |
 
 def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if is_quantized(t):
+            raise TypeError(
+                f"format: variant {variant} takes torch tensors ({spec['formats']}); {name} is a "
+                f"QuantTensor ({t.fmt})"
+            )
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"type: {name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dtype != q.dtype:
@@ -103,5 +115,77 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
             f"arch: the library holds cubins for sm_{', sm_'.join(build.ARCH_TARGETS)}; "
             f"this GPU is sm_{capability[0]}{capability[1]}"
         )
+    if problem := arch_problem(variant, spec, capability):
+        raise ValueError(problem)
+
+
+# TMA moves e4m3 rows with byte strides that must be multiples of 16.
+FP8_STRIDE_MULTIPLE = 16
+
+
+def check_fp8_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
+    """q, k, v: compare.formats.QuantTensor of format fp8 as quantize_attention_inputs makes them:
+    q, k data (B, H, S, D) e4m3, v stored transposed (B, Hkv, D, Sk), descales (B, H) float32.
+    v's key stride is checked by the caller, which may re-pad it (see cuda_impl.attention)."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not is_quantized(t):
+            raise TypeError(f"format: q, k, v must all be QuantTensor when one is; {name} is {type(t).__name__}")
+        if t.fmt not in spec["formats"]:
+            raise TypeError(f"format: variant {variant} supports {spec['formats']}, got {name} in {t.fmt}")
+    if q.transposed or k.transposed or not v.transposed:
+        raise ValueError(
+            "layout: q and k must be stored untransposed and v transposed (B, H, D, Sk), so that both "
+            "operands of P @ V are K-major; use compare.formats.quantize_attention_inputs"
+        )
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t.data, torch.Tensor) or t.data.dtype != torch.float8_e4m3fn:
+            raise TypeError(f"dtype: {name}.data must be torch.float8_e4m3fn, got {getattr(t.data, 'dtype', None)}")
+        if t.data.dim() != 4:
+            raise ValueError(f"shape: {name}.data must be 4-D, got {tuple(t.data.shape)}")
+    (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q.data.shape, k.data.shape
+    expected_vt = (batch, heads_kv, head_dim, seqlen_k)
+    if tuple(v.data.shape) != expected_vt:
+        raise ValueError(
+            f"shape: v.data (stored transposed) must be (batch, heads_kv, head_dim, seqlen_k) = {expected_vt}, "
+            f"got {tuple(v.data.shape)}"
+        )
+    if kb != batch:
+        raise ValueError(f"shape: batch differs between q ({batch}) and k/v ({kb})")
+    if kd != head_dim:
+        raise ValueError(f"head_dim: q has {head_dim}, k has {kd}")
+    if head_dim not in spec["head_dims"]:
+        raise ValueError(f"head_dim: variant {variant} supports {spec['head_dims']}, got {head_dim}")
+    if min(batch, heads_q, heads_kv, seqlen_q, seqlen_k) < 1:
+        raise ValueError("shape: batch, heads and seqlens must be >= 1")
+    if heads_q % heads_kv:
+        raise ValueError(f"heads: heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}) for GQA/MQA")
+    if batch > GRID_LIMIT or heads_q > GRID_LIMIT:
+        raise ValueError(f"shape: batch and heads_q must be <= {GRID_LIMIT} (CUDA grid limit)")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: must be finite and > 0, got {scale}")
+    for name, t, heads in (("q", q, heads_q), ("k", k, heads_kv), ("v", v, heads_kv)):
+        if not isinstance(t.scale, torch.Tensor) or t.scale.dtype != torch.float32 or tuple(t.scale.shape) != (
+            batch,
+            heads,
+        ):
+            raise ValueError(
+                f"descale: {name}.scale must be float32 of shape (batch, heads) = {(batch, heads)}, got "
+                f"{getattr(t.scale, 'dtype', None)} {tuple(getattr(t.scale, 'shape', ()))}"
+            )
+    for name, t in (("q", q.data), ("k", k.data), ("v", v.data)):
+        if t.stride(-1) != 1:
+            raise ValueError(f"stride: {name}.data's last dimension must be contiguous, strides {t.stride()}")
+        for dim in range(3 if name != "v" else 2):  # v's row (key) stride: see cuda_impl.attention
+            if t.shape[dim] > 1 and (t.stride(dim) <= 0 or t.stride(dim) % FP8_STRIDE_MULTIPLE):
+                raise ValueError(
+                    f"stride: {name}.data.stride({dim}) = {t.stride(dim)} must be a positive multiple of "
+                    f"{FP8_STRIDE_MULTIPLE} bytes (TMA)"
+                )
+    tensors = (q.data, k.data, v.data, q.scale, k.scale, v.scale)
+    if q.data.device.type != "cuda":
+        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
+    if any(t.device != q.data.device for t in tensors):
+        raise ValueError(f"device: data and descales must be on one device, got {[str(t.device) for t in tensors]}")
+    capability = torch.cuda.get_device_capability(q.data.device)
     if problem := arch_problem(variant, spec, capability):
         raise ValueError(problem)

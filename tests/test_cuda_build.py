@@ -57,7 +57,7 @@ def test_every_kernel_compiles_for_every_target(fa_library):
     for variant, spec in cuda_impl.VARIANTS.items():
         for fmt in spec["formats"]:
             for head_dim in spec["head_dims"]:
-                name = f"fwd_{variant}_kernel<{fmt},{head_dim}>"
+                name = f"fwd_{variant.replace('-', '_')}_kernel<{fmt},{head_dim}>"
                 assert archs.get(name) == expected, name
 
 
@@ -92,7 +92,8 @@ def test_target_matching():
 # --- machine code ------------------------------------------------------------------------
 
 
-LADDER = [name for name in cuda_impl.VARIANTS if name != "hopper"]  # tests/test_cuda_hopper.py: hopper
+# tests/test_cuda_hopper.py: hopper; tests/test_cuda_hopper_fp8.py: hopper-fp8
+LADDER = [name for name in cuda_impl.VARIANTS if not name.startswith("hopper")]
 
 
 @pytest.mark.parametrize("variant", LADDER)
@@ -206,8 +207,8 @@ def test_validation_works_on_meta_tensors():
 
 
 def test_surface_matches_contract():
-    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper"}
-    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5"}
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8"}
+    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
         assert required <= set(spec) <= required | {"ceiling"}

@@ -1,0 +1,451 @@
+// hopper-fp8: FlashAttention-2 forward for sm_90a on e4m3 inputs (compare.formats "fp8"):
+// Q, K (B, H, S, D) and V^T (B, H, D, Sk) in e4m3 with one fp32 descale per (batch, head);
+// output bf16, LSE of the descaled, scaled scores.
+//
+// Same skeleton as fwd_hopper.cu (read its header comment first): 1 producer warpgroup issuing
+// TMA into a STAGES-deep K/V ring, 2 consumer warpgroups of 64 query rows. Differences:
+// - both products are QGMMA (wgmma .e4m3, k32, fp32 accumulate); fp8 wgmma reads shared
+//   operands K-major only, which is why V arrives transposed: a V^T tile (DIM rows x BLOCK_KV
+//   keys) is the K-major B operand of P @ V, the same way a K tile is for Q @ K^T;
+// - P = e4m3(p) with no scale (compare.formats.quantize_p); the accumulator -> A-fragment
+//   permutation is sm90::qgmma_a_fragment (byte permutes and 2 shuffles per row and k-step);
+// - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
+//   the final 1 / l;
+// - S(t + 1) = Q K^T is issued before P(t) V(t) and softmax(t + 1) runs while P(t) V(t) is on
+//   the tensor cores: fp8 halves the GEMM time, so the softmax must hide behind GEMMs of its
+//   own warpgroup, not only behind the other consumer's.
+//
+// Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx;
+// kv_empty[s] count 256), except that a consumer releases stage s of tile t after P(t) V(t) has
+// retired, which happens in iteration t + 1 (or after the loop for the last tile). Each of the
+// n tiles is still released exactly once by every consumer thread, so the argument of
+// fwd_hopper.cu carries over; a consumer holds at most two stages (K(t+1) and V(t)), hence
+// STAGES >= 3 so that the producer can run one tile ahead. With -DFA_HOPPER_FP8_PINGPONG=1 the
+// consumers also take turns on named barriers 1 and 2 (see consume: equal arrivals and syncs).
+#include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
+
+#include "fwd_common.cuh"
+#include "hopper_fp8.cuh"
+
+#ifndef FA_HOPPER_FP8_STAGES
+#define FA_HOPPER_FP8_STAGES 4
+#endif
+// PINGPONG = 1: the two consumers issue their GEMMs in turn (named barriers), so that one's
+// softmax runs while the other's GEMMs do. Off by default: measured no gain at d128 and -12% at
+// d64 on top of the S(t+1) / softmax(t) overlap (docs/perf-notes-hopper.md, fp8).
+#ifndef FA_HOPPER_FP8_PINGPONG
+#define FA_HOPPER_FP8_PINGPONG 0
+#endif
+
+extern "C" {
+// Mirrored by cuda_impl/_lib.py (Fp8FwdParams). base.v is V^T with base.v_stride its (batch,
+// head, head_dim-row) strides; all strides in bytes (= e4m3 elements). base.out is bf16.
+struct Fp8FwdParams {
+  FwdParams base;
+  const float* q_descale;  // (batch, heads_q) contiguous
+  const float* k_descale;  // (batch, heads_kv) contiguous
+  const float* v_descale;  // (batch, heads_kv) contiguous
+};
+}
+
+namespace fa {
+
+constexpr int FA_DTYPE_E4M3 = 2;
+
+template <int DIM_>
+struct Fp8Tiles {
+  static constexpr int DIM = DIM_;
+  static constexpr int CONSUMERS = 2;
+  static constexpr int THREADS = 128 * (1 + CONSUMERS);
+  static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
+  static constexpr int BLOCK_Q = 64 * CONSUMERS;
+  static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
+  static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
+  static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
+  static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
+  static constexpr int Q_BYTES = BLOCK_Q * DIM;
+  static constexpr int K_BYTES = BLOCK_KV * DIM;
+  static constexpr int V_BYTES = DIM * BLOCK_KV;  // V^T tile: DIM rows of BLOCK_KV keys
+  static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
+  static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
+  static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
+  static constexpr int BARRIERS = 1 + 3 * STAGES;
+  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
+  static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
+  static constexpr int PRODUCER_REGS = 24;
+  static constexpr int CONSUMER_REGS = 240;
+  static constexpr int S_REGS = BLOCK_KV / 2;
+  static constexpr int O_REGS = DIM / 2;
+  static constexpr int K_STEPS_QK = DIM / 32;    // k32 steps of Q K^T
+  static constexpr int K_STEPS_PV = BLOCK_KV / 32;  // k32 steps of P V
+};
+
+#if FA_SM90A
+namespace hopper_fp8 {
+
+template <int STAGES>
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
+  __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
+};
+
+template <typename C>
+__device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+                        const CUtensorMap* map_q, const CUtensorMap* map_k,
+                        const CUtensorMap* map_vt) {
+  if (w.n_kv_tiles == 0) return;
+  sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
+  sm90::tma_load_4d(smem, map_q, bars.q_full(), 0, w.q_start, w.head_q, w.batch);
+  for (int tile = 0; tile < w.n_kv_tiles; tile++) {
+    const int s = tile % C::STAGES;
+    sm90::mbar_wait(bars.kv_empty(s), ((tile / C::STAGES) & 1) ^ 1);
+    const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
+    const int kv_start = tile * C::BLOCK_KV;
+    sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
+    sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
+    sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
+    sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
+  }
+}
+
+// Scores of keys past seqlen_k or after the causal diagonal -> -inf (rows row0, row0 + 8).
+template <typename C>
+__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
+                                            const CtaWork& w, int row0, int kv_start) {
+  const int col0 = kv_start + (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < C::S_REGS; i++) {
+    const int row = row0 + ((i / 2) % 2) * 8;
+    const int col = col0 + (i / 4) * 8 + i % 2;
+    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+  }
+}
+
+// Online softmax of one raw S tile (scores in q/k-descaled units: scale_log2 carries both
+// descales). Updates row_max / row_sum, returns each row's O rescale factor in alpha (applied
+// by the caller once the P V wgmma that reads O has retired) and writes P as e4m3 A fragments.
+// row_sum adds the unrounded p, as compare.oracle's plain reference does.
+template <typename C>
+__device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_max)[2],
+                                             float (&row_sum)[2], float (&alpha)[2],
+                                             uint32_t (&P)[C::K_STEPS_PV][4], float scale_log2) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    // Two independent chains per row (max and sum) halve the dependent latency.
+    float m0 = row_max[h], m1 = row_max[h];
+#pragma unroll
+    for (int j = 0; j < C::S_REGS / 4; j++) {
+      m0 = fmaxf(m0, S[4 * j + 2 * h]);
+      m1 = fmaxf(m1, S[4 * j + 2 * h + 1]);
+    }
+    float m = fmaxf(m0, m1);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+    // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
+    const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+    alpha[h] = fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    row_max[h] = m;
+    float sum[2] = {0.f, 0.f};
+#pragma unroll
+    for (int j = 0; j < C::S_REGS / 4; j++)
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
+        S[4 * j + 2 * h + c] = e;
+        sum[c] += e;
+      }
+    row_sum[h] = row_sum[h] * alpha[h] + (sum[0] + sum[1]);
+  }
+#pragma unroll
+  for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
+}
+
+template <typename C>
+__device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < C::O_REGS / 4; j++) {
+    O[4 * j] *= alpha[0];
+    O[4 * j + 1] *= alpha[0];
+    O[4 * j + 2] *= alpha[1];
+    O[4 * j + 3] *= alpha[1];
+  }
+}
+
+// O * v_descale / l in bf16; LSE = score_scale * m + ln l (natural log of descaled, scaled
+// scores); rows that saw no key get zeros and -inf.
+template <typename C>
+__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
+                           const float (&row_max)[2], const float (&row_sum)[2],
+                           float v_descale, float score_scale) {
+  using T = __nv_bfloat16;
+  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
+  const int quad_col = (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const float inv = l > 0.f ? v_descale / l : 0.f;
+    const int row = row0 + 8 * h;
+    if (row >= p.seqlen_q) continue;
+    T* dst = out + row * p.out_stride[2] + quad_col;
+#pragma unroll
+    for (int j = 0; j < C::O_REGS / 4; j++)
+      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
+    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
+      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
+      p.lse[head_row + row] = l > 0.f ? row_max[h] * score_scale + logf(l) : -INFINITY;
+    }
+  }
+}
+
+// S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
+template <typename C>
+__device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::K_STEPS_QK; kk++)
+    sm90::qgmma_ss_n128(S, sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem + kk * 32),
+                        sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem + kk * 32), kk > 0);
+  sm90::wgmma_commit();
+}
+
+// O += P V of one tile, issued: k-step kk is keys 32kk.., 32 bytes into every V^T row.
+template <typename C>
+__device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::K_STEPS_PV][4],
+                                         uint32_t v_smem) {
+  sm90::fence_regs(O);
+  sm90::wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < C::K_STEPS_PV; kk++)
+    sm90::qgmma_rs<C::DIM>(O, P[kk], sm90::desc_kmajor<128>(v_smem + kk * 32));
+  sm90::wgmma_commit();
+}
+
+template <typename C>
+__device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
+                        Barriers<C::STAGES> bars, int consumer) {
+  const FwdParams& p = fp.base;
+  const int warp_in_group = (threadIdx.x % 128) / 32;
+  const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
+  const float score_scale = p.scale * fp.q_descale[w.batch * p.heads_q + w.head_q] *
+                            fp.k_descale[w.batch * p.heads_kv + w.head_kv];
+  const float scale_log2 = score_scale * LOG2E;
+  float O[C::O_REGS];
+#pragma unroll
+  for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+  const uint32_t q_smem = smem + consumer * 64 * C::DIM;  // 64 rows: whole swizzle atoms
+  auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
+  // Ping-pong: consumer c issues its GEMMs after bar.sync on barrier 1 + c, which completes when
+  // the other consumer has arrived there, i.e. has issued its own previous GEMMs. Both run the
+  // same n + 1 issue phases; consumer 1 starts by letting consumer 0 go first and skips its
+  // last arrival, so every barrier phase has exactly 256 arrivals.
+  const int phases = w.n_kv_tiles + 1;
+  int phase = 0;
+  auto gemm_turn_begin = [&] {
+    if (FA_HOPPER_FP8_PINGPONG) sm90::named_bar_sync(1 + consumer, C::CONSUMER_THREADS);
+  };
+  auto gemm_turn_end = [&] {
+    phase++;
+    if (FA_HOPPER_FP8_PINGPONG && !(consumer == 1 && phase == phases))
+      sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
+  };
+  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::K_STEPS_PV][4]) {
+    const int kv_start = tile * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C>(S, p, w, row0, kv_start);
+    softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
+  };
+
+  if (w.n_kv_tiles > 0) {
+    float S[C::S_REGS];
+    // Two P buffers in turn: P(t) is written while P(t - 1) V(t - 1) still reads the other.
+    uint32_t P0[C::K_STEPS_PV][4], P1[C::K_STEPS_PV][4];
+    if (FA_HOPPER_FP8_PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
+    sm90::mbar_wait(bars.q_full(), 0);
+    sm90::mbar_wait(bars.k_full(0), 0);
+    gemm_turn_begin();
+    issue_qk<C>(S, q_smem, k_smem(0));
+    gemm_turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+    masked_softmax(S, 0, P0);  // alpha is 0 or 1 here and O is 0: no rescale needed
+    // One KV tile: S(tile) and P(tile - 1) V(tile - 1) on the tensor cores, softmax(tile) meanwhile.
+    auto step = [&](int tile, const uint32_t (&P_prev)[C::K_STEPS_PV][4],
+                    uint32_t (&P_next)[C::K_STEPS_PV][4]) {
+      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+      sm90::mbar_wait(bars.k_full(s), (tile / C::STAGES) & 1);
+      sm90::mbar_wait(bars.v_full(prev), ((tile - 1) / C::STAGES) & 1);
+      gemm_turn_begin();
+      issue_qk<C>(S, q_smem, k_smem(s));
+      issue_pv<C>(O, P_prev, k_smem(prev) + C::K_BYTES);
+      gemm_turn_end();
+      sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
+      sm90::fence_regs(S);
+      masked_softmax(S, tile, P_next);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(prev));
+      rescale<C>(O, alpha);
+    };
+    auto finish = [&](const uint32_t (&P_last)[C::K_STEPS_PV][4]) {
+      const int last = (w.n_kv_tiles - 1) % C::STAGES;
+      sm90::mbar_wait(bars.v_full(last), ((w.n_kv_tiles - 1) / C::STAGES) & 1);
+      gemm_turn_begin();
+      issue_pv<C>(O, P_last, k_smem(last) + C::K_BYTES);
+      gemm_turn_end();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(last));
+    };
+    int tile = 1;
+    for (; tile + 1 < w.n_kv_tiles; tile += 2) {
+      step(tile, P0, P1);
+      step(tile + 1, P1, P0);
+    }
+    if (tile < w.n_kv_tiles) {
+      step(tile, P0, P1);
+      finish(P1);
+    } else {
+      finish(P0);
+    }
+  }
+  store_rows<C>(p, w, row0, O, row_max, row_sum,
+                fp.v_descale[w.batch * p.heads_kv + w.head_kv], score_scale);
+}
+
+}  // namespace hopper_fp8
+#endif  // FA_SM90A
+
+template <int DIM>
+__global__ void __launch_bounds__(Fp8Tiles<DIM>::THREADS, 1)
+    fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
+                          const __grid_constant__ CUtensorMap map_k,
+                          const __grid_constant__ CUtensorMap map_vt) {
+#if FA_SM90A
+  using C = Fp8Tiles<DIM>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
+  const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
+
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bars.q_full(), 1);
+    for (int s = 0; s < C::STAGES; s++) {
+      sm90::mbar_init(bars.k_full(s), 1);
+      sm90::mbar_init(bars.v_full(s), 1);
+      sm90::mbar_init(bars.kv_empty(s), C::CONSUMER_THREADS);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();  // the last CTA-wide barrier: roles diverge below
+
+  const int group = threadIdx.x / 128;
+  if (group == 0) {
+    sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
+    if (threadIdx.x == 0) hopper_fp8::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt);
+  } else {
+    sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
+    hopper_fp8::consume<C>(p, w, smem, bars, group - 1);
+  }
+#endif
+}
+
+// --- host ------------------------------------------------------------------------------------
+
+namespace hopper_host {
+PFN_cuTensorMapEncodeTiled_v12000 encode_tiled();  // fwd_hopper.cu
+}  // namespace hopper_host
+
+namespace hopper_fp8_host {
+
+// 4-D e4m3 map (inner, rows, heads, batch) with byte strides (rows, heads, batch); one box is
+// `box_inner` bytes (= the swizzle span) x box_rows rows. Out-of-range elements read as zeros.
+// Strides of size-1 dimensions are never stepped over and are replaced by valid ones.
+int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
+               int heads, int rows, int inner, int box_inner, int box_rows, char* err,
+               int err_len) {
+  const auto encode = hopper_host::encode_tiled();
+  if (encode == nullptr)
+    return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
+  cuuint64_t sizes[4] = {cuuint64_t(inner), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  cuuint64_t bytes[3];
+  bytes[0] = rows > 1 ? stride[2] : (inner + 15) / 16 * 16;
+  bytes[1] = heads > 1 ? stride[1] : bytes[0] * rows;
+  bytes[2] = batch > 1 ? stride[0] : bytes[1] * heads;
+  cuuint32_t box[4] = {cuuint32_t(box_inner), cuuint32_t(box_rows), 1, 1};
+  cuuint32_t unit[4] = {1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(ptr), sizes,
+                            bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                            box_inner == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    char detail[112];
+    snprintf(detail, sizeof(detail), "cuTensorMapEncodeTiled failed (CUresult %d): strides must "
+             "be positive multiples of 16 bytes", int(r));
+    return report(err, err_len, "tma", detail);
+  }
+  return 0;
+}
+
+template <int DIM>
+int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
+  using C = Fp8Tiles<DIM>;
+  const FwdParams& p = fp.base;
+  CUtensorMap map_q, map_k, map_vt;
+  if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
+                          C::BLOCK_Q, err, err_len))
+    return rc;
+  if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, DIM,
+                          C::BLOCK_KV, err, err_len))
+    return rc;
+  // V^T: rows are head_dim, the inner (contiguous) axis is the key.
+  if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
+                          C::BLOCK_KV, DIM, err, err_len))
+    return rc;
+  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
+  const auto kernel = fwd_hopper_fp8_kernel<DIM>;
+  cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
+  if (e != cudaSuccess)
+    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
+  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(fp, map_q, map_k, map_vt);
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
+  return 0;
+}
+
+int check_device(char* err, int err_len) {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  if (major != 9 || minor != 0)
+    return report(err, err_len, "arch", "variant hopper-fp8 runs on sm_90 (H100/H200) only");
+  return 0;
+}
+
+}  // namespace hopper_fp8_host
+}  // namespace fa
+
+extern "C" int cuda_fa_fp8_params_size() { return static_cast<int>(sizeof(Fp8FwdParams)); }
+
+extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t stream, char* err,
+                                      int err_len) {
+  using namespace fa;
+  const FwdParams& p = fp->base;
+  if (int rc = check_params(p, err, err_len)) return rc;
+  if (p.dtype != FA_DTYPE_E4M3) return report(err, err_len, "dtype", "hopper-fp8 takes e4m3 inputs");
+  if (fp->q_descale == nullptr || fp->k_descale == nullptr || fp->v_descale == nullptr)
+    return report(err, err_len, "descale", "q, k and v descales are required");
+  if (p.head_dim != 64 && p.head_dim != 128)
+    return report(err, err_len, "head_dim", "supported: 64, 128");
+  if (int rc = hopper_fp8_host::check_device(err, err_len)) return rc;
+  return p.head_dim == 64 ? hopper_fp8_host::launch<64>(*fp, stream, err, err_len)
+                          : hopper_fp8_host::launch<128>(*fp, stream, err, err_len);
+}

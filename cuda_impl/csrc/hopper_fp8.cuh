@@ -1,0 +1,132 @@
+// FP8 (e4m3) additions to hopper.cuh for sm_90a: QGMMA wrappers (wgmma .e4m3, k32, fp32
+// accumulate), K-major shared-memory descriptors for 64- and 128-byte swizzles, and the
+// conversion of an fp32 S accumulator into e4m3 A fragments for P @ V.
+// Like hopper.cuh, everything here is compiled only inside `FA_SM90A` sections.
+#pragma once
+
+#include "hopper.cuh"
+
+namespace fa::sm90 {
+
+// K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (64 or 128), 8-row
+// atoms of 8 * SWIZZLE bytes (SBO), atoms aligned to their size. LBO is unused for K-major
+// swizzled layouts. Layout type (bits 62-63): 1 = 128-byte, 2 = 64-byte swizzle.
+template <int SWIZZLE>
+__device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
+  static_assert(SWIZZLE == 64 || SWIZZLE == 128, "desc_kmajor: 64- or 128-byte swizzle");
+  constexpr uint64_t layout = SWIZZLE == 128 ? 1 : 2;
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(16 >> 4) << 16 |
+         static_cast<uint64_t>(8 * SWIZZLE >> 4) << 32 | layout << 62;
+}
+
+#define FA_ACC8(d, i)                                                                        \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
+#define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
+#define FA_OPS32                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_OPS64                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// D (64 x 128, fp32) = A (64 x 32 e4m3, shared, K-major) * B (32 x 128 e4m3, shared, K-major)
+// [+ D]. fp8 wgmma has no transpose bits: both operands must be K-major.
+__device__ __forceinline__ void qgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                              bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
+      ", %64, %65, acc, 1, 1;\n}\n"
+      : FA_ACC64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
+}
+
+// D (64 x N, fp32) += A (64 x 32 e4m3, registers: qgmma_a_fragment's layout) * B (32 x N e4m3,
+// shared, K-major, i.e. V^T rows). N = 64 or 128.
+template <int N>
+__device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
+                                         uint64_t desc_b) {
+  static_assert(N == 64 || N == 128, "qgmma_rs: N = 64 or 128");
+  if constexpr (N == 128) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
+        ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+        : FA_ACC64(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  } else {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FA_OPS32
+        ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+        : FA_ACC32(d)
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+  }
+}
+
+// Named barriers (ids 1..15; 0 is __syncthreads) over `threads` threads: sync waits for all of
+// them, arrive only counts this warp in. Consumer warpgroups use them to take turns on the
+// tensor cores.
+__device__ __forceinline__ void named_bar_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+#undef FA_ACC8
+#undef FA_ACC32
+#undef FA_ACC64
+#undef FA_OPS32
+#undef FA_OPS64
+
+// Two fp32 -> e4m3x2 (round to nearest even, saturating to +-448: compare.formats.round_to_e4m3),
+// `lo` in the low byte. PTX puts the first source operand in the upper byte.
+__device__ __forceinline__ uint32_t pack_e4m3x2(float lo, float hi) {
+  uint16_t r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// 32 keys of the S accumulator (fp32, columns 32kk.. of one m64 tile) -> the e4m3 A fragment of
+// one m64nNk32 wgmma.
+//
+// Accumulator (per warp, g = lane / 4, t = lane % 4): acc[4 * b + 2 * h + c] holds row g + 8h,
+// key 8b + 2t + c (b = 0..3 inside the 32 keys; acc = S + 16 kk for keys 32kk..).
+// A fragment (PTX ISA, "WGMMA .m64nNk32 register fragment layout for matrix A", 8-bit types):
+// a[0] row g keys 4t..4t+3, a[1] row g+8 keys 4t..4t+3, a[2] row g keys 16+4t.., a[3] row g+8
+// keys 16+4t.., lowest key in the lowest byte.
+// So lane t owns key pairs (2t, 2t+1) of each 8-key block, but must hold 4t..4t+3 of each
+// 16-key half: pairs move across the quad. Per row, pair "A" of a lane is its block-0/2 pair,
+// pair "B" its block-1/3 pair; destination t needs the A pairs of lanes 2(t%2), 2(t%2)+1 when
+// t < 2 and their B pairs when t >= 2. Each lane packs [A half0, A half1] and [B half0, B
+// half1] as two words and two shuffles move them: in the first, destinations 0..3 read lanes
+// 0, 2, 1, 3 and in the second 1, 3, 0, 2, so every source is read for one word per shuffle
+// (even lanes offer A first, odd lanes B first). Two byte permutes per row then interleave the
+// two received words into the 16-key halves.
+__device__ __forceinline__ void qgmma_a_fragment(const float* acc, uint32_t (&a)[4]) {
+  const int t = threadIdx.x % 4;
+  const int quad = threadIdx.x % 32 - t;
+  const int src_first = (t & 1) * 2 + (t >> 1);  // 0, 2, 1, 3
+  const uint32_t offer_first = (t & 1) ? 0x7632 : 0x5410;  // odd lanes offer B first
+  const uint32_t offer_second = offer_first ^ 0x2222;
+  const uint32_t low_half = t < 2 ? 0x5410 : 0x1054;  // which received word holds keys 4t, 4t+1
+  const uint32_t high_half = low_half ^ 0x2222;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    // [block0 pair, block1 pair] and [block2 pair, block3 pair] of row g + 8h.
+    const uint32_t u01 = pack_e4m3x2(acc[2 * h], acc[2 * h + 1]) |
+                         pack_e4m3x2(acc[4 + 2 * h], acc[4 + 2 * h + 1]) << 16;
+    const uint32_t u23 = pack_e4m3x2(acc[8 + 2 * h], acc[8 + 2 * h + 1]) |
+                         pack_e4m3x2(acc[12 + 2 * h], acc[12 + 2 * h + 1]) << 16;
+    const uint32_t first = __shfl_sync(0xffffffff, __byte_perm(u01, u23, offer_first), quad + src_first);
+    const uint32_t second =
+        __shfl_sync(0xffffffff, __byte_perm(u01, u23, offer_second), quad + (src_first ^ 1));
+    a[h] = __byte_perm(first, second, low_half);
+    a[2 + h] = __byte_perm(first, second, high_half);
+  }
+}
+
+}  // namespace fa::sm90

@@ -1,0 +1,294 @@
+"""One device call for cuda:hopper-fp8 (sm_90a, e4m3): correctness first, then timing.
+
+Build here first (`python scripts/dev_hopper_fp8_gpu.py --build-only`: the default library and the
+ALT_BUILDS) and carry cuda_impl/_build. On the H200:
+
+    PYTHONPATH=. python scripts/dev_hopper_fp8_gpu.py
+    PYTHONPATH=. timeout 120 compute-sanitizer --tool memcheck python scripts/dev_hopper_fp8_gpu.py --sanitize
+    PYTHONPATH=. ncu -k regex:fwd_hopper_fp8 --launch-skip 1 --launch-count 1 --section WarpStateStats \
+        python scripts/dev_hopper_fp8_gpu.py --profile-once
+
+Stages, each in a child process with a timeout (a barrier bug hangs instead of failing):
+1. correctness: compare.oracle.check (float64 reference on the dequantized inputs, the plain fp8
+   reference's error x 2 as the bound, NaN-poisoned outputs, LSE) on shapes chosen for the
+   pipeline: tails, several ring rounds, causal with Sq != Sk both ways, GQA/MQA, both head dims,
+   a custom scale, large and shifted inputs; each ALT_BUILDS library on a few of them;
+2. timing (only when everything passed): do_bench medians (L2 flushed) of cuda:hopper-fp8 through
+   attention() (what the driver times) and as a direct launch per build, triton:fp8, and SDPA cuDNN
+   in bf16 on the same values; TFLOP/s = 4 B H D x visible pairs / time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
+# Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
+ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1",)}
+
+# b, hq, hkv, sq, sk, d, causal, dist, scale
+CORRECTNESS_CASES = [
+    (1, 2, 2, 128, 128, 128, False, "normal", None),  # one Q tile, one KV tile
+    (1, 2, 2, 128, 256, 128, False, "normal", None),  # the S(t+1) / P(t) V(t) overlap, once
+    (2, 4, 4, 200, 333, 64, True, "normal", None),  # tails on both axes, V^T re-padded (333 % 16)
+    (1, 4, 4, 300, 97, 128, True, "normal", None),  # Sq > Sk: CTAs with no visible key
+    (1, 4, 2, 1000, 1500, 128, True, "shifted", None),  # GQA, several rounds of the ring
+    (1, 4, 2, 1000, 1500, 64, False, "large", None),
+    (2, 8, 1, 64, 1100, 128, True, "normal", None),  # MQA, short Q against a long sweep
+    (1, 2, 2, 1536, 640, 64, True, "normal", None),  # causal Sq > Sk over many Q tiles
+    (1, 1, 1, 1, 1, 128, True, "normal", None),
+    (3, 2, 2, 65, 1, 64, False, "normal", None),
+    (1, 4, 4, 777, 2049, 64, True, "normal", 0.3),
+    (1, 8, 8, 2048, 2048, 128, False, "normal", None),
+    (1, 8, 8, 2048, 2048, 128, True, "large", 0.05),
+    (1, 16, 16, 4096, 4096, 128, True, "normal", None),
+]
+ALT_CASES = CORRECTNESS_CASES
+BENCH_CASES = [  # b, h, s, d, causal
+    (1, 16, 16384, 128, False),
+    (1, 16, 16384, 128, True),
+    (4, 16, 4096, 128, False),
+    (1, 16, 16384, 64, False),
+]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def make_case(b, hq, hkv, sq, sk, d, causal, dist, scale):
+    from compare import oracle
+
+    return oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt="fp8", dist=dist, scale=scale, seed=sq + sk)
+
+
+def runner(extra_flags=()):
+    """fn(q, k, v, causal=, scale=, return_lse=) for oracle.check; a non-default build goes
+    through the raw launch (attention() always uses the default library)."""
+    import torch
+
+    import cuda_impl
+    from cuda_impl import _lib
+
+    if not extra_flags:
+        return lambda q, k, v, **kw: cuda_impl.attention(q, k, v, variant="hopper-fp8", **kw)
+
+    def run(q, k, v, *, causal=False, scale=None, return_lse=False):
+        scale = 1.0 / math.sqrt(q.data.shape[-1]) if scale is None else scale
+        vt = v.data
+        if vt.stride(-2) % 16:
+            vt = torch.nn.functional.pad(vt.view(torch.uint8), (0, -vt.shape[-1] % 16)).view(vt.dtype)[
+                ..., : v.data.shape[-1]
+            ]
+        out = torch.empty(q.data.shape, dtype=torch.bfloat16, device=q.data.device)
+        lse = torch.empty(q.data.shape[:-1], dtype=torch.float32, device=q.data.device)
+        _lib.launch_forward_fp8("hopper-fp8", q.data, k.data, vt, q.scale, k.scale, v.scale, out, lse,
+                                causal=causal, scale=scale, extra_flags=extra_flags)
+        return (out, lse) if return_lse else out
+
+    return run
+
+
+def probe_uniform_p() -> tuple[bool, str]:
+    """Q = 0 makes every score 0 and P exactly 1 for every key, whatever its register order: the
+    output is the mean of V's rows. Passing this while the oracle fails (with a good LSE) points
+    at the P permutation rather than the V^T tiles."""
+    import torch
+
+    import cuda_impl
+    from compare import formats
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    q = torch.zeros(1, 2, 256, 128, device="cuda")
+    k, v = (torch.randn(1, 2, 300, 128, device="cuda", generator=g) for _ in range(2))
+    qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
+    out = cuda_impl.attention(qq, kq, vq).double()
+    expected = vq.dequantize().double().mean(dim=2, keepdim=True).expand_as(out)
+    err = (out - expected).abs().max().item()
+    return err < 2e-2, f"max|out - mean(V)| {err:.3e}"
+
+
+def stage_correctness() -> int:
+    import torch
+
+    from compare import oracle
+
+    ok, detail = probe_uniform_p()
+    log(f"{'PASS' if ok else 'FAIL'} probe (Q = 0, P = 1: V^T tiles and P V without the permutation): {detail}")
+
+    jobs = [("default", (), c) for c in CORRECTNESS_CASES]
+    jobs += [(name, flags, c) for name, flags in ALT_BUILDS.items() for c in ALT_CASES]
+    failures, poisoned = 0, False
+    for build_name, flags, params in jobs:
+        case = make_case(*params)
+        name = f"{build_name:8} {case.shape_str()}" + (f" scale {case.scale}" if case.scale else "")
+        if poisoned:
+            log(f"SKIP {name} (CUDA context lost earlier)")
+            failures += 1
+            continue
+        try:
+            verdict = oracle.check(runner(flags), case, device="cuda")
+            ok, detail = verdict.passed, verdict.summary()
+        except Exception as exc:  # noqa: BLE001 - report every case, keep going
+            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            traceback.print_exc(limit=2)
+            try:
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
+                poisoned = True
+        failures += not ok
+        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+    log(f"correctness: {len(jobs) - failures}/{len(jobs)} pass")
+    return 1 if failures or not ok else 0
+
+
+def visible_pairs(sq: int, sk: int, causal: bool) -> int:
+    if not causal:
+        return sq * sk
+    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
+
+
+def bench_case(b, h, s, d, causal):
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from triton.testing import do_bench
+
+    import cuda_impl
+    import triton_impl
+    from compare import formats
+    from cuda_impl import _lib
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g) for _ in range(3))
+    qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
+    q16, k16, v16 = (x.to(torch.bfloat16) for x in (q, k, v))
+    flops = 4 * b * h * d * visible_pairs(s, s, causal)
+    out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device="cuda")
+
+    def direct(flags):
+        return lambda: _lib.launch_forward_fp8("hopper-fp8", qq.data, kq.data, vq.data, qq.scale, kq.scale,
+                                               vq.scale, out, lse, causal=causal, scale=d**-0.5, extra_flags=flags)
+
+    def cudnn():
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            return F.scaled_dot_product_attention(q16, k16, v16, is_causal=causal)
+
+    candidates = [
+        ("hopper-fp8", lambda: cuda_impl.attention(qq, kq, vq, causal=causal, variant="hopper-fp8")),
+        *[(name, direct(flags)) for name, flags in ALT_BUILDS.items()],
+        ("triton:fp8", lambda: triton_impl.attention(qq, kq, vq, causal=causal, variant="fp8")),
+        ("cudnn-bf16", cudnn),
+    ]
+    case = f"b{b} h{h} s{s} d{d} {'causal' if causal else 'full'}"
+    rates = {}
+    for name, fn in candidates:
+        try:
+            fn()
+            ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
+            rates[name] = flops / ms / 1e9
+            log(f"{case:26} {name:11} {ms:8.3f} ms {rates[name]:7.1f} TFLOP/s")
+        except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
+            log(f"{case:26} {name:11} failed: {type(exc).__name__}: {str(exc)[:160]}")
+    # what was timed is right: hopper-fp8 against triton:fp8 on the same quantized inputs
+    ours = cuda_impl.attention(qq, kq, vq, causal=causal, variant="hopper-fp8").float()
+    theirs = triton_impl.attention(qq, kq, vq, causal=causal, variant="fp8").float()
+    return case, rates, (ours - theirs).abs().max().item()
+
+
+def stage_timing() -> int:
+    rows = [bench_case(*c) for c in BENCH_CASES]
+    names = ["hopper-fp8", *ALT_BUILDS, "triton:fp8", "cudnn-bf16"]
+    print("\nTFLOP/s\n" + f"{'case':26} " + " ".join(f"{n:>10}" for n in names) + "  vs triton  vs cudnn  max|ours-triton|")
+    for case, rates, diff in rows:
+        cells = " ".join(f"{rates.get(n, float('nan')):10.0f}" for n in names)
+        best = rates.get("hopper-fp8", 0)
+        vs_t = best / rates["triton:fp8"] if "triton:fp8" in rates else float("nan")
+        vs_c = best / rates["cudnn-bf16"] if "cudnn-bf16" in rates else float("nan")
+        print(f"{case:26} {cells}  {vs_t:9.2f}  {vs_c:7.2f}  {diff:.2e}")
+    return 0
+
+
+def stage_sanitize() -> int:
+    from compare import oracle
+
+    failures = 0
+    for params in [(1, 4, 2, 200, 333, 64, True, "normal", None), (1, 4, 2, 300, 170, 128, True, "normal", None)]:
+        verdict = oracle.check(runner(), make_case(*params), device="cuda")
+        failures += not verdict.passed
+        log(f"{'PASS' if verdict.passed else 'FAIL'} sanitize {params}: {verdict.summary()}")
+    return 1 if failures else 0
+
+
+def profile_once() -> int:
+    """Two launches at b1 h16 16k d128 non-causal for ncu (--launch-skip 1 --launch-count 1)."""
+    import torch
+
+    import cuda_impl
+    from compare import formats
+
+    q, k, v = (torch.randn(1, 16, 16384, 128, device="cuda") for _ in range(3))
+    qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
+    for _ in range(2):
+        cuda_impl.attention(qq, kq, vq, variant="hopper-fp8")
+    torch.cuda.synchronize()
+    return 0
+
+
+def run_stage(stage: str) -> int:
+    try:
+        return subprocess.run([sys.executable, __file__, "--stage", stage], check=False,
+                              timeout=STAGE_TIMEOUT_S[stage]).returncode
+    except subprocess.TimeoutExpired:
+        log(f"{stage}: TIMEOUT after {STAGE_TIMEOUT_S[stage]} s (kernel hang? check the barrier protocol)")
+        return 124
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sanitize", action="store_true", help="two small launches, for compute-sanitizer")
+    parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
+    parser.add_argument("--profile-once", action="store_true", help="two launches at 16k d128, for ncu")
+    parser.add_argument("--build-only", action="store_true", help="(dev machine) build the default and ALT_BUILDS libraries")
+    args = parser.parse_args()
+    if args.build_only:
+        from cuda_impl import _lib, build
+
+        for flags in ((), *ALT_BUILDS.values()):
+            log(f"built {build.build_library(_lib.library_spec(flags))}")
+        return 0
+    if args.sanitize:
+        return stage_sanitize()
+    if args.profile_once:
+        return profile_once()
+    if args.stage:
+        return {"correctness": stage_correctness, "timing": stage_timing}[args.stage]()
+
+    import cuda_impl
+
+    if reason := cuda_impl.unavailable_reason("hopper-fp8"):
+        log(f"cuda:hopper-fp8 unavailable: {reason}")
+        return 1
+    start = time.time()
+    rc = run_stage("correctness")
+    log(f"correctness stage rc={rc} ({time.time() - start:.1f} s)")
+    if rc != 0:
+        log("timing skipped: correctness failed")
+        return rc
+    rc = run_stage("timing")
+    log(f"timing stage rc={rc}; total {time.time() - start:.1f} s")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""cuda_impl variant "hopper-fp8" (sm_90a, e4m3 QGMMA on the hopper skeleton).
+
+CPU part: the kernels build without spills or serialised wgmmas, the sm_90a cubin holds QGMMA for
+both products (P @ V with A from registers), TMA, the P permutation (e4m3 packs, shuffles) and no
+HGMMA; the sm_80 pass compiles the body out; the registry entry and the input checks refuse bad
+input before launch with errors naming the constraint. GPU part (skipped without one): the
+project oracle (compare.oracle.check) on the cases the pipeline can get wrong.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+import torch
+
+import cuda_impl
+from compare import backends, formats, oracle
+from cuda_impl import _lib, build, sass, validate
+
+SPEC = cuda_impl.VARIANTS["hopper-fp8"]
+
+
+@pytest.fixture(scope="module")
+def fa_library():
+    problem = build.missing_toolchain()
+    if problem and build.cached_library(_lib.library_spec()) is None:
+        pytest.skip(problem)
+    return build.build_library(_lib.library_spec())
+
+
+@pytest.fixture(scope="module")
+def fp8_sass(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    return {key: ins for key, ins in sass.dump_sass(fa_library).items() if "fwd_hopper_fp8_kernel" in key[1]}
+
+
+def kernel(functions: dict, arch: str, head_dim: int) -> list[str]:
+    (found,) = [ins for (a, fn), ins in functions.items() if a == arch and f"kernelILi{head_dim}E" in fn]
+    return found
+
+
+# --- build and machine code (CPU) ----------------------------------------------------------
+
+
+def test_builds_without_spills_or_serialised_wgmma(fa_library):
+    spec = _lib.library_spec()
+    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
+    assert {(r["kernel"], r["arch"]) for r in rows} >= {
+        (f"fwd_hopper_fp8_kernel<fp8,{d}>", "sm_90a") for d in SPEC["head_dims"]
+    }
+    for r in rows:
+        assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
+        if r["arch"] == "sm_90a":
+            assert r["registers"] * 384 <= 65536, r
+    log = (spec.build_dir / "fwd_hopper_fp8.o.log").read_text()
+    assert "C7508" not in log, "ptxas ignored setmaxnreg"
+    assert "C7513" not in log and "wgmma" not in log.lower(), f"ptxas serialised the wgmmas:\n{log}"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm90a_machine_code(fp8_sass, head_dim):
+    instructions = kernel(fp8_sass, "sm_90", head_dim)
+    ops = sass.opcode_counts(instructions)
+    qgmma = [i for i in instructions if i.startswith("QGMMA")]
+    qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
+    pv = [i for i in qgmma if i not in qk]
+    # Q K^T: head_dim / 32 k-steps of m64n128k32 per issue; P V: 128 / 32 k-steps, A from registers.
+    assert qk and all("64x128x32.F32.E4M3.E4M3" in i for i in qk)
+    assert len(qk) % (head_dim // 32) == 0
+    assert pv and all(f"64x{head_dim}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
+    assert len(pv) % 4 == 0
+    # The overlap: S(t+1) is waited for while P(t) V(t) may still run.
+    assert ops["WARPGROUP.DEPBAR.LE"] > 0 and any("gsb0, 0x1" in i for i in instructions)
+    assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
+    assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
+    assert ops["SHFL.IDX"] >= 16, "the P permutation's shuffles are missing"
+    assert ops["USETMAXREG.DEALLOC.CTAPOOL"] == 1 and ops["USETMAXREG.TRY_ALLOC.CTAPOOL"] == 1
+    assert not any(op.startswith(("HGMMA", "HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
+
+
+def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
+    ops = sass.opcode_counts(kernel(fp8_sass, "sm_80", 128))
+    assert not any(op.startswith(("QGMMA", "UTMALDG", "SYNCS")) for op in ops)
+
+
+def test_c_entry_reports_errors_before_touching_a_device(fa_library):
+    lib = _lib.load()
+    fn = lib.cuda_fa_fwd_hopper_fp8
+    fn.restype = ctypes.c_int
+    err = ctypes.create_string_buffer(256)
+    base = dict(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, scale=1.0)
+    cases = [
+        (_lib.FwdParams(head_dim=128, dtype=0, **base), b"dtype"),  # bf16 code
+        (_lib.FwdParams(head_dim=96, dtype=_lib.E4M3_CODE, **base), b"descale"),
+    ]
+    for params, word in cases:
+        fp = _lib.Fp8FwdParams(base=params)
+        assert fn(ctypes.byref(fp), None, err, 256) != 0
+        assert word in err.value, err.value
+    lib.cuda_fa_fp8_params_size.restype = ctypes.c_int
+    assert lib.cuda_fa_fp8_params_size() == ctypes.sizeof(_lib.Fp8FwdParams)
+
+
+# --- registry and validation (CPU) -----------------------------------------------------------
+
+
+def test_registry_entry():
+    assert SPEC["formats"] == ("fp8",) and set(SPEC["head_dims"]) >= {64, 128}
+    assert SPEC["min_cc"] == SPEC["max_cc"] == (9, 0)
+    assert cuda_impl.DEFAULT_VARIANT["fp8"] == "hopper-fp8"
+    backend = backends.get("cuda:hopper-fp8")
+    assert backend.ceiling_for("fp8") == "wgmma.e4m3"
+    assert backend.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 128, fmt="fp8")) is None
+    assert "format" in backend.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 128, fmt="bf16"))
+    if not torch.cuda.is_available():
+        assert "GPU" in cuda_impl.unavailable_reason("hopper-fp8")
+
+
+def quantized(d=64, sq=40, sk=40, hq=2, hkv=2, fmt="fp8"):
+    q = torch.randn(1, hq, sq, d)
+    k, v = torch.randn(1, hkv, sk, d), torch.randn(1, hkv, sk, d)
+    return formats.quantize_attention_inputs(q, k, v, fmt)
+
+
+def _replace(t, **kw):
+    fields = dict(fmt=t.fmt, data=t.data, scale=t.scale, tensor_scale=t.tensor_scale, shape=t.shape,
+                  transposed=t.transposed, block=t.block)
+    return formats.QuantTensor(**{**fields, **kw})
+
+
+@pytest.mark.parametrize(
+    "make, error, match",
+    [
+        (lambda: quantized(d=96), ValueError, "head_dim"),
+        (lambda: quantized(d=256), ValueError, "head_dim"),
+        (lambda: quantized(hq=3, hkv=2), ValueError, "heads"),
+        # V not transposed: P @ V would need an MN-major fp8 operand, which wgmma cannot read
+        (lambda: (*quantized()[:2], formats.quantize(torch.randn(1, 2, 40, 64), "fp8")), ValueError, "layout"),
+        (lambda: (quantized()[0], torch.randn(1, 2, 40, 64), quantized()[2]), TypeError, "QuantTensor"),
+        (lambda: (*quantized()[:2], _replace(quantized()[2], scale=torch.ones(1, 2, dtype=torch.float64))),
+         ValueError, "descale"),
+        (lambda: quantized(), ValueError, "device"),  # CPU tensors
+    ],
+)
+def test_bad_input_is_refused_before_launch(make, error, match):
+    q, k, v = make()
+    with pytest.raises(error, match=match):
+        cuda_impl.attention(q, k, v, variant="hopper-fp8")
+
+
+def test_format_and_variant_mismatches_name_the_format():
+    q, k, v = quantized()
+    with pytest.raises(TypeError, match="format: variant v5"):
+        cuda_impl.attention(q, k, v, variant="v5")
+    with pytest.raises(TypeError, match="format: cuda_impl has no variant for mxfp8"):
+        cuda_impl.attention(*quantized(fmt="mxfp8"))
+    plain = tuple(torch.randn(1, 2, 16, 64, dtype=torch.bfloat16) for _ in range(3))
+    with pytest.raises(TypeError, match="supports \\('fp8',\\)"):
+        cuda_impl.attention(*plain, variant="hopper-fp8")
+
+
+@pytest.mark.parametrize(
+    "capability, refused", [((8, 0), True), ((8, 9), True), ((9, 0), False), ((10, 0), True), ((12, 0), True)]
+)
+def test_arch_range(capability, refused):
+    problem = validate.arch_problem("hopper-fp8", SPEC, capability)
+    assert (problem is not None) == refused
+    if refused:
+        assert problem.startswith("arch:") and "sm_90" in problem
+
+
+# --- GPU: the project oracle ----------------------------------------------------------------
+
+GPU_CASES = [
+    # b, hq, hkv, sq, sk, d, causal, dist: chosen for the pipeline and the V^T re-pad
+    (1, 2, 2, 128, 256, 128, False, "normal"),  # the S(t+1) / P(t) V(t) overlap once
+    (2, 4, 4, 200, 333, 64, True, "normal"),  # tails; Sk % 16 != 0 re-pads V^T
+    (1, 4, 4, 300, 97, 128, True, "shifted"),  # Sq > Sk: CTAs with no visible key
+    (1, 4, 2, 1000, 1500, 128, True, "large"),  # GQA, many ring rounds (odd and even tile counts)
+    (2, 8, 1, 64, 1100, 64, False, "normal"),  # MQA
+    (3, 2, 2, 65, 1, 128, False, "normal"),  # one key
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("shape", GPU_CASES, ids=lambda s: "x".join(map(str, s[:6])) + ("c" if s[6] else "") + s[7])
+def test_matches_oracle(shape):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper-fp8"):
+        pytest.skip(reason)
+    b, hq, hkv, sq, sk, d, causal, dist = shape
+    case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt="fp8", dist=dist, seed=sq + sk)
+    verdict = oracle.check(backends.get("cuda:hopper-fp8"), case, device="cuda")
+    assert verdict.passed, verdict.summary()
