@@ -67,6 +67,9 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     log = (spec.build_dir / "fwd_hopper.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
     assert "wgmma" not in log.lower(), f"ptxas warned about wgmma:\n{log}"
+    # C7519 (warpgroup.arrive injected) / C7520 (wgmmas serialised): a branch or a register
+    # touched between a wgmma and its wait would silently undo the overlap.
+    assert "C751" not in log and "C752" not in log, f"ptxas changed the wgmma pipeline:\n{log}"
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
@@ -74,14 +77,23 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
 def test_sm90a_machine_code(hopper_sass, fmt, head_dim):
     ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim))
     suffix = HGMMA_SUFFIX[fmt]
-    # Per tile: S = Q K^T takes head_dim / 16 k-steps of m64n128k16; O += P V takes 128 / 16.
-    assert ops[f"HGMMA.64x128x16.F32{suffix}"] == (head_dim // 16 + (8 if head_dim == 128 else 0))
+    # S = Q K^T (head_dim / 16 k-steps of m64n128k16) is issued twice in the code: for tile 0
+    # and in the loop; O += P V (128 / 16 k-steps) also twice: in the loop and for the last tile.
+    assert ops[f"HGMMA.64x128x16.F32{suffix}"] == 2 * (head_dim // 16 + (8 if head_dim == 128 else 0))
     if head_dim == 64:
-        assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 8
+        assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 16
     instructions = kernel(hopper_sass, "sm_90", fmt, head_dim)
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
-    assert len(transposed_b) == 8, "P @ V: A from registers, V via the MN-major descriptor"
+    assert len(transposed_b) == 16, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
+    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
+    # for S(t) alone (DEPBAR.LE 1) while P(t-1) V(t-1) runs under the softmax.
+    assert ops["WARPGROUP.ARRIVE"] == 3
+    waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
+    assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 4, waits
+    # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.
+    named = [i for i in instructions if i.lstrip("@!P0123456789 ").startswith("BAR.") and "0x100" in i]
+    assert sum(".ARV" in i for i in named) >= 2 and sum(".SYNC" in i for i in named) >= 2, named
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("SYNCS.PHASECHK") for op in ops), "no mbarrier waits"
     assert any(op.startswith("SYNCS.ARRIVE") for op in ops), "no mbarrier arrivals"

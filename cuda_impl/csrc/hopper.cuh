@@ -73,6 +73,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// --- named barriers (ids 1..15; 0 is __syncthreads) ------------------------------------------
+// `threads` counts every participant of one phase, arrivers and waiters together (a multiple of
+// 32). bar.arrive does not wait, so one warpgroup can hand a turn to another without stalling.
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // --- register budget per warpgroup ----------------------------------------------------------
 
 template <int REGS>
@@ -118,6 +130,11 @@ template <int N>
 __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+template <int M, int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; i++) fence_regs(r[i]);
 }
 
 #define FA_ACC8(d, i)                                                                        \
