@@ -20,6 +20,9 @@ The default run has three stages, each in a child process with a timeout, so tha
 3. gap: the default build through this script's direct launch and through the driver's path
    (compare.bench.time_call on the registry backend, oracle inputs, the custom op), interleaved
    in one process, with the SM clock, power and throttle reasons after each.
+--driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
+(compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
+cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
 --sanitize runs two tiny launches (d64 and d128; causal, Sq != Sk, GQA, tails) and checks them.
 """
 
@@ -37,7 +40,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60}
+STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
 # Builds timed beside the default one when built and carried (`--build-only` builds them all):
 # one feature switched off (or the 3-stage K/V ring at d128, 224 KB of shared memory) each.
 ALT_FLAGS = {
@@ -45,6 +48,8 @@ ALT_FLAGS = {
     "no-pingpong": ("-DFA_HOPPER_PINGPONG=0",),
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
+    "no-skip": ("-DFA_HOPPER_SKIP_RESCALE=0",),
+    "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -289,6 +294,22 @@ def stage_gap() -> int:
     return 0
 
 
+def stage_driver() -> int:
+    from compare import backends, bench, sweeps
+
+    registry = backends.registry()
+    hopper, cudnn = registry["cuda:hopper"], registry["sdpa:cudnn"]
+    cases = [c for c in sweeps.load("quick").cases if c.fmt == "bf16" and not hopper.unsupported_reason(c)]
+    print(f"\n{'case (driver path, TFLOP/s)':50} {'cudnn':>7} {'hopper':>7} {'cudnn':>7}  ratio  oracle  clock")
+    for case in cases:
+        rows = [bench.measure(b, case, "cuda", {}) for b in (cudnn, hopper, cudnn)]
+        rates = [r.get("tflops") or float("nan") for r in rows]
+        ratio = rates[1] / ((rates[0] + rates[2]) / 2)
+        print(f"{case.shape_str():50} {rates[0]:7.1f} {rates[1]:7.1f} {rates[2]:7.1f}  {ratio:5.3f}  "
+              f"{rows[1]['oracle']:6}  {gpu_state()}", flush=True)
+    return 0
+
+
 def stage_sanitize() -> int:
     ref = reference_module()
     failures = 0
@@ -316,22 +337,28 @@ def main() -> int:
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--build-only", action="store_true", help="(dev machine) build the default and every ALT_FLAGS library"
+        "--build-only", action="store_true",
+        help="(dev machine) build the default and the ALT_FLAGS libraries named (default: all)",
     )
     parser.add_argument("--no-gap", action="store_true", help="skip the script-vs-driver timing stage")
+    parser.add_argument("--driver", action="store_true", help="the quick sweep's bf16 shapes, driver path")
     args = parser.parse_args()
     if args.build_only:
         from cuda_impl import _lib, build
 
-        for name, flags in BUILDS.items():
-            log(f"built {name}: {build.build_library(_lib.library_spec(flags))}")
+        for name in ["hopper", *(args.builds or ALT_FLAGS)]:
+            log(f"built {name}: {build.build_library(_lib.library_spec(BUILDS[name]))}")
         return 0
     if args.sanitize:
         return stage_sanitize()
+    if args.driver:
+        return run_stage("driver")
     if args.stage:
         if args.stage == "correctness":
             return stage_correctness(*args.builds)
-        return stage_timing(args.builds) if args.stage == "timing" else stage_gap()
+        if args.stage == "timing":
+            return stage_timing(args.builds)
+        return stage_gap() if args.stage == "gap" else stage_driver()
 
     import cuda_impl
     from cuda_impl import _lib, build

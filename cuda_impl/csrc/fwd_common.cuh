@@ -111,17 +111,20 @@ __device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
   return tile_work<BLOCK_Q, BLOCK_KV>(p, blockIdx.z, blockIdx.y, q_tile);
 }
 
-// Work item `item` (0 .. batch * heads_q * q_tiles - 1) of a grid that walks the items in order
-// (a persistent CTA takes item, item + gridDim.x, ...). Heads are taken in groups whose K/V fit
-// in about half of L2 (24 MB); inside a group the head varies fastest and the query tile slowest,
-// so the CTAs running at once share K/V through L2, and under causal masking the heaviest tiles
-// (bottom rows: most keys) of the group go first, which keeps the last wave short.
+// Heads whose K/V fit in about half of L2 (24 MB): the default group of `work_item`.
+__device__ __forceinline__ int l2_head_group(const FwdParams& p) {
+  const int64_t head_kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2;
+  return int(max(int64_t(1), min(int64_t(p.batch) * p.heads_q, (int64_t(24) << 20) / head_kv_bytes)));
+}
+
+// Work item `item` (0 .. batch * heads_q * q_tiles - 1) of a grid that walks the items in order.
+// Heads are taken in groups of `group`; inside a group the head varies fastest and the query tile
+// slowest, so the CTAs running at once share K/V through L2, and under causal masking the
+// heaviest tiles (bottom rows: most keys) of the group go first, which keeps the last wave short.
 template <int BLOCK_Q, int BLOCK_KV>
-__device__ __forceinline__ CtaWork work_item(const FwdParams& p, int item) {
+__device__ __forceinline__ CtaWork work_item(const FwdParams& p, int item, int group) {
   const int q_tiles = (p.seqlen_q + BLOCK_Q - 1) / BLOCK_Q;
   const int heads = p.batch * p.heads_q;
-  const int64_t head_kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2;
-  const int group = int(max(int64_t(1), min(int64_t(heads), (int64_t(24) << 20) / head_kv_bytes)));
   const int group_start = item / (group * q_tiles) * group;
   const int in_group = item - group_start * q_tiles;
   const int group_size = min(group, heads - group_start);

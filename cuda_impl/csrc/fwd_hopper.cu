@@ -53,7 +53,8 @@
 // Ablation flags for scripts/dev_hopper_gpu.py (one library each): FA_HOPPER_OVERLAP=0 waits
 // for P V before the softmax (the GEMMs of one iteration still go out together);
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
-// launches one CTA per work item instead of one per SM.
+// launches one CTA per work item instead of one per SM; FA_HOPPER_SKIP_RESCALE=0 rescales O on
+// every tile. FA_HOPPER_CAUSAL_PERSISTENT=1 runs causal persistent too (see the host launch).
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -62,6 +63,12 @@
 #endif
 #ifndef FA_HOPPER_PERSISTENT
 #define FA_HOPPER_PERSISTENT 1
+#endif
+#ifndef FA_HOPPER_CAUSAL_PERSISTENT
+#define FA_HOPPER_CAUSAL_PERSISTENT 0
+#endif
+#ifndef FA_HOPPER_SKIP_RESCALE
+#define FA_HOPPER_SKIP_RESCALE 1
 #endif
 
 namespace fa {
@@ -180,7 +187,8 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    alpha[h] = fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    // Exactly 1 when the max did not move, so that rescale_and_pack can see it and skip.
+    alpha[h] = m == row_max[h] ? 1.f : fast_exp2(row_max[h] * scale_log2 - m_scaled);
     row_max[h] = m;
     float sum = 0.f;
 #pragma unroll
@@ -198,14 +206,18 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
 // Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
 // fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+// After the first tiles a row's max rarely moves; a warp where no row's did skips the O_REGS
+// multiplies (a warp-uniform branch, outside any wgmma window).
 template <typename T, typename C>
 __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+  if (!FA_HOPPER_SKIP_RESCALE || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-  for (int j = 0; j < C::O_REGS / 4; j++)
+    for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
+      for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
+  }
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
@@ -375,8 +387,16 @@ __global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  // Work items (q tile, head) are taken round-robin: item blockIdx.x, then + gridDim.x, ...
-  const int items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  // Work items (q tile, head) go out in rounds of gridDim.x, every other round walked backwards,
+  // so that a persistent CTA that got one of the heavier items of a round gets one of the lighter
+  // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
+  // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
+  const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const int head_group =
+      FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q : l2_head_group(p);
+  const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
+    return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+  };
   hopper::Progress done;
 
   if (threadIdx.x == 0) {
@@ -396,16 +416,17 @@ __global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0)
-      for (int item = blockIdx.x; item < items; item += gridDim.x)
-        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item), smem, bars, done,
-                                &map_q, &map_k, &map_v);
+      for (uint32_t round = 0; cta_item(round) < items; round++)
+        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
+                                smem, bars, done, &map_q, &map_k, &map_v);
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    for (int item = blockIdx.x; item < items; item += gridDim.x)
-      hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item), smem, bars, turns,
-                                 done);
+    for (uint32_t round = 0; cta_item(round) < items; round++)
+      hopper::consume_item<T, C>(
+          p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
+          done);
     turns.finish();
   }
 #endif
@@ -492,11 +513,15 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   if (items > INT32_MAX)
     return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / 128) must be < 2^31");
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's
-  // epilogue); FA_HOPPER_PERSISTENT=0 launches one CTA per item instead.
+  // epilogue). Causal items differ in length, and a static walk of them measured 10% slower
+  // than one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
+  // docs/perf-notes-hopper.md), so causal launches one CTA per item unless
+  // FA_HOPPER_CAUSAL_PERSISTENT=1 (the balanced static order, still being measured).
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int grid = FA_HOPPER_PERSISTENT ? int(std::min<int64_t>(items, sms)) : int(items);
+  const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
+  const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
   kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p, map_q, map_k, map_v);
   e = cudaGetLastError();
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
