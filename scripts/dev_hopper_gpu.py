@@ -48,7 +48,6 @@ ALT_FLAGS = {
     "no-pingpong": ("-DFA_HOPPER_PINGPONG=0",),
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
-    "no-skip": ("-DFA_HOPPER_SKIP_RESCALE=0",),
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}

@@ -53,8 +53,8 @@
 // Ablation flags for scripts/dev_hopper_gpu.py (one library each): FA_HOPPER_OVERLAP=0 waits
 // for P V before the softmax (the GEMMs of one iteration still go out together);
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
-// launches one CTA per work item instead of one per SM; FA_HOPPER_SKIP_RESCALE=0 rescales O on
-// every tile. FA_HOPPER_CAUSAL_PERSISTENT=1 runs causal persistent too (see the host launch).
+// launches one CTA per work item instead of one per SM;
+// FA_HOPPER_CAUSAL_PERSISTENT=1 runs causal persistent too (see the host launch).
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -66,9 +66,6 @@
 #endif
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
-#endif
-#ifndef FA_HOPPER_SKIP_RESCALE
-#define FA_HOPPER_SKIP_RESCALE 1
 #endif
 
 namespace fa {
@@ -187,7 +184,8 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    // Exactly 1 when the max did not move, so that rescale_and_pack can see it and skip.
+    // Exactly 1 when the max did not move (as in the build the oracle matrix checked; skipping
+    // the rescale then was measured, docs/perf-notes-hopper.md, and did not pay).
     alpha[h] = m == row_max[h] ? 1.f : fast_exp2(row_max[h] * scale_log2 - m_scaled);
     row_max[h] = m;
     float sum = 0.f;
@@ -206,18 +204,14 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
 // Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
 // fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
-// After the first tiles a row's max rarely moves; a warp where no row's did skips the O_REGS
-// multiplies (a warp-uniform branch, outside any wgmma window).
 template <typename T, typename C>
 __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
-  if (!FA_HOPPER_SKIP_RESCALE || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++)
+  for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
-      for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
-  }
+    for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
@@ -516,7 +510,7 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // epilogue). Causal items differ in length, and a static walk of them measured 10% slower
   // than one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
   // docs/perf-notes-hopper.md), so causal launches one CTA per item unless
-  // FA_HOPPER_CAUSAL_PERSISTENT=1 (the balanced static order, still being measured).
+  // FA_HOPPER_CAUSAL_PERSISTENT=1 (a balanced static order; measured no faster, see the notes).
   int device = 0, sms = 0;
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
