@@ -23,7 +23,7 @@ The default run has three stages, each in a child process with a timeout, so tha
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs two tiny launches (d64 and d128; causal, Sq != Sk, GQA, tails) and checks them.
+--sanitize runs three tiny launches (d64 and d128; causal and not, Sq != Sk, GQA, tails) and checks them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ ALT_FLAGS = {
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
+    "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -59,6 +60,8 @@ CORRECTNESS_SHAPES = [
     (1, 4, 4, 300, 97, 128, "bf16", True),  # Sq > Sk: CTAs with no visible key
     (1, 4, 2, 1000, 1500, 128, "bf16", True),  # GQA, several rounds of the ring
     (1, 4, 2, 1000, 1500, 64, "fp16", False),
+    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 176-key tiles: 9 of them, the last 92 keys
+    (2, 8, 1, 64, 1100, 128, "bf16", False),
     (2, 8, 1, 64, 1100, 128, "fp16", True),  # MQA
     (1, 2, 2, 1536, 640, 64, "bf16", True),  # causal Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1, 128, "bf16", True),
@@ -312,7 +315,11 @@ def stage_driver() -> int:
 def stage_sanitize() -> int:
     ref = reference_module()
     failures = 0
-    for shape in [(1, 4, 2, 200, 333, 64, "bf16", True), (1, 4, 2, 300, 170, 128, "fp16", True)]:
+    for shape in [
+        (1, 4, 2, 200, 333, 64, "bf16", True),
+        (1, 4, 2, 300, 170, 128, "fp16", True),
+        (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
+    ]:
         ok, detail = check_shape(ref, *shape)
         failures += not ok
         log(f"{'PASS' if ok else 'FAIL'} sanitize {shape}: {detail}")
@@ -332,7 +339,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="two tiny launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="three tiny launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(

@@ -55,6 +55,11 @@
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
 // launches one CTA per work item instead of one per SM;
 // FA_HOPPER_CAUSAL_PERSISTENT=1 runs causal persistent too (see the host launch).
+// Keys per KV tile of non-causal d128 (128 or 176, FlashAttention-3's choice: the per-tile
+// costs, O rescale included, spread over more keys). Causal and d64 always take 128.
+#ifndef FA_HOPPER_D128_BLOCK_KV
+#define FA_HOPPER_D128_BLOCK_KV 176
+#endif
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -70,16 +75,17 @@
 
 namespace fa {
 
-template <int DIM_>
+template <int DIM_, int BLOCK_KV_>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
   static constexpr int CONSUMERS = 2;                  // consumer warpgroups, 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
-  static constexpr int BLOCK_KV = 128;
-  // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB; d64 fits a third stage in less.
-  static constexpr int STAGES = DIM == 64 ? 3 : FA_HOPPER_D128_STAGES;
+  static constexpr int BLOCK_KV = BLOCK_KV_;
+  // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
+  // stage in less.
+  static constexpr int STAGES = DIM == 64 ? 3 : BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -95,7 +101,7 @@ struct HopperTiles {
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM.
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = 240;
-  static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x 128 fp32 accumulator per warpgroup
+  static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
 };
 
@@ -271,7 +277,7 @@ __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, 
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss_n128<T>(
+    sm90::wgmma_ss<T, C::BLOCK_KV>(
         S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
         sm90::desc_sw128(k_smem + (kk / 4) * C::KV_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
   }
@@ -371,13 +377,13 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 }  // namespace hopper
 #endif  // FA_SM90A
 
-template <typename T, int DIM>
-__global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM>;
+  using C = HopperTiles<DIM, BLOCK_KV>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -483,10 +489,9 @@ int check_device(char* err, int err_len) {
   return 0;
 }
 
-template <typename T, int DIM>
+template <typename T, int DIM, int BLOCK_KV>
 int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
-  using C = HopperTiles<DIM>;
-  if (int rc = check_device(err, err_len)) return rc;
+  using C = HopperTiles<DIM, BLOCK_KV>;
   CUtensorMap map_q, map_k, map_v;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM,
                           C::BLOCK_Q, p.dtype, err, err_len))
@@ -498,7 +503,7 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
                           C::BLOCK_KV, p.dtype, err, err_len))
     return rc;
   cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  const auto kernel = fwd_hopper_kernel<T, DIM>;
+  const auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
   if (e != cudaSuccess)
@@ -527,6 +532,11 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
-    return fa::hopper_host::launch<T, DIM>(*p, stream, err, err_len);
+    if (int rc = fa::hopper_host::check_device(err, err_len)) return rc;
+    if constexpr (DIM == 128) {
+      if (!p->causal)
+        return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
+    }
+    return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
   });
 }
