@@ -1,4 +1,4 @@
-"""One device call for cuda:hopper (sm_90a): correctness first, then timing; about 90 s.
+"""One device call for cuda:hopper (sm_90a): correctness first, then timing; 30-60 s.
 
 Run from the repository root on the H200 with the libraries built here and carried in
 cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev machine):
@@ -6,10 +6,11 @@ cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev mac
     PYTHONPATH=. python scripts/dev_hopper_gpu.py
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
 
-The default run has three stages, each in a child process with a timeout, so that a hung kernel
-(a barrier waiting for an arrival that never comes) is reported instead of eating the call:
+The default run has two stages (three with --gap), each in a child process with a timeout, so
+that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
+eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
-   and carried): ~12 shapes against float64, each under freshly NaN-poisoned outputs, one line
+   and carried): 14 shapes against float64, each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
@@ -17,7 +18,7 @@ The default run has three stages, each in a child process with a timeout, so tha
    (timed before and after them, so the ratio is taken at the same clocks), TFLOP/s with
    FLOPs = 4 B H D (visible pairs), the SM clock after each case, and each hopper output's max
    difference from cuDNN's;
-3. gap: the default build through this script's direct launch and through the driver's path
+3. --gap: the default build through this script's direct launch and through the driver's path
    (compare.bench.time_call on the registry backend, oracle inputs, the custom op), interleaved
    in one process, with the SM clock, power and throttle reasons after each.
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
@@ -41,7 +42,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
-# Builds timed beside the default one when built and carried (`--build-only` builds them all):
+# Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
+# `--build-only all` every one):
 # one feature switched off (or the 3-stage K/V ring at d128, 224 KB of shared memory) each.
 ALT_FLAGS = {
     "3-stage": ("-DFA_HOPPER_D128_STAGES=3",),
@@ -344,15 +346,15 @@ def main() -> int:
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
         "--build-only", action="store_true",
-        help="(dev machine) build the default and the ALT_FLAGS libraries named (default: all)",
+        help="(dev machine) build the default library and the ALT_FLAGS ones named ('all': every one)",
     )
-    parser.add_argument("--no-gap", action="store_true", help="skip the script-vs-driver timing stage")
+    parser.add_argument("--gap", action="store_true", help="also time the script's path against the driver's")
     parser.add_argument("--driver", action="store_true", help="the quick sweep's bf16 shapes, driver path")
     args = parser.parse_args()
     if args.build_only:
         from cuda_impl import _lib, build
 
-        for name in ["hopper", *(args.builds or ALT_FLAGS)]:
+        for name in ["hopper", *(ALT_FLAGS if args.builds == ["all"] else args.builds)]:
             log(f"built {name}: {build.build_library(_lib.library_spec(BUILDS[name]))}")
         return 0
     if args.sanitize:
@@ -387,7 +389,7 @@ def main() -> int:
         return 1
     rc = run_stage("timing", *passed)
     log(f"timing stage rc={rc} ({time.time() - start:.1f} s)")
-    if not args.no_gap:
+    if args.gap:
         rc = run_stage("gap") or rc
         log(f"gap stage rc={rc}; total {time.time() - start:.1f} s")
     return 1 if failed else rc
