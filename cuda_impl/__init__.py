@@ -45,7 +45,8 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
-    "1 producer + 2 consumer warpgroups",
+    "1 producer + 2 ping-pong consumer warpgroups, S(t+1) issued before softmax(t), persistent "
+    "CTAs (non-causal), 176-key tiles (non-causal d128)",
 }
 
 VARIANTS["hopper-fp8"] = {

@@ -1,4 +1,4 @@
-"""One device call for cuda:hopper (sm_90a): correctness first, then timing; under 60 s.
+"""One device call for cuda:hopper (sm_90a): correctness first, then timing; 30-60 s.
 
 Run from the repository root on the H200 with the libraries built here and carried in
 cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev machine):
@@ -6,16 +6,25 @@ cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev mac
     PYTHONPATH=. python scripts/dev_hopper_gpu.py
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
 
-The default run has two stages, each in a child process with a timeout, so that a hung kernel
-(a barrier waiting for an arrival that never comes) is reported instead of eating the call:
-1. correctness: ~12 shapes against float64, each under freshly NaN-poisoned outputs, one line
+The default run has two stages (three with --gap), each in a child process with a timeout, so
+that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
+eating the call:
+1. correctness, once per build (the default library and each ALT_FLAGS library that was built
+   and carried): 14 shapes against float64, each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
-2. timing (only when every shape passed): triton.testing.do_bench medians of cuda:hopper beside
-   torch SDPA cuDNN and cuda:v5 (and the 3-stage d128 build when carried), TFLOP/s with
-   FLOPs = 4 B H D (visible pairs), and each hopper output's max difference from cuDNN's.
---sanitize runs two tiny launches (d64 and d128; causal, Sq != Sk, GQA, tails) and checks them.
+2. timing of the builds that passed: triton.testing.do_bench medians beside torch SDPA cuDNN
+   (timed before and after them, so the ratio is taken at the same clocks), TFLOP/s with
+   FLOPs = 4 B H D (visible pairs), the SM clock after each case, and each hopper output's max
+   difference from cuDNN's;
+3. --gap: the default build through this script's direct launch and through the driver's path
+   (compare.bench.time_call on the registry backend, oracle inputs, the custom op), interleaved
+   in one process, with the SM clock, power and throttle reasons after each.
+--driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
+(compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
+cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
+--sanitize runs three tiny launches (d64 and d128; causal and not, Sq != Sk, GQA, tails) and checks them.
 """
 
 from __future__ import annotations
@@ -32,10 +41,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-STAGE_TIMEOUT_S = {"correctness": 35, "timing": 30}
-# Timed beside the default build when it was built and carried (`--build-only` builds it):
-# a 3-stage K/V ring at d128 (224 KB of shared memory instead of 160 KB).
-ALT_FLAGS = ("-DFA_HOPPER_D128_STAGES=3",)
+STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
+# Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
+# `--build-only all` every one):
+# one feature switched off (or the 3-stage K/V ring at d128, 224 KB of shared memory) each.
+ALT_FLAGS = {
+    "3-stage": ("-DFA_HOPPER_D128_STAGES=3",),
+    "no-pingpong": ("-DFA_HOPPER_PINGPONG=0",),
+    "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
+    "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
+    "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
+    "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
+}
+BUILDS = {"hopper": (), **ALT_FLAGS}
 
 # b, hq, hkv, sq, sk, d, dtype, causal
 CORRECTNESS_SHAPES = [
@@ -44,6 +62,8 @@ CORRECTNESS_SHAPES = [
     (1, 4, 4, 300, 97, 128, "bf16", True),  # Sq > Sk: CTAs with no visible key
     (1, 4, 2, 1000, 1500, 128, "bf16", True),  # GQA, several rounds of the ring
     (1, 4, 2, 1000, 1500, 64, "fp16", False),
+    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 176-key tiles: 9 of them, the last 92 keys
+    (2, 8, 1, 64, 1100, 128, "bf16", False),
     (2, 8, 1, 64, 1100, 128, "fp16", True),  # MQA
     (1, 2, 2, 1536, 640, 64, "bf16", True),  # causal Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1, 128, "bf16", True),
@@ -57,6 +77,11 @@ BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, True),
     (4, 16, 4096, 128, False),
     (4, 16, 4096, 128, True),
+    (16, 16, 1024, 128, False),
+    (16, 16, 1024, 128, True),
+    (1, 16, 16384, 64, False),
+    (1, 16, 16384, 64, True),
+    (4, 16, 4096, 64, False),
 ]
 
 
@@ -77,7 +102,21 @@ def dtype_of(name: str):
     return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
 
 
-def check_shape(ref, b, hq, hkv, sq, sk, d, fmt, causal) -> tuple[bool, str]:
+def gpu_state() -> str:
+    """SM clock (MHz), power (W), temperature and active throttle reasons, from nvidia-smi."""
+    for reasons in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        query = f"clocks.sm,power.draw,temperature.gpu,{reasons}"
+        try:
+            out = subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+            clock, power, temp, active = (x.strip() for x in out.splitlines()[0].split(","))
+            return f"{clock} MHz {float(power):.0f} W {temp} C reasons {active}"
+        except Exception:  # noqa: BLE001 - older field name next; a missing nvidia-smi must not stop timing
+            continue
+    return "(nvidia-smi gave no clock)"
+
+
+def check_shape(ref, b, hq, hkv, sq, sk, d, fmt, causal, flags=()) -> tuple[bool, str]:
     """Poisoned launch of cuda:hopper, compared with float64 by the FlashAttention rule."""
     import torch
 
@@ -87,7 +126,7 @@ def check_shape(ref, b, hq, hkv, sq, sk, d, fmt, causal) -> tuple[bool, str]:
     q, k, v = ref.make_inputs(b, hq, hkv, sq, sk, d, dtype_of(fmt), seed=sq * 7 + sk)
     scale = 1.0 / math.sqrt(d)
     validate.check_inputs(q, k, v, variant="hopper", spec=cuda_impl.VARIANTS["hopper"], scale=scale)
-    out, lse = ref.run_poisoned("hopper", q, k, v, causal, scale)
+    out, lse = ref.run_poisoned("hopper", q, k, v, causal, scale, flags)
     ref_out, ref_lse = ref.attention_reference(q, k, v, causal, scale)
     lp_out, _ = ref.attention_reference(q, k, v, causal, scale, low_precision=True)
     nan_out, nan_lse = out.isnan().sum().item(), lse.isnan().sum().item()
@@ -115,10 +154,11 @@ def check_shape(ref, b, hq, hkv, sq, sk, d, fmt, causal) -> tuple[bool, str]:
     return ok, detail
 
 
-def stage_correctness() -> int:
+def stage_correctness(build_name: str) -> int:
     import torch
 
     ref = reference_module()
+    flags = BUILDS[build_name]
     failures, poisoned = 0, False
     for shape in CORRECTNESS_SHAPES:
         name = "b{} hq{} hkv{} sq{} sk{} d{} {} {}".format(*shape[:7], "causal" if shape[7] else "full")
@@ -127,7 +167,7 @@ def stage_correctness() -> int:
             failures += 1
             continue
         try:
-            ok, detail = check_shape(ref, *shape)
+            ok, detail = check_shape(ref, *shape, flags=flags)
         except Exception as exc:  # noqa: BLE001 - report every shape, keep going
             ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
             traceback.print_exc(limit=2)
@@ -136,8 +176,8 @@ def stage_correctness() -> int:
             except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
                 poisoned = True
         failures += not ok
-        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
-    log(f"correctness: {len(CORRECTNESS_SHAPES) - failures}/{len(CORRECTNESS_SHAPES)} shapes pass")
+        log(f"{'PASS' if ok else 'FAIL'} {build_name} {name}: {detail}")
+    log(f"correctness {build_name}: {len(CORRECTNESS_SHAPES) - failures}/{len(CORRECTNESS_SHAPES)} shapes pass")
     return 1 if failures else 0
 
 
@@ -147,14 +187,14 @@ def visible_pairs(sq: int, sk: int, causal: bool) -> int:
     return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
 
 
-def bench_case(b: int, h: int, s: int, d: int, causal: bool) -> tuple[str, dict, int, float]:
-    """Median ms of cuda:hopper, SDPA cuDNN and cuda:v5 on one bf16 shape, and max|hopper - cudnn|."""
+def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
+    """Median ms of each hopper build and of SDPA cuDNN (before and after them) on one bf16 shape."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from triton.testing import do_bench
 
-    from cuda_impl import _lib, build
+    from cuda_impl import _lib
 
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     out = torch.empty_like(q)
@@ -163,64 +203,136 @@ def bench_case(b: int, h: int, s: int, d: int, causal: bool) -> tuple[str, dict,
     flops = 4 * b * h * d * visible_pairs(s, s, causal)
     case = f"b{b} h{h} s{s} d{d} {'causal' if causal else 'full'}"
 
-    def cuda_variant(name, extra_flags=()):
+    def build(name):
         return lambda: _lib.launch_forward(
-            name, q, k, v, out, lse, causal=causal, scale=scale, extra_flags=extra_flags
+            "hopper", q, k, v, out, lse, causal=causal, scale=scale, extra_flags=BUILDS[name]
         )
 
     def cudnn():
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    candidates = [("hopper", cuda_variant("hopper")), ("sdpa:cudnn", cudnn), ("v5", cuda_variant("v5"))]
-    if build.cached_library(_lib.library_spec(ALT_FLAGS)) is not None:
-        candidates.append(("hopper-3st", cuda_variant("hopper", ALT_FLAGS)))
+    candidates = [("cudnn", cudnn), *((n, build(n)) for n in builds), ("cudnn-after", cudnn)]
     results = {}
     for name, fn in candidates:
         try:
             ms = do_bench(fn, warmup=10, rep=60, return_mode="median")
             results[name] = ms
-            log(f"{case:28} {name:11} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s")
+            log(f"{case:28} {name:12} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s")
         except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
-            log(f"{case:28} {name:11} failed: {type(exc).__name__}: {str(exc)[:120]}")
+            log(f"{case:28} {name:12} failed: {type(exc).__name__}: {str(exc)[:120]}")
+    state = gpu_state()
+    log(f"{case:28} after: {state}")
     diffs = {}  # same inputs as cuDNN: a cheap sanity check of what was timed
-    if "sdpa:cudnn" in results:
+    if "cudnn" in results:
         expected = cudnn().float()
-        for name, fn in candidates:
-            if name.startswith("hopper") and name in results:
-                fn()
+        for name in builds:
+            if name in results:
+                build(name)()
                 diffs[name] = (out.float() - expected).abs().max().item()
-    return case, results, flops, diffs
+    return case, results, flops, diffs, state.split(" W")[0]
 
 
-def stage_timing() -> int:
-    rows = [bench_case(*shape) for shape in BENCH_CASES]
-    names = ("hopper", "hopper-3st", "sdpa:cudnn", "v5")
-    print(f"\nTFLOP/s\n{'case':28} {'hopper':>7} {'3-stage':>7} {'cudnn':>7} {'v5':>7}  hopper/cudnn  max|hopper-cudnn|")
-    for case, results, flops, diffs in rows:
+def stage_timing(builds: list[str]) -> int:
+    rows = [bench_case(builds, *shape) for shape in BENCH_CASES]
+    names = ["cudnn", *builds, "cudnn-after"]
+    print("\nTFLOP/s (bf16; ratio = default build / mean of the two cuDNN timings)")
+    print(f"{'case':28} " + " ".join(f"{n[:11]:>11}" for n in names) + "  ratio  clock/power  max|hopper-cudnn|")
+    for case, results, flops, diffs, state in rows:
         rate = {n: flops / ms / 1e9 for n, ms in results.items()}
-        ratio = rate.get("hopper", 0) / rate["sdpa:cudnn"] if "sdpa:cudnn" in rate else float("nan")
-        cells = " ".join(f"{rate.get(n, float('nan')):7.0f}" for n in names)
+        cudnn = [rate[n] for n in ("cudnn", "cudnn-after") if n in rate]
+        ratio = rate.get("hopper", 0) / (sum(cudnn) / len(cudnn)) if cudnn else float("nan")
+        cells = " ".join(f"{rate.get(n, float('nan')):11.0f}" for n in names)
         checks = " ".join(f"{n} {d:.1e}" for n, d in diffs.items())
-        print(f"{case:28} {cells}  {ratio:11.2f}  {checks}")
+        print(f"{case:28} {cells}  {ratio:5.3f}  {state}  {checks}")
+    return 0
+
+
+def stage_gap() -> int:
+    """Same kernel, the script's path against the driver's, interleaved; clocks after each."""
+    import torch
+    from triton.testing import do_bench
+
+    import cuda_impl
+    from compare import backends, bench, oracle
+    from cuda_impl import _lib
+
+    backend = backends.registry()["cuda:hopper"]
+    for b, h, s in ((1, 16, 16384), (4, 16, 4096)):
+        case = oracle.Case(b, h, h, s, s, 128, causal=False, fmt="bf16", seed=1)
+        flops = bench.flops(case)
+        inputs = oracle.make_inputs(case, "cuda")
+        q, k, v = inputs.q, inputs.k, inputs.v
+        qd, kd, vd = (torch.randn(b, h, s, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        out, lse = torch.empty_like(q), torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+
+        def direct(q, k, v):
+            return lambda: _lib.launch_forward("hopper", q, k, v, out, lse, causal=False, scale=case.softmax_scale)
+
+        paths = {
+            "script: direct, randn bf16": lambda: do_bench(direct(qd, kd, vd), warmup=10, rep=60, return_mode="median"),
+            "direct, oracle inputs": lambda: do_bench(direct(q, k, v), warmup=10, rep=60, return_mode="median"),
+            "custom op, oracle inputs": lambda: do_bench(
+                lambda: cuda_impl.attention(q, k, v, variant="hopper"), warmup=10, rep=60, return_mode="median"),
+            "driver: bench.time_call": lambda: bench.time_call(
+                lambda: backend(q, k, v, causal=False, scale=case.scale), "cuda")[1],
+        }
+        for rnd in range(2):
+            for name, timed in paths.items():
+                ms = timed()
+                log(f"gap b{b} s{s} round {rnd} {name:28} {ms:7.3f} ms {flops / ms / 1e12 * 1e3:6.1f} "
+                    f"TFLOP/s; after: {gpu_state()}")
+        # Heat: the kernel back to back for 3 s, then the script's path at once and after 5 s idle.
+        fn = direct(qd, kd, vd)
+        end = time.time() + 3
+        while time.time() < end:
+            for _ in range(20):
+                fn()
+            torch.cuda.synchronize()
+        log(f"gap b{b} s{s} after 3 s of load: {gpu_state()}")
+        ms = do_bench(fn, warmup=10, rep=60, return_mode="median")
+        log(f"gap b{b} s{s} script path right after the load: {flops / ms / 1e9:6.1f} TFLOP/s; {gpu_state()}")
+        time.sleep(5)
+        ms = do_bench(fn, warmup=10, rep=60, return_mode="median")
+        log(f"gap b{b} s{s} script path after 5 s idle:       {flops / ms / 1e9:6.1f} TFLOP/s; {gpu_state()}")
+    return 0
+
+
+def stage_driver() -> int:
+    from compare import backends, bench, sweeps
+
+    registry = backends.registry()
+    hopper, cudnn = registry["cuda:hopper"], registry["sdpa:cudnn"]
+    cases = [c for c in sweeps.load("quick").cases if c.fmt == "bf16" and not hopper.unsupported_reason(c)]
+    print(f"\n{'case (driver path, TFLOP/s)':50} {'cudnn':>7} {'hopper':>7} {'cudnn':>7}  ratio  oracle  clock")
+    for case in cases:
+        rows = [bench.measure(b, case, "cuda", {}) for b in (cudnn, hopper, cudnn)]
+        rates = [r.get("tflops") or float("nan") for r in rows]
+        ratio = rates[1] / ((rates[0] + rates[2]) / 2)
+        print(f"{case.shape_str():50} {rates[0]:7.1f} {rates[1]:7.1f} {rates[2]:7.1f}  {ratio:5.3f}  "
+              f"{rows[1]['oracle']:6}  {gpu_state()}", flush=True)
     return 0
 
 
 def stage_sanitize() -> int:
     ref = reference_module()
     failures = 0
-    for shape in [(1, 4, 2, 200, 333, 64, "bf16", True), (1, 4, 2, 300, 170, 128, "fp16", True)]:
+    for shape in [
+        (1, 4, 2, 200, 333, 64, "bf16", True),
+        (1, 4, 2, 300, 170, 128, "fp16", True),
+        (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
+    ]:
         ok, detail = check_shape(ref, *shape)
         failures += not ok
         log(f"{'PASS' if ok else 'FAIL'} sanitize {shape}: {detail}")
     return 1 if failures else 0
 
 
-def run_stage(stage: str) -> int:
+def run_stage(stage: str, *builds: str) -> int:
     """The stage in a child process: a hang becomes a timeout, not a lost device call."""
     try:
         return subprocess.run(
-            [sys.executable, __file__, "--stage", stage], check=False, timeout=STAGE_TIMEOUT_S[stage]
+            [sys.executable, __file__, "--stage", stage, *builds], check=False, timeout=STAGE_TIMEOUT_S[stage]
         ).returncode
     except subprocess.TimeoutExpired:
         log(f"{stage}: TIMEOUT after {STAGE_TIMEOUT_S[stage]} s (kernel hang? check the barrier protocol)")
@@ -229,22 +341,32 @@ def run_stage(stage: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="two tiny launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="three tiny launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
+    parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
-        "--build-only", action="store_true", help="(dev machine) build the default and the 3-stage library"
+        "--build-only", action="store_true",
+        help="(dev machine) build the default library and the ALT_FLAGS ones named ('all': every one)",
     )
+    parser.add_argument("--gap", action="store_true", help="also time the script's path against the driver's")
+    parser.add_argument("--driver", action="store_true", help="the quick sweep's bf16 shapes, driver path")
     args = parser.parse_args()
     if args.build_only:
         from cuda_impl import _lib, build
 
-        for flags in ((), ALT_FLAGS):
-            log(f"built {build.build_library(_lib.library_spec(flags))}")
+        for name in ["hopper", *(ALT_FLAGS if args.builds == ["all"] else args.builds)]:
+            log(f"built {name}: {build.build_library(_lib.library_spec(BUILDS[name]))}")
         return 0
     if args.sanitize:
         return stage_sanitize()
+    if args.driver:
+        return run_stage("driver")
     if args.stage:
-        return {"correctness": stage_correctness, "timing": stage_timing}[args.stage]()
+        if args.stage == "correctness":
+            return stage_correctness(*args.builds)
+        if args.stage == "timing":
+            return stage_timing(args.builds)
+        return stage_gap() if args.stage == "gap" else stage_driver()
 
     import cuda_impl
     from cuda_impl import _lib, build
@@ -254,14 +376,23 @@ def main() -> int:
         return 1
     log(f"library: {build.cached_library(_lib.library_spec()) or 'not cached, building'}")
     start = time.time()
-    rc = run_stage("correctness")
-    log(f"correctness stage rc={rc} ({time.time() - start:.1f} s)")
-    if rc != 0:
-        log("timing skipped: correctness failed")
-        return rc
-    rc = run_stage("timing")
-    log(f"timing stage rc={rc}; total {time.time() - start:.1f} s")
-    return rc
+    passed, failed = [], []
+    for name, flags in BUILDS.items():
+        if flags and build.cached_library(_lib.library_spec(flags)) is None:
+            log(f"{name}: not built here, skipped")
+            continue
+        rc = run_stage("correctness", name)
+        log(f"correctness {name} rc={rc} ({time.time() - start:.1f} s)")
+        (passed if rc == 0 else failed).append(name)
+    if "hopper" not in passed:
+        log("timing skipped: the default build failed correctness")
+        return 1
+    rc = run_stage("timing", *passed)
+    log(f"timing stage rc={rc} ({time.time() - start:.1f} s)")
+    if args.gap:
+        rc = run_stage("gap") or rc
+        log(f"gap stage rc={rc}; total {time.time() - start:.1f} s")
+    return 1 if failed else rc
 
 
 if __name__ == "__main__":

@@ -42,9 +42,13 @@ def hopper_sass(fa_library) -> dict:
     }
 
 
-def kernel(functions: dict, arch: str, fmt: str, head_dim: int) -> list[str]:
+# (head_dim, BLOCK_KV) instantiations: non-causal d128 takes 176 keys per tile, the rest 128.
+SHAPES = [(64, 128), (128, 128), (128, 176)]
+
+
+def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int) -> list[str]:
     """Instructions of one instantiation; cuobjdump names the sm_90a cubin "sm_90"."""
-    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}E"
+    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}E"
     (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
     return found
 
@@ -57,8 +61,8 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_kernel")]
     names = {(r["kernel"], r["arch"]) for r in rows}
     for fmt in SPEC["formats"]:
-        for head_dim in SPEC["head_dims"]:
-            assert (f"fwd_hopper_kernel<{fmt},{head_dim}>", "sm_90a") in names
+        for head_dim, block_kv in SHAPES:
+            assert (f"fwd_hopper_kernel<{fmt},{head_dim},{block_kv}>", "sm_90a") in names
     for r in rows:
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
         if r["arch"] == "sm_90a":
@@ -67,21 +71,36 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     log = (spec.build_dir / "fwd_hopper.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
     assert "wgmma" not in log.lower(), f"ptxas warned about wgmma:\n{log}"
+    # C7519 (warpgroup.arrive injected) / C7520 (wgmmas serialised): a branch or a register
+    # touched between a wgmma and its wait would silently undo the overlap.
+    assert "C751" not in log and "C752" not in log, f"ptxas changed the wgmma pipeline:\n{log}"
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim", [64, 128])
-def test_sm90a_machine_code(hopper_sass, fmt, head_dim):
-    ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim))
+@pytest.mark.parametrize("head_dim, block_kv", SHAPES)
+def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv):
+    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv)
+    ops = sass.opcode_counts(instructions)
     suffix = HGMMA_SUFFIX[fmt]
-    # Per tile: S = Q K^T takes head_dim / 16 k-steps of m64n128k16; O += P V takes 128 / 16.
-    assert ops[f"HGMMA.64x128x16.F32{suffix}"] == (head_dim // 16 + (8 if head_dim == 128 else 0))
-    if head_dim == 64:
-        assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 8
-    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim)
+    # S = Q K^T (head_dim / 16 k-steps of m64n{block_kv}k16) is issued twice in the code: for
+    # tile 0 and in the loop; O += P V (block_kv / 16 k-steps of m64n{head_dim}k16) also twice:
+    # in the loop and for the last tile.
+    s_steps, pv_steps = 2 * head_dim // 16, 2 * block_kv // 16
+    hgmma = {f"HGMMA.64x{block_kv}x16.F32{suffix}": s_steps}
+    pv = f"HGMMA.64x{head_dim}x16.F32{suffix}"
+    hgmma[pv] = hgmma.get(pv, 0) + pv_steps
+    assert {op: n for op, n in ops.items() if op.startswith("HGMMA")} == hgmma
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
-    assert len(transposed_b) == 8, "P @ V: A from registers, V via the MN-major descriptor"
+    assert len(transposed_b) == pv_steps, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
+    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
+    # for S(t) alone (DEPBAR.LE 1) while P(t-1) V(t-1) runs under the softmax.
+    assert ops["WARPGROUP.ARRIVE"] == 3
+    waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
+    assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 4, waits
+    # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.
+    named = [i for i in instructions if i.lstrip("@!P0123456789 ").startswith("BAR.") and "0x100" in i]
+    assert sum(".ARV" in i for i in named) >= 2 and sum(".SYNC" in i for i in named) >= 2, named
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("SYNCS.PHASECHK") for op in ops), "no mbarrier waits"
     assert any(op.startswith("SYNCS.ARRIVE") for op in ops), "no mbarrier arrivals"
@@ -91,7 +110,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim):
 
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
     """The library is also built for sm_80: there the kernel body is compiled out."""
-    ops = sass.opcode_counts(kernel(hopper_sass, "sm_80", "bf16", 128))
+    ops = sass.opcode_counts(kernel(hopper_sass, "sm_80", "bf16", 128, 176))
     assert not any(op.startswith(("HGMMA", "UTMALDG", "SYNCS")) for op in ops)
 
 

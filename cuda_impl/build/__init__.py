@@ -194,12 +194,13 @@ def build_library(spec: LibrarySpec, *, verbose: bool = False) -> Path:
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_LADDER_NAME = re.compile(r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E")
+_LADDER_NAME = re.compile(r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?")
 _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)E")
 
 
 def readable_kernel_name(mangled: str) -> str:
     """'_ZN2fa13fwd_v5_kernelI13__nv_bfloat16Li128EEEv9FwdParams' -> 'fwd_v5_kernel<bf16,128>';
+    a second int argument (hopper's BLOCK_KV) is kept: 'fwd_hopper_kernel<bf16,128,176>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128>'."""
     if m := _FP8_NAME.search(mangled):
         return f"{m.group(1)}<fp8,{m.group(2)}>"
@@ -207,7 +208,8 @@ def readable_kernel_name(mangled: str) -> str:
     if not m:
         return mangled
     dtype = "bf16" if "bfloat16" in mangled else "fp16"
-    return f"{m.group(1)}<{dtype},{m.group(2)}>"
+    extra = f",{m.group(3)}" if m.group(3) else ""
+    return f"{m.group(1)}<{dtype},{m.group(2)}{extra}>"
 
 
 def ptxas_report(spec: LibrarySpec) -> list[dict]:

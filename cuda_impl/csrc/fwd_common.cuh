@@ -86,14 +86,13 @@ struct CtaWork {
   int diag;          // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag
 };
 
+// The work of query tile `q_tile` of (batch, head_q).
 template <int BLOCK_Q, int BLOCK_KV>
-__device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
+__device__ __forceinline__ CtaWork tile_work(const FwdParams& p, int batch, int head_q, int q_tile) {
   CtaWork w;
-  // Causal CTAs at the bottom see the most keys; issue them first so the last wave is short.
-  const int q_tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-  w.batch = blockIdx.z;
-  w.head_q = blockIdx.y;
-  w.head_kv = blockIdx.y / (p.heads_q / p.heads_kv);
+  w.batch = batch;
+  w.head_q = head_q;
+  w.head_kv = head_q / (p.heads_q / p.heads_kv);
   w.q_start = q_tile * BLOCK_Q;
   w.diag = p.seqlen_k - p.seqlen_q;
   int kv_end = p.seqlen_k;
@@ -103,6 +102,36 @@ __device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
   }
   w.n_kv_tiles = (kv_end + BLOCK_KV - 1) / BLOCK_KV;
   return w;
+}
+
+template <int BLOCK_Q, int BLOCK_KV>
+__device__ __forceinline__ CtaWork cta_work(const FwdParams& p) {
+  // Causal CTAs at the bottom see the most keys; issue them first so the last wave is short.
+  const int q_tile = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+  return tile_work<BLOCK_Q, BLOCK_KV>(p, blockIdx.z, blockIdx.y, q_tile);
+}
+
+// Heads whose K/V fit in about half of L2 (24 MB): the default group of `work_item`.
+__device__ __forceinline__ int l2_head_group(const FwdParams& p) {
+  const int64_t head_kv_bytes = int64_t(p.seqlen_k) * p.head_dim * 2 * 2;
+  return int(max(int64_t(1), min(int64_t(p.batch) * p.heads_q, (int64_t(24) << 20) / head_kv_bytes)));
+}
+
+// Work item `item` (0 .. batch * heads_q * q_tiles - 1) of a grid that walks the items in order.
+// Heads are taken in groups of `group`; inside a group the head varies fastest and the query tile
+// slowest, so the CTAs running at once share K/V through L2, and under causal masking the
+// heaviest tiles (bottom rows: most keys) of the group go first, which keeps the last wave short.
+template <int BLOCK_Q, int BLOCK_KV>
+__device__ __forceinline__ CtaWork work_item(const FwdParams& p, int item, int group) {
+  const int q_tiles = (p.seqlen_q + BLOCK_Q - 1) / BLOCK_Q;
+  const int heads = p.batch * p.heads_q;
+  const int group_start = item / (group * q_tiles) * group;
+  const int in_group = item - group_start * q_tiles;
+  const int group_size = min(group, heads - group_start);
+  const int rank = in_group / group_size;
+  const int head = group_start + in_group % group_size;  // batch * heads_q + head_q
+  const int q_tile = p.causal ? q_tiles - 1 - rank : rank;
+  return tile_work<BLOCK_Q, BLOCK_KV>(p, head / p.heads_q, head % p.heads_q, q_tile);
 }
 
 // Start of one (batch, head) slice of a strided (B, H, S, D) tensor.

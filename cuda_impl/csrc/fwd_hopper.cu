@@ -10,21 +10,36 @@
 // rows. Q and K feed wgmma K-major, V MN-major (the descriptor's transpose bit), so no operand
 // is ever rearranged in shared memory.
 //
-// Barrier protocol (n = number of KV tiles the CTA needs, identical in every role):
-//   q_full            count 1: producer arrive.expect_tx(Q bytes) + TMA; consumers wait parity 0.
-//   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t,
-//                     s = t % STAGES; consumers wait parity (t / STAGES) & 1.
-//   kv_empty[s]       count 256 (every consumer thread): each consumer thread arrives once per
-//                     tile t, after its P V wgmma on stage s has retired (wait_group 0);
-//                     the producer waits parity ((t / STAGES) & 1) ^ 1 before refilling s
-//                     with tile t (the first round passes on the fresh barrier's parity).
+// Each consumer overlaps its own GEMMs with its softmax (FlashAttention-3's intra-warpgroup
+// overlap): in iteration t it issues S(t) = Q K(t)^T and then O += P(t-1) V(t-1), waits only
+// for S(t), runs the softmax of tile t while P V still runs on the tensor cores, and waits for
+// P V before rescaling O and packing P(t). The two consumers also take turns issuing those
+// GEMMs (ping-pong on two named barriers), so one's softmax overlaps the other's GEMMs.
+//
+// Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
+// lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
+//   q_full             count 1: producer arrive.expect_tx(Q bytes) + TMA; consumers wait parity 0.
+//   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t;
+//                      consumers wait parity r.
+//   k_empty[s]         count 256 (every consumer thread): arrival once S(t) has retired;
+//   v_empty[s]         count 256: arrival once P(t) V(t) has retired. The producer waits
+//                      parity r ^ 1 on each before refilling that half of stage s with tile t
+//                      (the first round passes on the fresh barrier's parity), so K(t + STAGES)
+//                      loads while V(t) is still being read.
+//   named barriers PINGPONG_BAR + c, 256 threads: consumer c waits (bar.sync) for its turn to
+//                      issue the GEMMs of one iteration; the other consumer's bar.arrive right
+//                      after its own issue hands the turn over. Consumer 0 arrives once on its own
+//                      barrier first, so it starts; consumer 1 hands back on all but its last
+//                      iteration, so both barriers end balanced (n phases each).
 // Every tile 0..n-1 is produced exactly once and consumed exactly once by every consumer
 // thread, with no early exit and no skipped tile inside that range (causally invisible tiles
-// are outside it: n stops at the CTA's last visible key), so each wait has its arrivals.
-// With n = 0 (causal, Sq > Sk, rows that see no key) nobody loads or waits: the consumers
-// store zeros and lse -inf. Arrivals on kv_empty for the last STAGES tiles are never waited
-// for, which is harmless. The producer's other 127 threads, and finally the producer thread,
-// just exit: no CTA-wide barrier follows the role split.
+// are outside it: n stops at the CTA's last visible key), so each wait has its arrivals. A
+// consumer waits for k_full before its turn and for v_full of a tile whose K it already holds,
+// so holding the turn never blocks on the other consumer. With n = 0 (causal, Sq > Sk, rows
+// that see no key) nobody loads or waits: the consumers store zeros and lse -inf. Arrivals on
+// the empty barriers for the last STAGES tiles are never waited for, which is harmless. The
+// producer's other 127 threads, and finally the producer thread, just exit: no CTA-wide
+// barrier follows the role split.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include "fwd_common.cuh"
@@ -35,19 +50,42 @@
 #ifndef FA_HOPPER_D128_STAGES
 #define FA_HOPPER_D128_STAGES 2
 #endif
+// Ablation flags for scripts/dev_hopper_gpu.py (one library each): FA_HOPPER_OVERLAP=0 waits
+// for P V before the softmax (the GEMMs of one iteration still go out together);
+// FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
+// launches one CTA per work item instead of one per SM;
+// FA_HOPPER_CAUSAL_PERSISTENT=1 runs causal persistent too (see the host launch).
+// Keys per KV tile of non-causal d128 (128 or 176, FlashAttention-3's choice: the per-tile
+// costs, O rescale included, spread over more keys). Causal and d64 always take 128.
+#ifndef FA_HOPPER_D128_BLOCK_KV
+#define FA_HOPPER_D128_BLOCK_KV 176
+#endif
+#ifndef FA_HOPPER_OVERLAP
+#define FA_HOPPER_OVERLAP 1
+#endif
+#ifndef FA_HOPPER_PINGPONG
+#define FA_HOPPER_PINGPONG 1
+#endif
+#ifndef FA_HOPPER_PERSISTENT
+#define FA_HOPPER_PERSISTENT 1
+#endif
+#ifndef FA_HOPPER_CAUSAL_PERSISTENT
+#define FA_HOPPER_CAUSAL_PERSISTENT 0
+#endif
 
 namespace fa {
 
-template <int DIM_>
+template <int DIM_, int BLOCK_KV_>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
   static constexpr int CONSUMERS = 2;                  // consumer warpgroups, 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
-  static constexpr int BLOCK_KV = 128;
-  // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB; d64 fits a third stage in less.
-  static constexpr int STAGES = DIM == 64 ? 3 : FA_HOPPER_D128_STAGES;
+  static constexpr int BLOCK_KV = BLOCK_KV_;
+  // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
+  // stage in less.
+  static constexpr int STAGES = DIM == 64 ? 3 : BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -55,14 +93,15 @@ struct HopperTiles {
   static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
-  static constexpr int BARRIERS = 1 + 3 * STAGES;           // q_full, k_full, v_full, kv_empty
+  static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
+  static constexpr int PINGPONG_BAR = 1;            // named barriers 1, 2 (0 is __syncthreads)
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM.
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = 240;
-  static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x 128 fp32 accumulator per warpgroup
+  static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
 };
 
@@ -74,38 +113,51 @@ template <int STAGES>
 struct Barriers {
   uint32_t base;
   __device__ uint32_t q_full() const { return base; }
-  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
-  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
-  __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
+  __device__ uint32_t q_empty() const { return base + 8; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (2 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (2 + STAGES + s); }
+  __device__ uint32_t k_empty(int s) const { return base + 8 * (2 + 2 * STAGES + s); }
+  __device__ uint32_t v_empty(int s) const { return base + 8 * (2 + 3 * STAGES + s); }
+};
+
+// How far one role has got through the CTA's work items; every role advances it identically,
+// so a ring slot's stage and phase parity follow from it alone.
+struct Progress {
+  int kv_tiles = 0;  // KV tiles of all earlier items
+  int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
 };
 
 template <typename C>
-__device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
-                        const CUtensorMap* map_q, const CUtensorMap* map_k,
-                        const CUtensorMap* map_v) {
+__device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+                             Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                             const CUtensorMap* map_v) {
   if (w.n_kv_tiles == 0) return;
+  sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++)
     sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * 64,
                       w.q_start, w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
-    const int s = tile % C::STAGES;
-    const uint32_t round_parity = (tile / C::STAGES) & 1;
-    sm90::mbar_wait(bars.kv_empty(s), round_parity ^ 1);
+    const int s = (done.kv_tiles + tile) % C::STAGES;
+    const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
     const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
     const int kv_start = tile * C::BLOCK_KV;
+    sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
 #pragma unroll
     for (int panel = 0; panel < C::PANELS; panel++)
       sm90::tma_load_4d(k_smem + panel * C::KV_PANEL_BYTES, map_k, bars.k_full(s), panel * 64,
                         kv_start, w.head_kv, w.batch);
+    sm90::mbar_wait(bars.v_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::KV_BYTES);
 #pragma unroll
     for (int panel = 0; panel < C::PANELS; panel++)
       sm90::tma_load_4d(k_smem + C::KV_BYTES + panel * C::KV_PANEL_BYTES, map_v,
                         bars.v_full(s), panel * 64, kv_start, w.head_kv, w.batch);
   }
+  done.kv_tiles += w.n_kv_tiles;
+  done.q_loads++;
 }
 
 // Scores of keys past seqlen_k or after the causal diagonal -> -inf. `row0` is this thread's
@@ -122,13 +174,13 @@ __device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdPara
   }
 }
 
-// Online softmax on one S tile in the wgmma accumulator layout (two rows per thread, the
-// four threads of a quad share a row). Rescales O, writes P as wgmma A fragments.
-template <typename T, typename C>
-__device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&O)[C::O_REGS],
-                                             float (&row_max)[2], float (&row_sum)[2],
-                                             uint32_t (&P)[C::BLOCK_KV / 16][4],
-                                             float scale_log2) {
+// Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
+// thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
+// difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
+template <typename C>
+__device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
+                                            float (&row_sum)[2], float (&alpha)[2],
+                                            float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     float m = row_max[h];
@@ -138,7 +190,9 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&O)[C
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    const float alpha = fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    // Exactly 1 when the max did not move (as in the build the oracle matrix checked; skipping
+    // the rescale then was measured, docs/perf-notes-hopper.md, and did not pay).
+    alpha[h] = m == row_max[h] ? 1.f : fast_exp2(row_max[h] * scale_log2 - m_scaled);
     row_max[h] = m;
     float sum = 0.f;
 #pragma unroll
@@ -149,20 +203,48 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&O)[C
         S[4 * j + 2 * h + c] = e;
         sum += e;
       }
-    row_sum[h] = row_sum[h] * alpha + sum;
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++) {
-      O[4 * j + 2 * h] *= alpha;
-      O[4 * j + 2 * h + 1] *= alpha;
-    }
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
-  // Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
-  // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+}
+
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
+// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+template <typename T, typename C>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
+                                                 const float (&alpha)[2],
+                                                 uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+#pragma unroll
+  for (int j = 0; j < C::O_REGS / 4; j++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
+
+// The consumers' turns to issue GEMMs (see the protocol above); no-ops with FA_HOPPER_PINGPONG=0.
+// No branch may sit between a wgmma and its wait (ptxas would serialise the wgmmas, C7520), so
+// pass_turn is unconditional and consumer 0 takes one extra turn at the end (finish) to
+// absorb consumer 1's last hand-over.
+template <typename C>
+struct PingPong {
+  int consumer;
+  __device__ __forceinline__ void start() const {
+    if (FA_HOPPER_PINGPONG && consumer == 0)
+      sm90::named_barrier_arrive(C::PINGPONG_BAR, C::CONSUMER_THREADS);
+  }
+  __device__ __forceinline__ void wait_turn() const {
+    if (FA_HOPPER_PINGPONG) sm90::named_barrier_sync(C::PINGPONG_BAR + consumer, C::CONSUMER_THREADS);
+  }
+  __device__ __forceinline__ void pass_turn() const {
+    if (FA_HOPPER_PINGPONG) sm90::named_barrier_arrive(C::PINGPONG_BAR + 1 - consumer, C::CONSUMER_THREADS);
+  }
+  __device__ __forceinline__ void finish() const {
+    if (consumer == 0) wait_turn();
+  }
+};
 
 template <typename T, typename C>
 __device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
@@ -189,9 +271,34 @@ __device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float
   }
 }
 
+// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
 template <typename T, typename C>
-__device__ void consume(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
-                        int consumer) {
+__device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
+#pragma unroll
+  for (int kk = 0; kk < C::PANELS * 4; kk++) {
+    const uint32_t in_panel = (kk % 4) * 32;
+    sm90::wgmma_ss<T, C::BLOCK_KV>(
+        S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
+        sm90::desc_sw128(k_smem + (kk / 4) * C::KV_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
+  }
+  sm90::wgmma_commit();
+}
+
+// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
+// head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+template <typename T, typename C>
+__device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
+                                         uint32_t v_smem) {
+#pragma unroll
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
+    sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_sw128(v_smem + kk * 2048, C::KV_PANEL_BYTES, 1024));
+  sm90::wgmma_commit();
+}
+
+template <typename T, typename C>
+__device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
+                             Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done) {
+  const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
   float O[C::O_REGS];
@@ -201,72 +308,105 @@ __device__ void consume(const FwdParams& p, const CtaWork& w, uint32_t smem, Bar
   const float scale_log2 = p.scale * LOG2E;
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
   const uint32_t q_smem = smem + consumer * 64 * 128;
+  const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * 2 * C::KV_BYTES; };
+  // Stage and phase parity of the item's KV tile `tile` in the ring.
+  const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
+  const auto parity = [&](int tile) { return uint32_t((done.kv_tiles + tile) / C::STAGES) & 1; };
+  const int n = w.n_kv_tiles;
+  float S[C::S_REGS];
+  uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
+  float alpha[2];
 
-  if (w.n_kv_tiles > 0) sm90::mbar_wait(bars.q_full(), 0);
-  for (int tile = 0; tile < w.n_kv_tiles; tile++) {
-    const int s = tile % C::STAGES;
-    const uint32_t round_parity = (tile / C::STAGES) & 1;
-    const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
-    const uint32_t v_smem = k_smem + C::KV_BYTES;
-
-    // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
-    float S[C::S_REGS];
-    sm90::mbar_wait(bars.k_full(s), round_parity);
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < C::PANELS * 4; kk++) {
-      const uint32_t in_panel = (kk % 4) * 32;
-      sm90::wgmma_ss_n128<T>(
-          S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
-          sm90::desc_sw128(k_smem + (kk / 4) * C::KV_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
-    }
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(S);
-
+  // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
+  const auto softmax = [&](int tile) {
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C>(S, p, w, row0, kv_start);
-    uint32_t P[C::BLOCK_KV / 16][4];
-    softmax_step<T, C>(S, O, row_max, row_sum, P, scale_log2);
+    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
+  };
 
-    // O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
-    // head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
-    sm90::mbar_wait(bars.v_full(s), round_parity);
-    sm90::fence_regs(O);
+  if (n > 0) {  // tile 0: S only (O is still zero)
+    sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
+    sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
+    turns.wait_turn();
     sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
-      sm90::wgmma_rs<T, C::DIM>(O, P[kk],
-                                   sm90::desc_sw128(v_smem + kk * 2048, C::KV_PANEL_BYTES, 1024));
-    sm90::wgmma_commit();
+    issue_s<T, C>(S, q_smem, k_smem(stage(0)));
+    turns.pass_turn();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+    sm90::mbar_arrive(bars.k_empty(stage(0)));
+    softmax(0);
+    rescale_and_pack<T, C>(S, O, alpha, P);
+  }
+  for (int tile = 1; tile < n; tile++) {
+    const int s = stage(tile), prev = stage(tile - 1);
+    sm90::mbar_wait(bars.k_full(s), parity(tile));
+    // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
+    // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
+    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    turns.wait_turn();
+    sm90::wgmma_fence();
+    issue_s<T, C>(S, q_smem, k_smem(s));
+    issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+    turns.pass_turn();
+    sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
+    sm90::fence_regs(S);
+    sm90::mbar_arrive(bars.k_empty(s));
+    softmax(tile);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.kv_empty(s));
+    sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
+    sm90::mbar_arrive(bars.v_empty(prev));
+    rescale_and_pack<T, C>(S, O, alpha, P);
   }
+  if (n > 0) {  // the last tile's P V; Q is free for the next item once every S has retired
+    const int s = stage(n - 1);
+    sm90::mbar_wait(bars.v_full(s), parity(n - 1));
+    sm90::wgmma_fence();
+    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.v_empty(s));
+    sm90::mbar_arrive(bars.q_empty());
+    done.kv_tiles += n;
+    done.q_loads++;
+  }
+  // The next item's loads are already under way while these stores drain.
   store_rows<T, C>(p, w, row0, O, row_max, row_sum);
 }
 
 }  // namespace hopper
 #endif  // FA_SM90A
 
-template <typename T, int DIM>
-__global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM>;
+  using C = HopperTiles<DIM, BLOCK_KV>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p);
+  // Work items (q tile, head) go out in rounds of gridDim.x, every other round walked backwards,
+  // so that a persistent CTA that got one of the heavier items of a round gets one of the lighter
+  // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
+  // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
+  const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const int head_group =
+      FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q : l2_head_group(p);
+  const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
+    return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+  };
+  hopper::Progress done;
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
+    sm90::mbar_init(bars.q_empty(), C::CONSUMER_THREADS);
     for (int s = 0; s < C::STAGES; s++) {
       sm90::mbar_init(bars.k_full(s), 1);
       sm90::mbar_init(bars.v_full(s), 1);
-      sm90::mbar_init(bars.kv_empty(s), C::CONSUMER_THREADS);
+      sm90::mbar_init(bars.k_empty(s), C::CONSUMER_THREADS);
+      sm90::mbar_init(bars.v_empty(s), C::CONSUMER_THREADS);
     }
     sm90::mbar_init_fence();
   }
@@ -275,10 +415,19 @@ __global__ void __launch_bounds__(HopperTiles<DIM>::THREADS, 1)
   const int group = threadIdx.x / 128;
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (threadIdx.x == 0) hopper::produce<C>(p, w, smem, bars, &map_q, &map_k, &map_v);
+    if (threadIdx.x == 0)
+      for (uint32_t round = 0; cta_item(round) < items; round++)
+        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
+                                smem, bars, done, &map_q, &map_k, &map_v);
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
-    hopper::consume<T, C>(p, w, smem, bars, group - 1);
+    const hopper::PingPong<C> turns{group - 1};
+    turns.start();
+    for (uint32_t round = 0; cta_item(round) < items; round++)
+      hopper::consume_item<T, C>(
+          p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
+          done);
+    turns.finish();
   }
 #endif
 }
@@ -340,10 +489,9 @@ int check_device(char* err, int err_len) {
   return 0;
 }
 
-template <typename T, int DIM>
+template <typename T, int DIM, int BLOCK_KV>
 int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
-  using C = HopperTiles<DIM>;
-  if (int rc = check_device(err, err_len)) return rc;
+  using C = HopperTiles<DIM, BLOCK_KV>;
   CUtensorMap map_q, map_k, map_v;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM,
                           C::BLOCK_Q, p.dtype, err, err_len))
@@ -355,12 +503,24 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
                           C::BLOCK_KV, p.dtype, err, err_len))
     return rc;
   cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  const auto kernel = fwd_hopper_kernel<T, DIM>;
+  const auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
   if (e != cudaSuccess)
     return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
-  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
+  const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  if (items > INT32_MAX)
+    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / 128) must be < 2^31");
+  // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's
+  // epilogue). Causal items differ in length, and a static walk of them measured 10% slower
+  // than one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
+  // docs/perf-notes-hopper.md), so causal launches one CTA per item unless
+  // FA_HOPPER_CAUSAL_PERSISTENT=1 (a balanced static order; measured no faster, see the notes).
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
+  const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
   kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p, map_q, map_k, map_v);
   e = cudaGetLastError();
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
@@ -372,6 +532,11 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
-    return fa::hopper_host::launch<T, DIM>(*p, stream, err, err_len);
+    if (int rc = fa::hopper_host::check_device(err, err_len)) return rc;
+    if constexpr (DIM == 128) {
+      if (!p->causal)
+        return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
+    }
+    return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
   });
 }

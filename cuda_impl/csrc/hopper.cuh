@@ -73,6 +73,18 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// --- named barriers (ids 1..15; 0 is __syncthreads) ------------------------------------------
+// `threads` counts every participant of one phase, arrivers and waiters together (a multiple of
+// 32). bar.arrive does not wait, so one warpgroup can hand a turn to another without stalling.
+
+__device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // --- register budget per warpgroup ----------------------------------------------------------
 
 template <int REGS>
@@ -119,12 +131,18 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
 }
+template <int M, int N>
+__device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
+#pragma unroll
+  for (int i = 0; i < M; i++) fence_regs(r[i]);
+}
 
 #define FA_ACC8(d, i)                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
 #define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
+#define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
 #define FA_OPS32                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -133,6 +151,13 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_OPS88                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87}"
 
 template <typename T>
 struct WgmmaType;
@@ -164,6 +189,30 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
     FA_SS_N128("f16");
   }
 #undef FA_SS_N128
+}
+
+// As wgmma_ss_n128 for N = 128 or 176 (176 keys per KV tile: FlashAttention-3's d128 shape).
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
+                                         bool accumulate) {
+  static_assert(N == 128 || N == 176, "wgmma_ss: N = 128 or 176");
+  if constexpr (N == 128) {
+    wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
+  } else {
+#define FA_SS_N176(TY)                                                                   \
+  asm volatile(                                                                          \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %90, 0;\n"                                   \
+      "wgmma.mma_async.sync.aligned.m64n176k16.f32." TY "." TY " " FA_OPS88              \
+      ", %88, %89, acc, 1, 1, 0, 0;\n}\n"                                                \
+      : FA_ACC88(d)                                                                      \
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)))
+    if constexpr (WgmmaType<T>::BF16) {
+      FA_SS_N176("bf16");
+    } else {
+      FA_SS_N176("f16");
+    }
+#undef FA_SS_N176
+  }
 }
 
 // D (64 x N, fp32) += A (64 x 16, registers: the mma.sync A-fragment layout per warp) *
@@ -210,7 +259,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 #undef FA_ACC8
 #undef FA_ACC32
 #undef FA_ACC64
+#undef FA_ACC88
 #undef FA_OPS32
 #undef FA_OPS64
+#undef FA_OPS88
 
 }  // namespace fa::sm90
