@@ -88,4 +88,8 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     return (out, lse) if return_lse else out
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason"]
+# --- GPU quantizers (csrc/quant): compare.formats containers, bit for bit ---------------------
+from cuda_impl.quant import quantize, quantize_attention_inputs  # noqa: E402
+
+__all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason", "quantize",
+           "quantize_attention_inputs"]
