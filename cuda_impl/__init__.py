@@ -88,6 +88,30 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     return (out, lse) if return_lse else out
 
 
+# --- Blackwell-native block-scaled variants (csrc/sm120, own library; compiled, not run here) ---
+# Registered beside the ladder; calls naming them go to cuda_impl.sm120, every other call to the
+# functions above, unchanged.
+from cuda_impl import sm120 as _sm120  # noqa: E402
+
+VARIANTS.update(_sm120.VARIANTS)
+_attention_16bit, _unavailable_reason_16bit = attention, unavailable_reason
+
+
+def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):  # noqa: F811
+    if variant in _sm120.VARIANTS:
+        return _sm120.attention(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
+    return _attention_16bit(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
+
+
+attention.__doc__ = _attention_16bit.__doc__
+
+
+def unavailable_reason(variant: str) -> str | None:  # noqa: F811
+    if variant in _sm120.VARIANTS:
+        return _sm120.unavailable_reason(variant)
+    return _unavailable_reason_16bit(variant)
+
+
 # --- GPU quantizers (csrc/quant): compare.formats containers, bit for bit ---------------------
 from cuda_impl.quant import quantize, quantize_attention_inputs  # noqa: E402
 

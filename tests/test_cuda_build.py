@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import cuda_impl
-from cuda_impl import _lib, build, sass, validate
+from cuda_impl import _lib, build, sass, sm120, validate
 
 REPO = Path(__file__).resolve().parent.parent
 HMMA = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
@@ -55,6 +55,8 @@ def test_every_kernel_compiles_for_every_target(fa_library):
         archs.setdefault(row["kernel"], set()).add(row["arch"])
     expected = {f"sm_{t}" for t in build.ARCH_TARGETS}
     for variant, spec in cuda_impl.VARIANTS.items():
+        if variant in sm120.VARIANTS:  # own library: tests/test_cuda_sm120.py
+            continue
         for fmt in spec["formats"]:
             for head_dim in spec["head_dims"]:
                 name = f"fwd_{variant}_kernel<{fmt},{head_dim}>"
@@ -92,7 +94,8 @@ def test_target_matching():
 # --- machine code ------------------------------------------------------------------------
 
 
-LADDER = [name for name in cuda_impl.VARIANTS if name != "hopper"]  # tests/test_cuda_hopper.py: hopper
+# tests/test_cuda_hopper.py: hopper; tests/test_cuda_sm120.py: the sm_120a variants
+LADDER = [name for name in cuda_impl.VARIANTS if name != "hopper" and name not in sm120.VARIANTS]
 
 
 @pytest.mark.parametrize("variant", LADDER)
@@ -206,7 +209,7 @@ def test_validation_works_on_meta_tensors():
 
 
 def test_surface_matches_contract():
-    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper"}
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", *sm120.VARIANTS}
     assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5"}
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
