@@ -49,9 +49,9 @@ class BlockScaledParams(ctypes.Structure):
         ("q_scale", ctypes.c_void_p),
         ("k_scale", ctypes.c_void_p),
         ("vt_scale", ctypes.c_void_p),
+        ("tensor_scale", ctypes.c_void_p * 3),
         ("vt_pitch", ctypes.c_int32),
         ("vt_scale_pitch", ctypes.c_int32),
-        ("v_scale", ctypes.c_float),
         ("format", ctypes.c_int32),
     ]
 
@@ -163,18 +163,16 @@ def attention(q, k, v, *, causal=False, scale=None, variant, return_lse=False, e
     dev = q.data.device
     out = torch.empty(batch, heads_q, seqlen_q, head_dim, dtype=torch.bfloat16, device=dev)
     lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=dev)
-    # NVFP4 tensor scales fold into the softmax scale (Q, K) and the epilogue (V); reading them
-    # costs one host sync per call.
-    qk_scale = 1.0 if q.tensor_scale is None else float(q.tensor_scale) * float(k.tensor_scale)
     base = _lib.FwdParams(
         q=q.data.data_ptr(), k=k.data.data_ptr(), v=v.data.data_ptr(), out=out.data_ptr(), lse=lse.data_ptr(),
         out_stride=(ctypes.c_int64 * 3)(*out.stride()[:3]),
         batch=batch, heads_q=heads_q, heads_kv=heads_kv, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-        head_dim=head_dim, scale=scale * qk_scale, causal=int(bool(causal)), dtype=_lib.DTYPE_CODES[torch.bfloat16])
+        head_dim=head_dim, scale=scale, causal=int(bool(causal)), dtype=_lib.DTYPE_CODES[torch.bfloat16])
     params = BlockScaledParams(
         base=base, q_scale=q.scale.data_ptr(), k_scale=k.scale.data_ptr(), vt_scale=v.scale.data_ptr(),
-        vt_pitch=v.data.shape[-1], vt_scale_pitch=v.scale.shape[-1],
-        v_scale=1.0 if v.tensor_scale is None else float(v.tensor_scale), format=FORMAT_CODES[q.fmt])
+        tensor_scale=(ctypes.c_void_p * 3)(*(None if x.tensor_scale is None else x.tensor_scale.data_ptr()
+                                             for x in (q, k, v))),
+        vt_pitch=v.data.shape[-1], vt_scale_pitch=v.scale.shape[-1], format=FORMAT_CODES[q.fmt])
     err = ctypes.create_string_buffer(_ERR_LEN)
     with torch.cuda.device(dev):
         stream = torch.cuda.current_stream(dev).cuda_stream

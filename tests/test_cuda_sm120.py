@@ -147,6 +147,8 @@ def test_c_surface_checks_before_launch(sm120_library):
     base.head_dim = 128
     params = sm120.BlockScaledParams(base=base, vt_pitch=64, format=5)
     assert fn(ctypes.byref(params), None, err, 256) != 0 and b"format" in err.value
+    params = sm120.BlockScaledParams(base=base, vt_pitch=64, format=2)  # NVFP4 without tensor scales
+    assert fn(ctypes.byref(params), None, err, 256) != 0 and b"tensor_scale" in err.value
 
 
 # --- the emulation harness on the H200 (marked gpu) ------------------------------------------

@@ -10,7 +10,8 @@
 //   column's K bytes contiguous): b0 column g, bytes 4t..4t+3; b1 bytes 16+4t... In bytes both
 //   formats share this layout (e4m3: one element per byte, e2m1: two, the even one in the low nibble).
 // - scale_A: with thread-id-a = 0, lane 4g holds row g's scales and lane 4g+1 row g+8's; scale_B:
-//   with thread-id-b = 0, lane 4g holds column g's. 1X (MXFP8): one E8M0 byte per row per k32 step,
+//   with thread-id-b = 0, lane 4g holds column g's. The kernel fills every lane of a quad (rows
+//   by t % 2, columns by g), so a selector that picks another lane of the quad reads the same. 1X (MXFP8): one E8M0 byte per row per k32 step,
 //   byte-id picks it from the register; 4X (NVFP4): four e4m3 bytes per row, one per 16 elements of
 //   the k64 step, lowest k in byte 0, byte-id 0.
 #pragma once
@@ -23,17 +24,17 @@
 
 extern "C" {
 // Mirrored by cuda_impl/sm120.py (ctypes). `base` carries the data pointers (q, k, v = V^T),
-// out/lse, shapes, causal and the softmax scale (times the Q and K tensor scales for NVFP4), so
-// the ladder's CTA work split, masking test and epilogue apply unchanged; dtype is bf16 (output).
+// out/lse, shapes, causal and the softmax scale, so the ladder's CTA work split, masking test and
+// epilogue apply unchanged; dtype is bf16 (output).
 // Containers are contiguous compare.formats layouts: Q/K (B, H, S, D), V^T (B, H, D, Sk padded).
 struct BlockScaledParams {
   FwdParams base;
   const uint8_t* q_scale;
   const uint8_t* k_scale;
   const uint8_t* vt_scale;
+  const float* tensor_scale[3];  // NVFP4: Q, K, V tensor scales (device); null for MXFP8
   int32_t vt_pitch;          // bytes per stored V^T row (padded keys / elements per byte)
   int32_t vt_scale_pitch;    // block scales per stored V^T row
-  float v_scale;             // V tensor scale (NVFP4); 1 for MXFP8
   int32_t format;            // BS_FMT_*
 };
 }

@@ -3,8 +3,7 @@
 // m16 tile per warp) with the MMAs replaced:
 // - S = Q K^T: one block-scaled MMA per k-step of head_dim (MXFP8 k32 = one E8M0 block per row,
 //   NVFP4 k64 = four e4m3 blocks per row); the hardware applies both operands' block scales, so
-//   S is exact up to fp32 accumulation. NVFP4's Q and K tensor scales are folded into the softmax
-//   scale, V's into the epilogue.
+//   S is exact up to fp32 accumulation.
 // - P: exponentiated with the running max (fwd_common's softmax_update, row sums unquantized, as
 //   the oracle's emulation does), then quantized in registers exactly as formats.quantize_p (MX
 //   blocks of 32 keys, NVFP4 blocks of 16 with scale e4m3(amax / 6)); tiles start at multiples of
@@ -63,7 +62,14 @@ template <typename F, int DIM>
 __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
     fwd_blockscaled_kernel(const BlockScaledParams bp) {
   using C = BsTiles<F, DIM>;
-  const FwdParams& p = bp.base;
+  // NVFP4's Q and K tensor scales fold into the softmax scale (and so into the LSE), V's into
+  // the epilogue; read from device memory, so the host never waits for them.
+  FwdParams p = bp.base;
+  float v_scale = 1.f;
+  if constexpr (F::FORMAT == BS_FMT_NVFP4) {
+    p.scale *= *bp.tensor_scale[0] * *bp.tensor_scale[1];
+    v_scale = *bp.tensor_scale[2];
+  }
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t Q_smem = smem_u32(smem);
   auto stage_base = [&](int tile) { return smem + C::Q_BYTES + (tile % C::STAGES) * C::STAGE_BYTES; };
@@ -121,13 +127,14 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
   }
   cp_async_commit();
 
-  // Q's scales for this lane's scale_A role: row g (t = 0) or g + 8 (t = 1), whole head_dim.
+  // Q's scales for this lane's scale_A role, whole head_dim: row g (t = 0) or g + 8 (t = 1); lanes
+  // t = 2, 3 hold the same as t = 0, 1 (CUTLASS's SM120 scale layout has both pairs own the rows).
   constexpr int Q_WORDS = (C::ROW_SCALES + 3) / 4;
   uint32_t Q_sf[Q_WORDS];
-  const int q_row = warp_row0 + g + 8 * (t == 1);
+  const int q_row = warp_row0 + g + 8 * (t % 2);
 #pragma unroll
   for (int i = 0; i < Q_WORDS; i++)
-    Q_sf[i] = t < 2 && q_row < p.seqlen_q
+    Q_sf[i] = q_row < p.seqlen_q
                   ? row_scale_word<C::ROW_SCALES>(bp.q_scale + (q_head * p.seqlen_q + q_row) * C::ROW_SCALES, i)
                   : 0;
   cp_async_wait<0>();
@@ -194,7 +201,7 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
         uint32_t V_frag[2];
         ldmatrix_x2(V_frag, VT_smem + (nd * 8 + lane % 8) * C::VT_ROW_BYTES + (2 * h + (lane / 8) % 2) * 16);
         const int word = scale_word_of<F>(h);
-        const uint32_t P_sf = t == 1 ? P_sf_g8[word] : P_sf_g[word];
+        const uint32_t P_sf = t % 2 ? P_sf_g8[word] : P_sf_g[word];
         mma_block_scaled<F>(O[0][nd], P_rmem[h], V_frag[0], V_frag[1], P_sf,
                             row_scale_word<C::VT_SCALES>(VT_sf_row, word), scale_byte_of<F>(h));
       }
@@ -207,7 +214,7 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
 #pragma unroll
   for (int nd = 0; nd < C::D_TILES; nd++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) O[0][nd][i] *= bp.v_scale;
+    for (int i = 0; i < 4; i++) O[0][nd][i] *= v_scale;
   store_output<__nv_bfloat16>(p, w, warp_row0, O, row_max, row_sum);
 }
 
@@ -234,6 +241,8 @@ extern "C" int cuda_fa_fwd_blockscaled_sm120(const BlockScaledParams* bp, cudaSt
                                             int err_len) {
   using namespace fa::bs;
   if (int rc = fa::check_params(bp->base, err, err_len)) return rc;
+  if (bp->format == BS_FMT_NVFP4 && !(bp->tensor_scale[0] && bp->tensor_scale[1] && bp->tensor_scale[2]))
+    return fa::report(err, err_len, "tensor_scale", "NVFP4 needs the Q, K and V tensor scales");
   if (bp->vt_pitch % 8 != 0 || bp->vt_pitch < 8)
     return fa::report(err, err_len, "vt_pitch", "V^T rows must be a positive multiple of 8 bytes");
   auto by_dim = [&]<typename F>() {
