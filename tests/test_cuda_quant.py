@@ -246,7 +246,8 @@ def test_params_struct_matches_the_library(quant_library):
 gpu = pytest.mark.gpu
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
 
-GPU_SHAPES = [(2, 3, 100, 64), (1, 4, 257, 128), (2, 2, 1000, 128), (1, 1, 1, 64), (1, 16, 4096, 128)]
+# The last shape spreads each head's amax over 32 CTAs (atomics); the CPU reference bounds its size.
+GPU_SHAPES = [(2, 3, 100, 64), (1, 4, 257, 128), (2, 2, 1000, 128), (1, 1, 1, 64), (1, 8, 2048, 128)]
 
 
 @gpu

@@ -188,7 +188,23 @@ __device__ __forceinline__ void cp_async_8(uint32_t smem_addr, const void* gmem,
                : "memory");
 }
 
-// ROWS x ROW_BYTES bytes (row pitch `pitch` bytes in global, dense in shared) in COPY-byte
+// Shared-memory offset of byte `byte` of tile row `row` (rows of ROW_BYTES = 32, 64 or 128): the
+// 16-byte chunk index is XORed with f(row), chosen so that every ldmatrix phase of the kernel hits
+// 8 different 16-byte bank groups: 8 consecutive rows (Q, V^T) and the permuted K rows
+// key_base + key_offset(0..7) (MXFP8: {0,1,4,5,8,9,12,13} + 2j, NVFP4: {0,1,8,9,16,17,24,25} + 2j).
+// Rows of 32 bytes hold only 2 chunks: the NVFP4 d64 K rows keep a 2-way conflict.
+template <int ROW_BYTES>
+__device__ __forceinline__ uint32_t swizzled(int row, int byte) {
+  constexpr int CHUNKS = ROW_BYTES / 16;
+  static_assert(CHUNKS == 2 || CHUNKS == 4 || CHUNKS == 8, "rows of 32, 64 or 128 bytes");
+  int f;
+  if constexpr (CHUNKS == 8) f = (row ^ ((row >> 3) << 1)) & 7;
+  else if constexpr (CHUNKS == 4) f = ((row >> 1) ^ (row >> 3)) & 3;
+  else f = ((row >> 2) ^ (row >> 3)) & 1;
+  return static_cast<uint32_t>(row * ROW_BYTES + (((byte >> 4) ^ f) << 4) + (byte & 15));
+}
+
+// ROWS x ROW_BYTES bytes (row pitch `pitch` bytes in global, swizzled in shared) in COPY-byte
 // cp.async pieces; rows >= valid_rows and bytes >= valid_bytes are zero-filled, so nothing is
 // read past a tensor's end and memory beyond a container cannot inject NaN into an MMA.
 template <int ROWS, int ROW_BYTES, int COPY, int THREADS>
@@ -201,8 +217,9 @@ __device__ __forceinline__ void load_bytes_async(uint32_t smem, const uint8_t* g
     const int row = i / PIECES, col = (i % PIECES) * COPY;
     const bool valid = row < valid_rows && col < valid_bytes;
     const uint8_t* src = valid ? gmem + row * pitch + col : gmem;
-    if constexpr (COPY == 16) cp_async_16(smem + i * COPY, src, valid ? COPY : 0);
-    else cp_async_8(smem + i * COPY, src, valid ? COPY : 0);
+    const uint32_t dst = smem + swizzled<ROW_BYTES>(row, col);
+    if constexpr (COPY == 16) cp_async_16(dst, src, valid ? COPY : 0);
+    else cp_async_8(dst, src, valid ? COPY : 0);
   }
 }
 

@@ -142,7 +142,7 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
   uint32_t Q_rmem[C::D_STEPS][4];
 #pragma unroll
   for (int kk = 0; kk < C::D_STEPS; kk++)
-    ldmatrix_x4(Q_rmem[kk], Q_smem + (warp * 16 + lane % 16) * C::ROW_BYTES + (2 * kk + lane / 16) * 16);
+    ldmatrix_x4(Q_rmem[kk], Q_smem + swizzled<C::ROW_BYTES>(warp * 16 + lane % 16, (2 * kk + lane / 16) * 16));
 
   float O[1][C::D_TILES][4] = {};
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
@@ -170,7 +170,7 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
 #pragma unroll
       for (int kk = 0; kk < C::D_STEPS; kk++) {
         uint32_t K_frag[2];
-        ldmatrix_x2(K_frag, K_smem + ld_row * C::ROW_BYTES + (2 * kk + (lane / 8) % 2) * 16);
+        ldmatrix_x2(K_frag, K_smem + swizzled<C::ROW_BYTES>(ld_row, (2 * kk + (lane / 8) % 2) * 16));
         const uint32_t K_sf = row_scale_word<C::ROW_SCALES>(K_sf_row, scale_word_of<F>(kk));
         mma_block_scaled<F>(S[0][nt], Q_rmem[kk], K_frag[0], K_frag[1], Q_sf[scale_word_of<F>(kk)], K_sf,
                             scale_byte_of<F>(kk));
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
 #pragma unroll
       for (int h = 0; h < C::KV_STEPS; h++) {
         uint32_t V_frag[2];
-        ldmatrix_x2(V_frag, VT_smem + (nd * 8 + lane % 8) * C::VT_ROW_BYTES + (2 * h + (lane / 8) % 2) * 16);
+        ldmatrix_x2(V_frag, VT_smem + swizzled<C::VT_ROW_BYTES>(nd * 8 + lane % 8, (2 * h + (lane / 8) % 2) * 16));
         const int word = scale_word_of<F>(h);
         const uint32_t P_sf = t % 2 ? P_sf_g8[word] : P_sf_g[word];
         mma_block_scaled<F>(O[0][nd], P_rmem[h], V_frag[0], V_frag[1], P_sf,
