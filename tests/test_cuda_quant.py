@@ -276,6 +276,22 @@ def test_gpu_edge_cases(fmt, granularity, transpose):
 
 @gpu
 @needs_gpu
+@pytest.mark.parametrize("fmt, granularity", FORMAT_GRANULARITIES)
+def test_gpu_scattered_non_finite_values_in_a_large_tensor(fmt, granularity):
+    """NaN/Inf and zero rows spread over many CTAs of the amax pass and many blocks."""
+    x = random_input((2, 4, 1500, 128), torch.float32, seed=7)
+    g = torch.Generator().manual_seed(8)
+    flat = x.view(-1)
+    for value in (math.nan, math.inf, -math.inf):
+        flat[torch.randint(0, flat.numel(), (40,), generator=g)] = value
+    x[:, :, 100:140] = 0.0
+    for transpose in (False, True):
+        want = formats.quantize(x, fmt, transpose=transpose, granularity=granularity)
+        assert_same_container(quant.quantize(x.cuda(), fmt, transpose=transpose, granularity=granularity), want)
+
+
+@gpu
+@needs_gpu
 def test_gpu_strided_and_fp64_input():
     base = random_input((2, 300, 4, 128), torch.bfloat16).cuda()
     x = base.transpose(1, 2)  # BSHD storage seen as (B, H, S, D)
