@@ -1,8 +1,11 @@
 """Hand-written CUDA C++ FlashAttention-2 forward: the founding v1..v5 mma.sync ladder, and
 "hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation), and "hopper-fp8", its
-e4m3 version (QGMMA) for compare.formats "fp8" inputs.
+e4m3 version (QGMMA) for compare.formats "fp8" inputs; "mxfp8-sm120" and "nvfp4-sm120", block-scaled
+kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never run here); and GPU
+quantizers that produce compare.formats containers (cuda_impl.quant).
 
-Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason().
+Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason(),
+quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.build into a torch-free shared
 library and launched through the custom op "cuda_fa::fwd" on torch's current stream.
 Importing this package needs neither a GPU nor nvcc; both are asked for at call time.
@@ -14,7 +17,8 @@ import math
 
 import torch
 
-from cuda_impl import _lib, build, ops, validate
+from cuda_impl import _lib, build, ops, sm120, validate
+from cuda_impl.quant import quantize, quantize_attention_inputs
 
 _LADDER = {
     "v1": "basic: Q in registers, 16-byte cp.async K/V, ldmatrix.x2, mma.sync m16n8k16, online softmax",
@@ -60,6 +64,9 @@ VARIANTS["hopper-fp8"] = {
     "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t)",
 }
 
+# Blackwell-native block-scaled variants (csrc/sm120, their own library): compiled, not run here.
+VARIANTS.update(sm120.VARIANTS)
+
 DEFAULT_VARIANT: dict[str, str] = {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
 
 
@@ -72,6 +79,8 @@ def _spec(variant: str) -> dict:
 def unavailable_reason(variant: str) -> str | None:
     """None when `variant` can run here now, else why not (GPU, arch, compiler)."""
     _spec(variant)
+    if variant in sm120.VARIANTS:
+        return sm120.unavailable_reason(variant)
     if not torch.cuda.is_available():
         return "no CUDA GPU (torch.cuda.is_available() is False)"
     capability = torch.cuda.get_device_capability()
@@ -95,6 +104,8 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     give 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype,
     and with return_lse also lse (B, Hq, Sq) float32, natural log of the scaled scores.
     Unsupported input raises ValueError/TypeError naming the constraint; no fallback."""
+    if variant in sm120.VARIANTS:
+        return sm120.attention(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
     fmt = validate.format_of(q)
     if variant is None and fmt not in DEFAULT_VARIANT:
         raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(DEFAULT_VARIANT)}")
@@ -122,4 +133,5 @@ def _attention_fp8(q, k, v, causal: bool, scale: float, variant: str, spec: dict
     return ops.fwd_fp8(q.data, k.data, vt, *descales, causal, scale, variant)
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason"]
+__all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason", "quantize",
+           "quantize_attention_inputs"]

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import cuda_impl
-from cuda_impl import _lib, build, sass, validate
+from cuda_impl import _lib, build, sass, sm120, validate
 
 REPO = Path(__file__).resolve().parent.parent
 HMMA = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
@@ -55,6 +55,8 @@ def test_every_kernel_compiles_for_every_target(fa_library):
         archs.setdefault(row["kernel"], set()).add(row["arch"])
     expected = {f"sm_{t}" for t in build.ARCH_TARGETS}
     for variant, spec in cuda_impl.VARIANTS.items():
+        if variant in sm120.VARIANTS:  # own library: tests/test_cuda_sm120.py
+            continue
         for fmt in spec["formats"]:
             for head_dim in spec["head_dims"]:
                 # hopper adds its BLOCK_KV: fwd_hopper_kernel<bf16,128,176>
@@ -94,8 +96,9 @@ def test_target_matching():
 # --- machine code ------------------------------------------------------------------------
 
 
-# tests/test_cuda_hopper.py: hopper; tests/test_cuda_hopper_fp8.py: hopper-fp8
-LADDER = [name for name in cuda_impl.VARIANTS if not name.startswith("hopper")]
+# tests/test_cuda_hopper.py: hopper; tests/test_cuda_hopper_fp8.py: hopper-fp8; tests/test_cuda_sm120.py:
+# the sm_120a variants
+LADDER = [name for name in cuda_impl.VARIANTS if not name.startswith("hopper") and name not in sm120.VARIANTS]
 
 
 @pytest.mark.parametrize("variant", LADDER)
@@ -209,7 +212,7 @@ def test_validation_works_on_meta_tensors():
 
 
 def test_surface_matches_contract():
-    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8"}
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", *sm120.VARIANTS}
     assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}

@@ -240,9 +240,55 @@ __device__ __forceinline__ void mask_scores(float (&S)[M_TILES][KV_TILES][4], co
       }
 }
 
-// One online-softmax step over a fresh S tile (raw scores). row_max is kept in raw units,
-// row_sum per thread (its own columns only; the quad reduction waits for the epilogue).
-// Rescales O by exp(scale * (m_old - m_new)) and writes P as 16-bit A fragments for P @ V.
+// One online-softmax step over a fresh S tile (raw scores), in place: S becomes the unnormalised
+// P = exp(scale * (s - m_new)). row_max is kept in raw units, row_sum per thread (its own columns
+// only; the quad reduction waits for the epilogue). Rescales O by exp(scale * (m_old - m_new)).
+// Per m-tile, so that online_softmax keeps its rescale-then-pack order per tile (same SASS).
+// EXACT_ROW_MAX: s * scale is rounded before m * scale is subtracted (no FMA), so the row's
+// maximum gives exp2(0) = 1 exactly; block-scaled P needs it (an amax of 1 - 1 ulp halves the MX
+// scale and saturates the block's largest element at 448 instead of 512, a 12.5% error).
+template <bool EXACT_ROW_MAX = false, int M_TILES, int KV_TILES, int D_TILES>
+__device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
+                                               float (&row_max)[M_TILES][2],
+                                               float (&row_sum)[M_TILES][2],
+                                               float (&O)[M_TILES][D_TILES][4], float scale_log2,
+                                               int mt) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {  // rows g and g + 8
+    float m = row_max[mt][r];
+#pragma unroll
+    for (int nt = 0; nt < KV_TILES; nt++)
+      m = fmaxf(m, fmaxf(S[mt][nt][2 * r], S[mt][nt][2 * r + 1]));
+    // The 4 lanes of a quad hold one row between them.
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+    // A row that has seen no key yet keeps max -inf; subtracting 0 instead turns every
+    // exp2 into exp2(-inf) = 0 (no NaN from -inf - -inf), and alpha into 0 for empty O.
+    const float m_scaled =
+        m == -INFINITY ? 0.f : (EXACT_ROW_MAX ? __fmul_rn(m, scale_log2) : m * scale_log2);
+    const float alpha = fast_exp2(row_max[mt][r] * scale_log2 - m_scaled);
+    row_max[mt][r] = m;
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < KV_TILES; nt++)
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const float x = EXACT_ROW_MAX ? __fmul_rn(S[mt][nt][2 * r + c], scale_log2) - m_scaled
+                                      : fmaf(S[mt][nt][2 * r + c], scale_log2, -m_scaled);
+        const float e = fast_exp2(x);
+        S[mt][nt][2 * r + c] = e;
+        sum += e;
+      }
+    row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
+#pragma unroll
+    for (int nd = 0; nd < D_TILES; nd++) {
+      O[mt][nd][2 * r] *= alpha;
+      O[mt][nd][2 * r + 1] *= alpha;
+    }
+  }
+}
+
+// softmax_update, then P as 16-bit A fragments for P @ V.
 template <typename T, int M_TILES, int KV_TILES, int D_TILES>
 __device__ __forceinline__ void online_softmax(float (&S)[M_TILES][KV_TILES][4],
                                                float (&row_max)[M_TILES][2],
@@ -252,36 +298,7 @@ __device__ __forceinline__ void online_softmax(float (&S)[M_TILES][KV_TILES][4],
                                                float scale_log2) {
 #pragma unroll
   for (int mt = 0; mt < M_TILES; mt++) {
-#pragma unroll
-    for (int r = 0; r < 2; r++) {  // rows g and g + 8
-      float m = row_max[mt][r];
-#pragma unroll
-      for (int nt = 0; nt < KV_TILES; nt++)
-        m = fmaxf(m, fmaxf(S[mt][nt][2 * r], S[mt][nt][2 * r + 1]));
-      // The 4 lanes of a quad hold one row between them.
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-      // A row that has seen no key yet keeps max -inf; subtracting 0 instead turns every
-      // exp2 into exp2(-inf) = 0 (no NaN from -inf - -inf), and alpha into 0 for empty O.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      const float alpha = fast_exp2(row_max[mt][r] * scale_log2 - m_scaled);
-      row_max[mt][r] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < KV_TILES; nt++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-          const float e = fast_exp2(fmaf(S[mt][nt][2 * r + c], scale_log2, -m_scaled));
-          S[mt][nt][2 * r + c] = e;
-          sum += e;
-        }
-      row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
-#pragma unroll
-      for (int nd = 0; nd < D_TILES; nd++) {
-        O[mt][nd][2 * r] *= alpha;
-        O[mt][nd][2 * r + 1] *= alpha;
-      }
-    }
+    softmax_update(S, row_max, row_sum, O, scale_log2, mt);
     // Two adjacent 16x8 accumulator tiles form one 16x16 A fragment (register reuse, no shuffle).
 #pragma unroll
     for (int kk = 0; kk < KV_TILES / 2; kk++) {
