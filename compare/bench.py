@@ -25,7 +25,7 @@ import torch
 from . import backends as backends_mod
 from . import env as env_mod
 from . import oracle
-from .schema import CASE_COLUMNS, COLUMNS, KEY_COLUMNS, shape_label
+from .schema import COLUMNS, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
 DATA_DIR = env_mod.REPO_ROOT / "figures" / "data"

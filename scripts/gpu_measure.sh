@@ -8,14 +8,17 @@
 #   correctness GPU tests, the full oracle matrix of the SDPA peers and the CUDA kernels, the Hopper
 #               kernels' own scripts, compute-sanitizer on every CUDA kernel.
 # Each step has its own time limit so that a slow or hung one cannot take the others' results with it.
-# $OUT receives env.json, quick.csv, seed.csv, summary.txt and logs.tgz (the device tool returns at
-# most 8 files).
+# $OUT receives env.json, quick.csv, seed.csv, quant.csv, summary.txt and logs.tgz (the device tool
+# returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 PYTHONPATH=. PYTHONWARNINGS=ignore::UserWarning
 
 if [ "${1:-}" = "--build-only" ]; then
+  # the kernels, the quantizers, the sm_120a kernels' sm_90a emulation build (their oracle test), ceilings
   python3 -m cuda_impl.build >/dev/null && python3 -m compare.ceilings --build-only || exit 1
+  python3 -c "from cuda_impl import build, quant, sm120
+for spec in (quant.library_spec(), sm120.library_spec(emulate=True)): build.build_library(spec)" || exit 1
   find cuda_impl/_build -name '*.o' -delete
   exit 0
 fi
@@ -37,18 +40,24 @@ step() {
 }
 
 timing_lane() {
-  step timing 300 quick python3 -m compare run --sweep quick --out "$OUT/quick.csv" --no-progress
-  step timing 60 seed python3 -m compare run --sweep seed --out "$OUT/seed.csv" --no-progress
+  step timing 280 quick python3 -m compare run --sweep quick --out "$OUT/quick.csv" --no-progress
+  step timing 50 seed python3 -m compare run --sweep seed --out "$OUT/seed.csv" --no-progress
   step timing 150 check-triton python3 -m compare check --backends 'triton:*'
 }
 
 correctness_lane() {
-  step correctness 120 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
-    tests/test_formats.py tests/test_cuda_ceilings.py tests/test_gpu_oracle.py tests/test_cuda_hopper_fp8.py
-  step correctness 180 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
-  step correctness 40 hopper-memcheck compute-sanitizer --tool memcheck python3 scripts/dev_hopper_gpu.py --sanitize
+  step correctness 150 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/test_formats.py tests/test_cuda_ceilings.py tests/test_gpu_oracle.py tests/test_cuda_hopper_fp8.py \
+    tests/test_cuda_quant.py tests/test_cuda_sm120.py
+  step correctness 150 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
+  for script in dev_hopper_gpu dev_hopper_fp8_gpu; do
+    for tool in memcheck racecheck; do
+      step correctness 30 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+    done
+  done
   step correctness 150 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
     --skip pytest --skip alt --skip bench --skip ceilings
+  step correctness 30 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"
 }
 
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
@@ -68,7 +77,10 @@ fi
   echo "== oracle"
   grep -hE "^oracle check|passed|FAIL|ERROR" "$LOGS"/check-*.log "$LOGS"/pytest-gpu.log 2>/dev/null | tail -40
   echo "== sanitizers"
-  grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/*.log "$LOGS"/ladder/*.txt 2>/dev/null | tail -12
+  grep -HE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/sanitize-*.log "$LOGS"/ladder-*.log \
+    "$LOGS"/ladder/*.txt 2>/dev/null | tail -16
+  echo "== quantizers"
+  tail -12 "$LOGS/quant-bench.log"
   echo "== quick"
   sed -n '/^TFLOP/,$p' "$LOGS/quick.log"
   echo "== seed"

@@ -25,14 +25,6 @@ MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
 
 
 @pytest.fixture(scope="module")
-def fa_library() -> Path:
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(_lib.library_spec()) is None:
-        pytest.skip(problem)
-    return build.build_library(_lib.library_spec())
-
-
-@pytest.fixture(scope="module")
 def fa_sass(fa_library) -> dict:
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")

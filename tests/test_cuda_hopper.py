@@ -25,14 +25,6 @@ SPEC = cuda_impl.VARIANTS["hopper"]
 
 
 @pytest.fixture(scope="module")
-def fa_library():
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(_lib.library_spec()) is None:
-        pytest.skip(problem)
-    return build.build_library(_lib.library_spec())
-
-
-@pytest.fixture(scope="module")
 def hopper_sass(fa_library) -> dict:
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")

@@ -22,11 +22,8 @@ FORMAT_GRANULARITIES = [("fp8", "head"), ("fp8", "tensor"), ("mxfp8", "head"), (
 
 
 @pytest.fixture(scope="module")
-def quant_library():
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(quant.library_spec()) is None:
-        pytest.skip(problem)
-    return build.build_library(quant.library_spec())
+def quant_library(build_or_skip):
+    return build_or_skip(quant.library_spec())
 
 
 # --- comparing containers ----------------------------------------------------------------

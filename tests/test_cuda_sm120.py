@@ -28,11 +28,8 @@ MMAS_PER_TILE = {("Mxfp8", 128): 64, ("Mxfp8", 64): 32, ("Nvfp4", 128): 32, ("Nv
 
 
 @pytest.fixture(scope="module")
-def sm120_library():
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(sm120.library_spec()) is None:
-        pytest.skip(problem)
-    return build.build_library(sm120.library_spec())
+def sm120_library(build_or_skip):
+    return build_or_skip(sm120.library_spec())
 
 
 @pytest.fixture(scope="module")

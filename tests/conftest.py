@@ -1,0 +1,24 @@
+"""Fixtures shared by the CUDA test files: a library is built once per session (or found in the
+build cache); without nvcc and without a cached build the test is skipped with the reason."""
+import pytest
+
+from cuda_impl import _lib, build
+
+
+def _built(spec: build.LibrarySpec):
+    problem = build.missing_toolchain()
+    if problem and build.cached_library(spec) is None:
+        pytest.skip(problem)
+    return build.build_library(spec)
+
+
+@pytest.fixture(scope="session")
+def build_or_skip():
+    """fn(spec) -> path of the built library, or a skip."""
+    return _built
+
+
+@pytest.fixture(scope="session")
+def fa_library():
+    """The kernels' library (cuda_impl._lib.library_spec())."""
+    return _built(_lib.library_spec())
