@@ -46,18 +46,18 @@ timing_lane() {
 }
 
 correctness_lane() {
-  step correctness 150 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
+  step correctness 120 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
     tests/test_formats.py tests/test_cuda_ceilings.py tests/test_gpu_oracle.py tests/test_cuda_hopper_fp8.py \
     tests/test_cuda_quant.py tests/test_cuda_sm120.py
-  step correctness 150 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
+  step correctness 130 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
   for script in dev_hopper_gpu dev_hopper_fp8_gpu; do
     for tool in memcheck racecheck; do
-      step correctness 30 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+      step correctness 25 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
-  step correctness 150 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
+  step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
     --skip pytest --skip alt --skip bench --skip ceilings
-  step correctness 30 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"
+  step correctness 25 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"
 }
 
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
