@@ -430,13 +430,22 @@ def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
     x_lo, x_hi = rows["intensity"].min() / 4, rows["intensity"].max() * 2
     if pd.notna(bandwidth):
         x_lo = min(x_lo, compute.max() / bandwidth / 4)
-    ceilings = compute.sort_values()
-    for k, (name, value) in enumerate(ceilings.items()):
+    # Ceilings within 2% of each other (mma.sync bf16 and fp16) share one line and one label.
+    merged: list[tuple[list[str], float]] = []
+    for name, value in compute.sort_values().items():
+        if merged and value / merged[-1][1] < 1.02:
+            merged[-1][0].append(name)
+        else:
+            merged.append(([name], value))
+    for k, (names, value) in enumerate(merged):
         ax.axhline(value, color="0.35", linestyle=":", linewidth=1)
-        # A label goes under its line when the next ceiling is close enough for the two labels to collide.
-        below = k + 1 < len(ceilings) and ceilings.iloc[k + 1] / value < 1.25
-        ax.text(x_lo * 1.1, value * (0.97 if below else 1.03), f"{name}: {value:.0f} TFLOP/s", fontsize=8,
-                color="0.25", va="top" if below else "bottom")
+        # A label goes under its line when the next ceiling is close enough for the two labels to
+        # collide, and neighbouring labels alternate between the left and the right edge.
+        below = k + 1 < len(merged) and merged[k + 1][1] / value < 1.25
+        right = k % 2 == 1
+        ax.text(x_hi / 1.1 if right else x_lo * 1.1, value * (0.97 if below else 1.03),
+                f"{' / '.join(names)}: {value:.0f} TFLOP/s", fontsize=8, color="0.25",
+                va="top" if below else "bottom", ha="right" if right else "left")
     if pd.notna(bandwidth):
         xs = np.geomspace(x_lo, compute.max() / bandwidth, 50)
         ax.plot(xs, bandwidth * xs, color="0.35", linestyle="-.", linewidth=1)
