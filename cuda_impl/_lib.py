@@ -249,9 +249,9 @@ def launch_forward_mx(
         batch=q.shape[0], heads_q=q.shape[1], heads_kv=k.shape[1], seqlen_q=q.shape[2], seqlen_k=seqlen_k,
         head_dim=q.shape[3], scale=scale, causal=int(causal), dtype=DTYPE_CODES[q.dtype],
     )
-    pointer = lambda t: None if t is None else t.data_ptr()  # noqa: E731
-    params = MxFwdParams(base=base, q_tensor_scale=pointer(q_ts), k_tensor_scale=pointer(k_ts),
-                         v_tensor_scale=pointer(v_ts), format=MX_FORMAT_CODES[fmt])
+    ts = [None if t is None else t.data_ptr() for t in (q_ts, k_ts, v_ts)]
+    params = MxFwdParams(base=base, q_tensor_scale=ts[0], k_tensor_scale=ts[1], v_tensor_scale=ts[2],
+                         format=MX_FORMAT_CODES[fmt])
     lib = load(extra_flags)
     _check_struct(lib, "cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu")
     _call(lib, "cuda_fa_fwd_hopper_mx", MxFwdParams, params, q.device, f"hopper-{fmt}")
