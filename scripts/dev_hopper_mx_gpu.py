@@ -1,21 +1,22 @@
 """One device call for cuda:hopper-mxfp8 and cuda:hopper-nvfp4 (sm_90a, exact block scaling).
 
-Build here first (`PYTHONPATH=. python -m cuda_impl.build`) and carry cuda_impl/_build. On the H200:
+Build here first (`PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py --build-only`: the default library and
+the ALT_BUILDS) and carry cuda_impl/_build. On the H200:
 
-    PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py                    # both stages, < 90 s
-    PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py --only correctness # < 45 s
-    PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py --only timing      # < 60 s
+    PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py                    # all stages, < 90 s
+    PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py --only correctness # < 30 s
+    PYTHONPATH=. MX_ALT_OK=1 python scripts/dev_hopper_mx_gpu.py --only timing  # < 45 s
 
 Stages, each in a child process with a timeout (a barrier bug hangs instead of failing):
-1. correctness: the dequantization pass against compare.formats bit for bit; a Q = 0 probe (every
+1. correctness (default library): the dequantization pass against compare.formats bit for bit; a Q = 0 probe (every
    score 0, so P is the quantized 1 for every key: mxfp8 1, nvfp4 e2m1(1 / e4m3(1/6)) * e4m3(1/6) =
    1.03125) that isolates the V^T tiles from the softmax; then compare.oracle.check (float64 reference
    on the dequantized inputs, the plain quantized-P reference's error x 2 as the bound, NaN-poisoned
    outputs, LSE) on tails, Sq > Sk causal, GQA/MQA, both head dims, a custom scale, large and shifted
-   inputs, for both formats;
-2. timing (only when everything passed): do_bench medians (L2 flushed) at b1 h16 16k d128, causal and
+   inputs, for both formats; then (stage "alt", its own timeout) each ALT_BUILDS library on ALT_CASES;
+2. timing (only when the default passed; ALT_BUILDS only when they passed too): do_bench medians (L2 flushed) at b1 h16 16k d128, causal and
    not, of hopper-mxfp8 / hopper-nvfp4 through cuda_impl.attention (dequantization included, what the
-   driver times) and of the attention kernel alone on pre-expanded tiles, triton:mxfp8-dequant /
+   driver times) and of the attention kernel alone on pre-expanded tiles (default and ALT_BUILDS), triton:mxfp8-dequant /
    nvfp4-dequant (first tuning candidate, no autotuning: it would not fit the time), cuda:hopper-fp8,
    and SDPA cuDNN in bf16; TFLOP/s = 4 B H D x visible pairs / time.
 """
@@ -23,6 +24,7 @@ Stages, each in a child process with a timeout (a barrier bug hangs instead of f
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
@@ -32,8 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-STAGE_TIMEOUT_S = {"correctness": 40, "timing": 45}
+STAGE_TIMEOUT_S = {"correctness": 30, "alt": 15, "timing": 43}
 FORMATS = ("mxfp8", "nvfp4")
+# Measured beside the default; docs/perf-notes-hopper.md ("MXFP8 / NVFP4") says what each should move.
+ALT_BUILDS = {"overlap": ("-DFA_HOPPER_MX_OVERLAP=1",)}
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
 CORRECTNESS_CASES = [
@@ -47,11 +51,37 @@ CORRECTNESS_CASES = [
     (1, 4, 4, 777, 2049, 64, True, "normal", 0.3),
     (1, 8, 8, 2048, 2048, 128, True, "large", 0.05),
 ]
+ALT_CASES = [CORRECTNESS_CASES[i] for i in (1, 2, 3, 5, 6)]
 BENCH_CASES = [(1, 16, 16384, 128, False), (1, 16, 16384, 128, True)]  # b, h, s, d, causal
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def runner(fmt: str, extra_flags=()):
+    """fn(q, k, v, causal=, scale=, return_lse=) for oracle.check: cuda_impl.attention for the default
+    library, else the dequantization pass and the raw launch of the build with `extra_flags`."""
+    import math
+
+    import torch
+
+    import cuda_impl
+    from cuda_impl import _lib
+
+    if not extra_flags:
+        return lambda q, k, v, **kw: cuda_impl.attention(q, k, v, variant=f"hopper-{fmt}", **kw)
+
+    def run(q, k, v, *, causal=False, scale=None, return_lse=False):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        tiles = [_lib.dequantize_blocked(fmt, t.data, t.scale) for t in (q, k, v)]
+        out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
+        lse = torch.empty(q.shape[:-1], dtype=torch.float32, device="cuda")
+        _lib.launch_forward_mx(fmt, *tiles, q.tensor_scale, k.tensor_scale, v.tensor_scale, out, lse, causal=causal,
+                               scale=scale, seqlen_k=k.shape[2], extra_flags=extra_flags)
+        return (out, lse) if return_lse else out
+
+    return run
 
 
 def check_dequant() -> tuple[bool, str]:
@@ -104,14 +134,15 @@ def probe_uniform_p(fmt: str) -> tuple[bool, str]:
     return err < 2e-2, f"P(1) = {p1}, max|out - P(1) mean(V)| {err:.3e}"
 
 
-def stage_correctness() -> int:
+def stage_correctness(alt: bool = False) -> int:
+    """The default library (dequant check, probes, oracle), or with alt=True the ALT_BUILDS on ALT_CASES."""
     import torch
 
-    import cuda_impl
     from compare import oracle
 
     failures, total = 0, 0
-    checks = [("dequant", check_dequant)] + [(f"probe {f}", lambda f=f: probe_uniform_p(f)) for f in FORMATS]
+    checks = [] if alt else [("dequant", check_dequant)] + [(f"probe {f}", lambda f=f: probe_uniform_p(f))
+                                                            for f in FORMATS]
     for name, fn in checks:
         total += 1
         try:
@@ -123,29 +154,29 @@ def stage_correctness() -> int:
         log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
 
     poisoned = False
-    for fmt in FORMATS:
-        variant = f"hopper-{fmt}"
-        for b, hq, hkv, sq, sk, d, causal, dist, scale in CORRECTNESS_CASES:
-            case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, dist=dist, scale=scale, seed=sq + sk)
-            name = case.shape_str() + (f" scale {scale}" if scale else "")
-            total += 1
-            if poisoned:
-                log(f"SKIP {name} (CUDA context lost earlier)")
-                failures += 1
-                continue
+    jobs = [(fmt, "default", (), c) for fmt in FORMATS for c in CORRECTNESS_CASES]
+    if alt:
+        jobs = [(fmt, name, flags, c) for name, flags in ALT_BUILDS.items() for fmt in FORMATS for c in ALT_CASES]
+    for fmt, build_name, flags, (b, hq, hkv, sq, sk, d, causal, dist, scale) in jobs:
+        case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, dist=dist, scale=scale, seed=sq + sk)
+        name = f"{build_name:8} {case.shape_str()}" + (f" scale {scale}" if scale else "")
+        total += 1
+        if poisoned:
+            log(f"SKIP {name} (CUDA context lost earlier)")
+            failures += 1
+            continue
+        try:
+            verdict = oracle.check(runner(fmt, flags), case, device="cuda")
+            ok, detail = verdict.passed, verdict.summary()
+        except Exception as exc:  # noqa: BLE001 - report every case, keep going
+            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            traceback.print_exc(limit=2)
             try:
-                verdict = oracle.check(lambda q, k, v, _v=variant, **kw: cuda_impl.attention(q, k, v, variant=_v, **kw),
-                                       case, device="cuda")
-                ok, detail = verdict.passed, verdict.summary()
-            except Exception as exc:  # noqa: BLE001 - report every case, keep going
-                ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-                traceback.print_exc(limit=2)
-                try:
-                    torch.cuda.synchronize()
-                except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
-                    poisoned = True
-            failures += not ok
-            log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+                torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
+                poisoned = True
+        failures += not ok
+        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
     log(f"correctness: {total - failures}/{total} pass")
     return 1 if failures else 0
 
@@ -179,11 +210,11 @@ def bench_case(b, h, s, d, causal):
         qq, kq, vq = inputs[fmt]
         return lambda: cuda_impl.attention(qq, kq, vq, causal=causal, variant=f"hopper-{fmt}")
 
-    def kernel_only(fmt):
+    def kernel_only(fmt, flags=()):
         qq, kq, vq = inputs[fmt]
         tiles = [_lib.dequantize_blocked(fmt, t.data, t.scale) for t in (qq, kq, vq)]
         return lambda: _lib.launch_forward_mx(fmt, *tiles, qq.tensor_scale, kq.tensor_scale, vq.tensor_scale, out, lse,
-                                              causal=causal, scale=d**-0.5, seqlen_k=s)
+                                              causal=causal, scale=d**-0.5, seqlen_k=s, extra_flags=flags)
 
     def dequant_only(fmt):
         qq, kq, vq = inputs[fmt]
@@ -207,6 +238,8 @@ def bench_case(b, h, s, d, causal):
     candidates = [
         ("cuda:mxfp8", ours("mxfp8")), ("mxfp8-kernel", kernel_only("mxfp8")), ("mxfp8-dequant", dequant_only("mxfp8")),
         ("cuda:nvfp4", ours("nvfp4")), ("nvfp4-kernel", kernel_only("nvfp4")),
+        *[(f"{fmt}-{name}", kernel_only(fmt, flags)) for name, flags in ALT_BUILDS.items() for fmt in FORMATS
+          if os.environ.get("MX_ALT_OK") == "1"],
         ("cuda:fp8", fp8()), ("cudnn-bf16", cudnn),
         ("triton:mxfp8", triton_dequant("mxfp8")), ("triton:nvfp4", triton_dequant("nvfp4")),
     ]
@@ -225,8 +258,8 @@ def bench_case(b, h, s, d, causal):
 
 def stage_timing() -> int:
     rows = [bench_case(*c) for c in BENCH_CASES]
-    names = ["cuda:mxfp8", "mxfp8-kernel", "triton:mxfp8", "cuda:nvfp4", "nvfp4-kernel", "triton:nvfp4", "cuda:fp8",
-             "cudnn-bf16"]
+    names = ["cuda:mxfp8", "mxfp8-kernel", *[f"mxfp8-{n}" for n in ALT_BUILDS], "triton:mxfp8", "cuda:nvfp4",
+             "nvfp4-kernel", *[f"nvfp4-{n}" for n in ALT_BUILDS], "triton:nvfp4", "cuda:fp8", "cudnn-bf16"]
     print("\nTFLOP/s (the -kernel columns exclude the dequantization pass)\n" + f"{'case':26} "
           + " ".join(f"{n:>12}" for n in names) + "  mx/triton  mx/fp8  nv/triton")
     for case, rates in rows:
@@ -252,9 +285,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=sorted(STAGE_TIMEOUT_S), help="run one stage (in a child with its timeout)")
+    parser.add_argument("--build-only", action="store_true", help="(dev machine) build the default and ALT_BUILDS libraries")
     args = parser.parse_args()
+    if args.build_only:
+        from cuda_impl import _lib, build
+
+        for flags in ((), *ALT_BUILDS.values()):
+            log(f"built {build.build_library(_lib.library_spec(flags))}")
+        return 0
     if args.stage:
-        return {"correctness": stage_correctness, "timing": stage_timing}[args.stage]()
+        return {"correctness": stage_correctness, "alt": lambda: stage_correctness(alt=True),
+                "timing": stage_timing}[args.stage]()
 
     import cuda_impl
 
@@ -272,6 +313,9 @@ def main() -> int:
     if rc != 0:
         log("timing skipped: correctness failed")
         return rc
+    alt_rc = run_stage("alt")  # a hang or failure here only drops the ALT_BUILDS from the timing
+    log(f"alt stage rc={alt_rc} ({time.time() - start:.1f} s)")
+    os.environ["MX_ALT_OK"] = "1" if alt_rc == 0 else "0"
     rc = run_stage("timing")
     log(f"timing stage rc={rc}; total {time.time() - start:.1f} s")
     return rc

@@ -191,15 +191,15 @@ def mx_sass(fa_library) -> dict:
 
 
 def kernel(functions: dict, arch: str, fmt: str, head_dim: int) -> list[str]:
-    code = {"mxfp8": 0, "nvfp4": 1}[fmt]
     (found,) = [ins for (a, fn), ins in functions.items()
-                if a == arch and f"fwd_hopper_mx_kernelILi{code}ELi{head_dim}E" in fn]
+                if a == arch and build.readable_kernel_name(fn) == f"fwd_hopper_{fmt}_kernel<{fmt},{head_dim}>"]
     return found
 
 
 def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
-    rows = [r for r in build.ptxas_report(spec) if "fwd_hopper_mx_kernel" in r["kernel"] or "dequant" in r["kernel"]]
+    names = {f"fwd_hopper_{f}_kernel<{f},{d}>" for f in FORMATS for d in (64, 128)}
+    rows = [r for r in build.ptxas_report(spec) if r["kernel"] in names or "dequant" in r["kernel"]]
     # 2 formats x 2 head dims, and the 2 dequantization kernels
     assert len([r for r in rows if r["arch"] == "sm_90a"]) == 6
     for r in rows:

@@ -40,6 +40,12 @@ struct MxFwdParams {
 };
 }
 
+// OVERLAP = 1: S(t) is issued with P(t-1) V(t-1) and softmax(t) runs while P V is on the tensor
+// cores (the fp8 kernel's schedule). Off by default until a GPU run has checked and timed it.
+#ifndef FA_HOPPER_MX_OVERLAP
+#define FA_HOPPER_MX_OVERLAP 0
+#endif
+
 namespace fa {
 
 constexpr int FA_MX_FORMAT_MXFP8 = 0;
@@ -55,8 +61,10 @@ struct MxTiles {
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;
-  // d128: Q 32 KB + 2 x (K 32 KB + V^T 32 KB) = 160 KB, as fwd_hopper.cu; d64: 3 stages.
-  static constexpr int STAGES = DIM == 64 ? 3 : 2;
+  static constexpr bool OVERLAP = FA_HOPPER_MX_OVERLAP;
+  // d128: Q 32 KB + 2 x (K 32 KB + V^T 32 KB) = 160 KB, as fwd_hopper.cu; d64: 3 stages. The
+  // overlap holds two stages per consumer (K of t, V^T of t - 1): 3 at d128 (224 KB).
+  static constexpr int STAGES = DIM == 64 || OVERLAP ? 3 : 2;
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;  // 64 columns of 2 bytes per row
   static constexpr int K_PANEL_BYTES = BLOCK_KV * 128;
   static constexpr int V_PANEL_BYTES = DIM * 128;      // 64 keys of DIM V^T rows
@@ -188,43 +196,22 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
   const uint32_t q_smem = smem + consumer * 64 * 128;  // 64 rows into every Q panel
 
-  if (w.n_kv_tiles > 0) sm90::mbar_wait(bars.q_full(), 0);
-  for (int tile = 0; tile < w.n_kv_tiles; tile++) {
-    const int s = tile % C::STAGES;
-    const uint32_t parity = (tile / C::STAGES) & 1;
-    const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
-    const uint32_t v_smem = k_smem + C::K_BYTES;
-
-    // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
-    float S[C::S_REGS];
-    sm90::mbar_wait(bars.k_full(s), parity);
+  auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
+  // S = Q K^T, issued: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
+  auto issue_qk = [&](float (&S)[C::S_REGS], int s) {
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::DIM / 16; kk++) {
       const uint32_t in_panel = (kk % 4) * 32;
       sm90::wgmma_ss_n128<T>(
           S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
-          sm90::desc_sw128(k_smem + (kk / 4) * C::K_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
+          sm90::desc_sw128(k_smem(s) + (kk / 4) * C::K_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
     }
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(S);
-
-    const int kv_start = tile * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start))
-      hopper_fp8::mask_scores<C>(S, p, w, row0, kv_start);
-    uint32_t P[C::BLOCK_KV / 16][4];
-    softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++) {
-      O[4 * j] *= alpha[0];
-      O[4 * j + 1] *= alpha[0];
-      O[4 * j + 2] *= alpha[1];
-      O[4 * j + 3] *= alpha[1];
-    }
-
-    // O += P V: key step kk is 32 bytes into panel kk / 4 of every V^T row (K-major B).
-    sm90::mbar_wait(bars.v_full(s), parity);
+  };
+  // O += P V, issued: key step kk is 32 bytes into panel kk / 4 of every V^T row (K-major B).
+  auto issue_pv = [&](const uint32_t (&P)[C::BLOCK_KV / 16][4], int s) {
+    const uint32_t v_smem = k_smem(s) + C::K_BYTES;
     sm90::fence_regs(O);
     sm90::wgmma_fence();
 #pragma unroll
@@ -232,9 +219,86 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       sm90::wgmma_rs_kmajor<T, C::DIM>(
           O, P[kk], sm90::desc_sw128(v_smem + (kk / 4) * C::V_PANEL_BYTES + (kk % 4) * 32, 16, 1024));
     sm90::wgmma_commit();
+  };
+  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+    const int kv_start = tile * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start))
+      hopper_fp8::mask_scores<C>(S, p, w, row0, kv_start);
+    softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
+  };
+  auto rescale = [&] {
+#pragma unroll
+    for (int j = 0; j < C::O_REGS / 4; j++) {
+      O[4 * j] *= alpha[0];
+      O[4 * j + 1] *= alpha[0];
+      O[4 * j + 2] *= alpha[1];
+      O[4 * j + 3] *= alpha[1];
+    }
+  };
+  auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
+
+  if (w.n_kv_tiles > 0) sm90::mbar_wait(bars.q_full(), 0);
+  if constexpr (!C::OVERLAP) {
+    for (int tile = 0; tile < w.n_kv_tiles; tile++) {
+      const int s = tile % C::STAGES;
+      float S[C::S_REGS];
+      uint32_t P[C::BLOCK_KV / 16][4];
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      issue_qk(S, s);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(S);
+      masked_softmax(S, tile, P);
+      rescale();
+      sm90::mbar_wait(bars.v_full(s), parity(tile));
+      issue_pv(P, s);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(s));
+    }
+  } else if (w.n_kv_tiles > 0) {
+    // As fwd_hopper_fp8.cu: S(t) and P(t-1) V(t-1) issued together, softmax(t) while P V runs;
+    // stage t-1 is released after its P V (one tile later), two P buffers in turn.
+    float S[C::S_REGS];
+    uint32_t P0[C::BLOCK_KV / 16][4], P1[C::BLOCK_KV / 16][4];
+    sm90::mbar_wait(bars.k_full(0), 0);
+    issue_qk(S, 0);
     sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.kv_empty(s));
+    sm90::fence_regs(S);
+    masked_softmax(S, 0, P0);  // O is 0: no rescale
+    auto step = [&](int tile, const uint32_t (&P_prev)[C::BLOCK_KV / 16][4],
+                    uint32_t (&P_next)[C::BLOCK_KV / 16][4]) {
+      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+      issue_qk(S, s);
+      issue_pv(P_prev, prev);
+      sm90::wgmma_wait<1>();  // S(tile) done, P(tile - 1) V(tile - 1) may still run
+      sm90::fence_regs(S);
+      masked_softmax(S, tile, P_next);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(prev));
+      rescale();
+    };
+    auto finish = [&](const uint32_t (&P_last)[C::BLOCK_KV / 16][4]) {
+      const int last = (w.n_kv_tiles - 1) % C::STAGES;
+      sm90::mbar_wait(bars.v_full(last), parity(w.n_kv_tiles - 1));
+      issue_pv(P_last, last);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(last));
+    };
+    int tile = 1;
+    for (; tile + 1 < w.n_kv_tiles; tile += 2) {
+      step(tile, P0, P1);
+      step(tile + 1, P1, P0);
+    }
+    if (tile < w.n_kv_tiles) {
+      step(tile, P0, P1);
+      finish(P1);
+    } else {
+      finish(P0);
+    }
   }
   store_rows<C>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f);
 }
