@@ -6,6 +6,7 @@ the ALT_BUILDS) and carry cuda_impl/_build. On the H200:
     PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py                    # all stages, < 90 s
     PYTHONPATH=. python scripts/dev_hopper_mx_gpu.py --only correctness # < 30 s
     PYTHONPATH=. MX_ALT_OK=1 python scripts/dev_hopper_mx_gpu.py --only timing  # < 45 s
+    PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_mx_gpu.py --sanitize
 
 Stages, each in a child process with a timeout (a barrier bug hangs instead of failing):
 1. correctness (default library): the dequantization pass against compare.formats bit for bit; a Q = 0 probe (every
@@ -272,6 +273,20 @@ def stage_timing() -> int:
     return 0
 
 
+def stage_sanitize() -> int:
+    """Small launches for compute-sanitizer (memcheck): tails, causal, GQA, both formats and head dims."""
+    from compare import oracle
+
+    failures = 0
+    for fmt in FORMATS:
+        for b, hq, hkv, sq, sk, d, causal in [(1, 4, 2, 200, 333, 64, True), (1, 4, 2, 300, 170, 128, True)]:
+            case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, seed=1)
+            verdict = oracle.check(runner(fmt), case, device="cuda")
+            failures += not verdict.passed
+            log(f"{'PASS' if verdict.passed else 'FAIL'} sanitize {case.shape_str()}: {verdict.summary()}")
+    return 1 if failures else 0
+
+
 def run_stage(stage: str) -> int:
     try:
         return subprocess.run([sys.executable, __file__, "--stage", stage], check=False,
@@ -285,6 +300,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("--only", choices=sorted(STAGE_TIMEOUT_S), help="run one stage (in a child with its timeout)")
+    parser.add_argument("--sanitize", action="store_true", help="four small launches in-process, for compute-sanitizer")
     parser.add_argument("--build-only", action="store_true", help="(dev machine) build the default and ALT_BUILDS libraries")
     args = parser.parse_args()
     if args.build_only:
@@ -293,6 +309,8 @@ def main() -> int:
         for flags in ((), *ALT_BUILDS.values()):
             log(f"built {build.build_library(_lib.library_spec(flags))}")
         return 0
+    if args.sanitize:
+        return stage_sanitize()
     if args.stage:
         return {"correctness": stage_correctness, "alt": lambda: stage_correctness(alt=True),
                 "timing": stage_timing}[args.stage]()
