@@ -1,6 +1,7 @@
 """Hand-written CUDA C++ FlashAttention-2 forward: the founding v1..v5 mma.sync ladder, and
-"hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation), and "hopper-fp8", its
-e4m3 version (QGMMA) for compare.formats "fp8" inputs; "mxfp8-sm120" and "nvfp4-sm120", block-scaled
+"hopper", the sm_90a kernel (TMA, mbarriers, wgmma, warp specialisation); "hopper-fp8", its
+e4m3 version (QGMMA) for compare.formats "fp8" inputs; "hopper-mxfp8" / "hopper-nvfp4", exact
+block-scaled versions for the "mxfp8" / "nvfp4" formats; "mxfp8-sm120" and "nvfp4-sm120", block-scaled
 kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never run here); and GPU
 quantizers that produce compare.formats containers (cuda_impl.quant).
 
@@ -64,10 +65,28 @@ VARIANTS["hopper-fp8"] = {
     "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t)",
 }
 
+_MX_DESCRIPTION = (
+    "sm_90a {fmt}, exact: block-scaled Q, K, V^T expanded once to {tile} (every {fmt} value is exact there), "
+    "hopper's TMA ring and warpgroups with {tile} wgmma (V^T K-major), P quantized in-kernel as "
+    "compare.formats.quantize_p against the running max (rounded scaled scores: exact max)"
+)
+for _fmt, _tile in (("mxfp8", "bf16"), ("nvfp4", "fp16")):
+    VARIANTS[f"hopper-{_fmt}"] = {
+        "formats": (_fmt,),
+        # d256: O alone is 128 fp32 registers per consumer thread, as for hopper; not attempted.
+        "head_dims": (64, 128),
+        "min_cc": (9, 0),
+        "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only
+        "ceiling": "wgmma",
+        "description": _MX_DESCRIPTION.format(fmt=_fmt, tile=_tile),
+    }
+
 # Blackwell-native block-scaled variants (csrc/sm120, their own library): compiled, not run here.
 VARIANTS.update(sm120.VARIANTS)
 
-DEFAULT_VARIANT: dict[str, str] = {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
+DEFAULT_VARIANT: dict[str, str] = {
+    "bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8", "mxfp8": "hopper-mxfp8", "nvfp4": "hopper-nvfp4",
+}
 
 
 def _spec(variant: str) -> dict:
@@ -97,8 +116,9 @@ def unavailable_reason(variant: str) -> str | None:
 
 def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
     """Softmax(scale * q k^T) v for q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16/fp16 CUDA tensors,
-    or, for variant hopper-fp8, compare.formats.QuantTensor in format fp8 (q, k (B, H, S, D), v
-    stored transposed (B, Hkv, D, Sk); x = data * descale per (batch, head)): output bf16.
+    or, for variants hopper-fp8 / hopper-mxfp8 / hopper-nvfp4, compare.formats.QuantTensor in that
+    format (q, k (B, H, S, D), v stored transposed (B, Hkv, D, Sk), as quantize_attention_inputs
+    makes them): output bf16.
 
     causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key
     give 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype,
@@ -111,7 +131,10 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
         raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(DEFAULT_VARIANT)}")
     variant = DEFAULT_VARIANT[fmt] if variant is None else variant
     spec = _spec(variant)
-    if validate.is_quantized(q):
+    if validate.is_quantized(q) and fmt in validate.BLOCKED_STORAGE:
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        out, lse = _attention_blocked(q, k, v, bool(causal), scale, variant, spec)
+    elif validate.is_quantized(q):
         scale = 1.0 / math.sqrt(q.data.shape[-1]) if scale is None else float(scale)
         out, lse = _attention_fp8(q, k, v, bool(causal), scale, variant, spec)
     else:
@@ -131,6 +154,12 @@ def _attention_fp8(q, k, v, causal: bool, scale: float, variant: str, spec: dict
         vt = vt.view(torch.float8_e4m3fn)[..., : v.data.shape[-1]]
     descales = (q.scale.contiguous(), k.scale.contiguous(), v.scale.contiguous())
     return ops.fwd_fp8(q.data, k.data, vt, *descales, causal, scale, variant)
+
+
+def _attention_blocked(q, k, v, causal: bool, scale: float, variant: str, spec: dict):
+    validate.check_blocked_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
+    return ops.fwd_mx(q.fmt, q.data, q.scale, k.data, k.scale, v.data, v.scale, q.tensor_scale, k.tensor_scale,
+                      v.tensor_scale, q.shape[-1], k.shape[2], causal, scale)
 
 
 __all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason", "quantize",

@@ -17,6 +17,9 @@ from cuda_impl import build
 LIBRARY_NAME = "cuda_fa"
 DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
 E4M3_CODE = 2  # FA_DTYPE_E4M3 in csrc/fwd_hopper_fp8.cu
+# FA_MX_FORMAT_* in csrc/fwd_hopper_mx.cu, and the 16-bit type each format's values are exact in.
+MX_FORMAT_CODES = {"mxfp8": 0, "nvfp4": 1}
+MX_TILE_DTYPES = {"mxfp8": torch.bfloat16, "nvfp4": torch.float16}
 _ERR_LEN = 512
 
 
@@ -53,6 +56,30 @@ class Fp8FwdParams(ctypes.Structure):
         ("q_descale", ctypes.c_void_p),
         ("k_descale", ctypes.c_void_p),
         ("v_descale", ctypes.c_void_p),
+    ]
+
+
+class MxFwdParams(ctypes.Structure):
+    """Mirror of `struct MxFwdParams` in csrc/fwd_hopper_mx.cu (checked by size at first use)."""
+
+    _fields_ = [
+        ("base", FwdParams),
+        ("q_tensor_scale", ctypes.c_void_p),
+        ("k_tensor_scale", ctypes.c_void_p),
+        ("v_tensor_scale", ctypes.c_void_p),
+        ("format", ctypes.c_int32),
+    ]
+
+
+class DequantParams(ctypes.Structure):
+    """Mirror of `struct DequantParams` in csrc/dequant_blocked.cu."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("scales", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("n", ctypes.c_int64),
+        ("format", ctypes.c_int32),
     ]
 
 
@@ -173,3 +200,58 @@ def launch_forward_fp8(
         rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
     if rc != 0:
         raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
+
+
+def _check_struct(lib: ctypes.CDLL, size_fn: str, struct, source: str) -> None:
+    fn = getattr(lib, size_fn)
+    fn.restype = ctypes.c_int
+    if fn() != ctypes.sizeof(struct):
+        raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ")
+
+
+def _call(lib: ctypes.CDLL, name: str, struct, params, device, what: str) -> None:
+    fn = getattr(lib, name)
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(struct), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    with torch.cuda.device(device):
+        stream = torch.cuda.current_stream(device).cuda_stream
+        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
+    if rc != 0:
+        raise RuntimeError(f"cuda_impl {what}: {err.value.decode(errors='replace')}")
+
+
+def dequantize_blocked(fmt: str, data: torch.Tensor, scales: torch.Tensor, *,
+                       extra_flags: tuple[str, ...] = ()) -> torch.Tensor:
+    """Stored block-scaled data (contiguous; nvfp4: two codes per byte) and its block scales -> the
+    exact values in MX_TILE_DTYPES[fmt], same stored shape (nvfp4's tensor scale not applied)."""
+    elements = data.shape[-1] * (2 if fmt == "nvfp4" else 1)
+    out = torch.empty((*data.shape[:-1], elements), dtype=MX_TILE_DTYPES[fmt], device=data.device)
+    lib = load(extra_flags)
+    _check_struct(lib, "cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu")
+    params = DequantParams(data=data.data_ptr(), scales=scales.data_ptr(), out=out.data_ptr(), n=out.numel(),
+                           format=MX_FORMAT_CODES[fmt])
+    _call(lib, "cuda_fa_dequant_blocked", DequantParams, params, data.device, f"dequant {fmt}")
+    return out
+
+
+def launch_forward_mx(
+    fmt: str, q, k, vt, q_ts, k_ts, v_ts, out, lse, *, causal: bool, scale: float, seqlen_k: int,
+    extra_flags: tuple[str, ...] = (),
+) -> None:
+    """Block-scaled forward on the dequantized 16-bit tiles: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt
+    (B, Hkv, D, Sk_padded) in MX_TILE_DTYPES[fmt], contiguous; q_ts/k_ts/v_ts nvfp4's 0-dim fp32 tensor
+    scales (None for mxfp8); out bf16, lse fp32. Checked already."""
+    base = FwdParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=vt.data_ptr(), out=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(vt), out_stride=_strides(out),
+        batch=q.shape[0], heads_q=q.shape[1], heads_kv=k.shape[1], seqlen_q=q.shape[2], seqlen_k=seqlen_k,
+        head_dim=q.shape[3], scale=scale, causal=int(causal), dtype=DTYPE_CODES[q.dtype],
+    )
+    ts = [None if t is None else t.data_ptr() for t in (q_ts, k_ts, v_ts)]
+    params = MxFwdParams(base=base, q_tensor_scale=ts[0], k_tensor_scale=ts[1], v_tensor_scale=ts[2],
+                         format=MX_FORMAT_CODES[fmt])
+    lib = load(extra_flags)
+    _check_struct(lib, "cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu")
+    _call(lib, "cuda_fa_fwd_hopper_mx", MxFwdParams, params, q.device, f"hopper-{fmt}")

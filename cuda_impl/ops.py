@@ -1,5 +1,5 @@
-"""The torch.library custom ops "cuda_fa::fwd" (16-bit) and "cuda_fa::fwd_fp8" (e4m3 with descales),
-with fake implementations for torch.compile."""
+"""The torch.library custom ops "cuda_fa::fwd" (16-bit), "cuda_fa::fwd_fp8" (e4m3 with descales) and
+"cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage), with fake implementations for torch.compile."""
 
 from __future__ import annotations
 
@@ -39,3 +39,26 @@ def fwd_fp8(
 @fwd_fp8.register_fake
 def _fwd_fp8_fake(q, k, vt, q_descale, k_descale, v_descale, causal, scale, variant):
     return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("cuda_fa::fwd_mx", mutates_args=(), device_types="cuda")
+def fwd_mx(
+    fmt: str, q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, vt: torch.Tensor,
+    vt_scale: torch.Tensor, q_ts: torch.Tensor | None, k_ts: torch.Tensor | None, v_ts: torch.Tensor | None,
+    head_dim: int, seqlen_k: int, causal: bool, scale: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, Hq, Sq, D) bf16, lse (B, Hq, Sq) float32) from compare.formats block-scaled storage:
+    q, k (B, H, S, D*), vt (B, Hkv, D, Sk_padded*) (* = bytes: D / 2 for nvfp4) and their block scales.
+    Dequantizes exactly to 16-bit tiles (csrc/dequant_blocked.cu), then runs csrc/fwd_hopper_mx.cu."""
+    q16, k16, vt16 = (_lib.dequantize_blocked(fmt, d, s) for d, s in ((q, q_scale), (k, k_scale), (vt, vt_scale)))
+    out = torch.empty((*q.shape[:-1], head_dim), dtype=torch.bfloat16, device=q.device)
+    lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
+    _lib.launch_forward_mx(fmt, q16, k16, vt16, q_ts, k_ts, v_ts, out, lse, causal=causal, scale=scale,
+                           seqlen_k=seqlen_k)
+    return out, lse
+
+
+@fwd_mx.register_fake
+def _fwd_mx_fake(fmt, q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts, head_dim, seqlen_k, causal, scale):
+    shape = (*q.shape[:-1], head_dim)
+    return q.new_empty(shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)

@@ -189,3 +189,82 @@ def check_fp8_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None
     capability = torch.cuda.get_device_capability(q.data.device)
     if problem := arch_problem(variant, spec, capability):
         raise ValueError(problem)
+
+
+# compare.formats storage of the block-scaled formats: (element dtype, block-scale dtype, block).
+BLOCKED_STORAGE = {
+    "mxfp8": (torch.float8_e4m3fn, torch.uint8, 32),
+    "nvfp4": (torch.uint8, torch.float8_e4m3fn, 16),
+}
+
+
+def check_blocked_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
+    """q, k, v: compare.formats.QuantTensor in format mxfp8 or nvfp4 as quantize_attention_inputs makes
+    them: q, k (B, H, S, D) blocked along D, v stored transposed (B, Hkv, D, Sk) blocked along the keys;
+    data and block scales contiguous; nvfp4 with a 0-dim float32 tensor scale per tensor."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not is_quantized(t):
+            raise TypeError(f"format: q, k, v must all be QuantTensor when one is; {name} is {type(t).__name__}")
+        if t.fmt not in spec["formats"]:
+            raise TypeError(f"format: variant {variant} supports {spec['formats']}, got {name} in {t.fmt}")
+    if len({q.fmt, k.fmt, v.fmt}) > 1:
+        raise TypeError(f"format: q, k, v must share one format, got {q.fmt}, {k.fmt}, {v.fmt}")
+    fmt = q.fmt
+    if q.transposed or k.transposed or not v.transposed:
+        raise ValueError(
+            "layout: q and k must be stored untransposed and v transposed (B, H, D, Sk), blocked along the "
+            "keys of P @ V; use compare.formats.quantize_attention_inputs"
+        )
+    element, scale_dtype, block = BLOCKED_STORAGE[fmt]
+    pack = 2 if fmt == "nvfp4" else 1
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.block != block:
+            raise ValueError(f"block: {fmt} blocks are {block} elements, {name} has {t.block}")
+        if not isinstance(t.data, torch.Tensor) or t.data.dtype != element:
+            raise TypeError(f"dtype: {name}.data must be {element} for {fmt}, got {getattr(t.data, 'dtype', None)}")
+        if not isinstance(t.scale, torch.Tensor) or t.scale.dtype != scale_dtype:
+            raise TypeError(
+                f"dtype: {name}.scale (block scales) must be {scale_dtype} for {fmt}, got {getattr(t.scale, 'dtype', None)}"
+            )
+        if t.data.dim() != 4 or len(t.shape) != 4:
+            raise ValueError(f"shape: {name} must be 4-D, got data {tuple(t.data.shape)}")
+        padded = -(-t.shape[-1] // block) * block
+        if tuple(t.data.shape) != (*t.shape[:-1], padded // pack) or tuple(t.scale.shape) != (*t.shape[:-1], padded // block):
+            raise ValueError(
+                f"shape: {name}.data {tuple(t.data.shape)} / .scale {tuple(t.scale.shape)} do not match the stored "
+                f"shape {tuple(t.shape)} padded to {block}-element blocks"
+            )
+        if not (t.data.is_contiguous() and t.scale.is_contiguous()):
+            raise ValueError(f"stride: {name}.data and {name}.scale must be contiguous, as compare.formats stores them")
+        if fmt == "nvfp4":
+            ts = t.tensor_scale
+            if not isinstance(ts, torch.Tensor) or ts.dtype != torch.float32 or ts.numel() != 1:
+                raise ValueError(f"tensor scale: nvfp4 {name}.tensor_scale must be one float32 value, got {ts!r}")
+    (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q.shape, k.shape
+    expected_v = (batch, heads_kv, head_dim, seqlen_k)
+    if tuple(v.shape) != expected_v:
+        raise ValueError(
+            f"shape: v (stored transposed) must be (batch, heads_kv, head_dim, seqlen_k) = {expected_v}, got {tuple(v.shape)}"
+        )
+    if kb != batch:
+        raise ValueError(f"shape: batch differs between q ({batch}) and k/v ({kb})")
+    if kd != head_dim:
+        raise ValueError(f"head_dim: q has {head_dim}, k has {kd}")
+    if head_dim not in spec["head_dims"]:
+        raise ValueError(f"head_dim: variant {variant} supports {spec['head_dims']}, got {head_dim}")
+    if min(batch, heads_q, heads_kv, seqlen_q, seqlen_k) < 1:
+        raise ValueError("shape: batch, heads and seqlens must be >= 1")
+    if heads_q % heads_kv:
+        raise ValueError(f"heads: heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}) for GQA/MQA")
+    if batch > GRID_LIMIT or heads_q > GRID_LIMIT:
+        raise ValueError(f"shape: batch and heads_q must be <= {GRID_LIMIT} (CUDA grid limit)")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale: must be finite and > 0, got {scale}")
+    tensors = [t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None]
+    if q.data.device.type != "cuda":
+        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
+    if any(t.device != q.data.device for t in tensors):
+        raise ValueError(f"device: data and scales must be on one device, got {sorted({str(t.device) for t in tensors})}")
+    capability = torch.cuda.get_device_capability(q.data.device)
+    if problem := arch_problem(variant, spec, capability):
+        raise ValueError(problem)

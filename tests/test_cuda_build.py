@@ -204,8 +204,10 @@ def test_validation_works_on_meta_tensors():
 
 
 def test_surface_matches_contract():
-    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", *sm120.VARIANTS}
-    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8"}
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", "hopper-mxfp8",
+                                       "hopper-nvfp4", *sm120.VARIANTS}
+    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8", "mxfp8": "hopper-mxfp8",
+                                         "nvfp4": "hopper-nvfp4"}
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
         assert required <= set(spec) <= required | {"ceiling"}

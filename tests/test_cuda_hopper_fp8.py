@@ -146,8 +146,8 @@ def test_format_and_variant_mismatches_name_the_format():
     q, k, v = quantized()
     with pytest.raises(TypeError, match="format: variant v5"):
         cuda_impl.attention(q, k, v, variant="v5")
-    with pytest.raises(TypeError, match="format: cuda_impl has no variant for mxfp8"):
-        cuda_impl.attention(*quantized(fmt="mxfp8"))
+    with pytest.raises(TypeError, match="format: variant hopper-fp8 supports \\('fp8',\\), got q in mxfp8"):
+        cuda_impl.attention(*quantized(fmt="mxfp8"), variant="hopper-fp8")
     plain = tuple(torch.randn(1, 2, 16, 64, dtype=torch.bfloat16) for _ in range(3))
     with pytest.raises(TypeError, match="supports \\('fp8',\\)"):
         cuda_impl.attention(*plain, variant="hopper-fp8")

@@ -83,15 +83,6 @@ struct Fp8Tiles {
 #if FA_SM90A
 namespace hopper_fp8 {
 
-template <int STAGES>
-struct Barriers {
-  uint32_t base;
-  __device__ uint32_t q_full() const { return base; }
-  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
-  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
-  __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
-};
-
 template <typename C>
 __device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
                         const CUtensorMap* map_q, const CUtensorMap* map_k,
@@ -108,19 +99,6 @@ __device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bar
     sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
     sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
-  }
-}
-
-// Scores of keys past seqlen_k or after the causal diagonal -> -inf (rows row0, row0 + 8).
-template <typename C>
-__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
-                                            const CtaWork& w, int row0, int kv_start) {
-  const int col0 = kv_start + (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int i = 0; i < C::S_REGS; i++) {
-    const int row = row0 + ((i / 2) % 2) * 8;
-    const int col = col0 + (i / 4) * 8 + i % 2;
-    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
   }
 }
 

@@ -1,9 +1,11 @@
 // FP8 (e4m3) additions to hopper.cuh for sm_90a: QGMMA wrappers (wgmma .e4m3, k32, fp32
 // accumulate), K-major shared-memory descriptors for 64- and 128-byte swizzles, and the
 // conversion of an fp32 S accumulator into e4m3 A fragments for P @ V.
-// Like hopper.cuh, everything here is compiled only inside `FA_SM90A` sections.
+// Like hopper.cuh, everything here is compiled only inside `FA_SM90A` sections. At the end, the
+// pieces of the fp8 kernel that fwd_hopper_mx.cu reuses: the mbarrier set and the score mask.
 #pragma once
 
+#include "fwd_common.cuh"
 #include "hopper.cuh"
 
 namespace fa::sm90 {
@@ -130,3 +132,32 @@ __device__ __forceinline__ void qgmma_a_fragment(const float* acc, uint32_t (&a)
 }
 
 }  // namespace fa::sm90
+
+#if FA_SM90A
+namespace fa::hopper_fp8 {
+
+// Shared addresses of the CTA's mbarriers (8 bytes each, after the tiles).
+template <int STAGES>
+struct Barriers {
+  uint32_t base;
+  __device__ uint32_t q_full() const { return base; }
+  __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
+  __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
+  __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
+};
+
+// Scores of keys past seqlen_k or after the causal diagonal -> -inf (rows row0, row0 + 8).
+template <typename C>
+__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
+                                            const CtaWork& w, int row0, int kv_start) {
+  const int col0 = kv_start + (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < C::S_REGS; i++) {
+    const int row = row0 + ((i / 2) % 2) * 8;
+    const int col = col0 + (i / 4) * 8 + i % 2;
+    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+  }
+}
+
+}  // namespace fa::hopper_fp8
+#endif  // FA_SM90A

@@ -1,0 +1,149 @@
+// Block-scaled (MXFP8, NVFP4) pieces for the sm_90a forward in fwd_hopper_mx.cu: the in-kernel
+// quantization of P (compare.formats.quantize_p) straight into 16-bit wgmma A fragments, and a
+// 16-bit wgmma with B K-major from registers-A (hopper.cuh's wgmma_rs reads B MN-major).
+// P arrives as the fp32 S accumulator of one 128-key tile: register 4j + 2h + c holds row
+// g + 8h, key 8j + 2t + c (g = lane / 4, t = lane % 4); the four lanes of a quad share a row.
+#pragma once
+
+#include <cuda_fp8.h>
+
+#include "common.cuh"
+#include "hopper_fp8.cuh"
+
+namespace fa::sm90 {
+
+// D (64 x N, fp32) += A (64 x 16, registers, mma.sync A layout) * B (16 x N, shared, K-major:
+// N rows of 16 contiguous k, as a V^T tile). T = bf16 or half; N = 64 or 128.
+template <typename T, int N>
+__device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4],
+                                                uint64_t desc_b) {
+  static_assert(N == 64 || N == 128, "wgmma_rs_kmajor: N = 64 or 128");
+#define FA_ACC8(i)                                                                            \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define FA_ACC32 FA_ACC8(0), FA_ACC8(8), FA_ACC8(16), FA_ACC8(24)
+#define FA_OPS32                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FA_OPS64                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_RS128(TY)                                                               \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA_OPS64      \
+               ", {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"                               \
+               : FA_ACC32, FA_ACC8(32), FA_ACC8(40), FA_ACC8(48), FA_ACC8(56)             \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+#define FA_RS64(TY)                                                                \
+  asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA_OPS32       \
+               ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"                               \
+               : FA_ACC32                                                                 \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
+  // Operands after B: scale-d 1 (accumulate), scale-a 1, scale-b 1, transpose-b 0 (K-major).
+  constexpr bool BF16 = WgmmaType<T>::BF16;
+  if constexpr (N == 128) {
+    if constexpr (BF16) FA_RS128("bf16"); else FA_RS128("f16");
+  } else {
+    if constexpr (BF16) FA_RS64("bf16"); else FA_RS64("f16");
+  }
+#undef FA_RS128
+#undef FA_RS64
+#undef FA_OPS64
+#undef FA_OPS32
+#undef FA_ACC32
+#undef FA_ACC8
+}
+
+}  // namespace fa::sm90
+
+namespace fa::mx {
+
+// Max of the row's values over the quad (the four lanes that share a row).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+
+// Two e4m3 codes (low byte first) -> their exact values as fp32 (through f16, which holds
+// every e4m3 value as a normal number).
+__device__ __forceinline__ float2 e4m3x2_to_float2(uint32_t codes) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(codes), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// MXFP8 P (blocks of 32 keys = 16 registers): e = floor(log2 amax) - 8 from the exponent bits
+// (amax <= 1, so e <= -8; clamped at -127), elements e4m3(p * 2^-e) (RNE, saturating at 448),
+// values e4m3 * 2^e. Written as bf16 A fragments of the k16 P V steps: exact whenever the
+// value is a bf16 normal (>= 2^-126, i.e. for every p above 2^-126 of the running max).
+template <int S_REGS>
+__device__ __forceinline__ void quantize_p_mxfp8(const float (&S)[S_REGS],
+                                                 uint32_t (&P)[S_REGS / 8][4]) {
+#pragma unroll
+  for (int b = 0; b < S_REGS / 16; b++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float amax = 0.f;
+#pragma unroll
+      for (int j = 0; j < 4; j++)
+        amax = fmaxf(amax, fmaxf(S[16 * b + 4 * j + 2 * h], S[16 * b + 4 * j + 2 * h + 1]));
+      amax = quad_max(amax);
+      const int e = max(((__float_as_int(amax) >> 23) & 0xFF) - 127 - 8, -127);
+      const float down = __int_as_float((127 - e) << 23);  // 2^-e, -e in [8, 127]
+      const float up = e == -127 ? __int_as_float(1 << 22) : __int_as_float((127 + e) << 23);
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int i = 16 * b + 4 * j + 2 * h;  // keys 8(4b + j) + 2t, +1 of row g + 8h
+        const float2 v = e4m3x2_to_float2(sm90::pack_e4m3x2(S[i] * down, S[i + 1] * down));
+        const int group = 4 * b + j;  // A fragment of k-step group / 2, register 2 (group % 2) + h
+        P[group / 2][2 * (group % 2) + h] = pack2<__nv_bfloat16>(v.x * up, v.y * up);
+      }
+    }
+}
+
+// x rounded to the nearest e2m1 magnitude, ties to the even code, saturating at 6 (for
+// 0 <= x, not NaN): adding and subtracting M = 2^22 / 2^23 / 2^24 rounds to the e2m1 step
+// (0.5 below 2, 1 in [2, 4), 2 from 4) with fp32's own ties-to-even, which is the even code.
+__device__ __forceinline__ float round_to_e2m1(float x) {
+  const float magic = __int_as_float(max(__float_as_int(x) & 0x7F800000, 0x3F800000) + (22 << 23));
+  return fminf(__fsub_rn(__fadd_rn(x, magic), magic), 6.f);
+}
+
+// NVFP4 P (blocks of 16 keys = 8 registers, tensor scale 1): scale = e4m3(amax / 6) with a
+// true division, elements e2m1(p / scale), 0 where the scale is 0; values e2m1 * scale, exact
+// in fp16 (>= 2^-10 or 0). p / scale is the correctly rounded quotient: q0 = p * RN(1/scale)
+// then one FMA correction (Markstein), so no per-element division.
+template <int S_REGS>
+__device__ __forceinline__ void quantize_p_nvfp4(const float (&S)[S_REGS],
+                                                 uint32_t (&P)[S_REGS / 8][4]) {
+#pragma unroll
+  for (int b = 0; b < S_REGS / 8; b++) {
+    float amax[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      amax[h] = quad_max(fmaxf(fmaxf(S[8 * b + 2 * h], S[8 * b + 2 * h + 1]),
+                               fmaxf(S[8 * b + 4 + 2 * h], S[8 * b + 4 + 2 * h + 1])));
+    const float2 scale =
+        e4m3x2_to_float2(sm90::pack_e4m3x2(__fdiv_rn(amax[0], 6.f), __fdiv_rn(amax[1], 6.f)));
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float s = h ? scale.y : scale.x;
+      const float r = s > 0.f ? __frcp_rn(s) : 0.f;
+      float v[4];
+#pragma unroll
+      for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          const float p = S[8 * b + 4 * j + 2 * h + c];
+          const float q0 = __fmul_rn(p, r);
+          const float q = __fmaf_rn(__fmaf_rn(-q0, s, p), r, q0);
+          v[2 * j + c] = round_to_e2m1(q) * s;
+        }
+      // keys 16b + 2t, +1 (register 2 * 0 + h of step b) and 16b + 8 + 2t, +1 (register 2 + h)
+      P[b][h] = pack2<__half>(v[0], v[1]);
+      P[b][2 + h] = pack2<__half>(v[2], v[3]);
+    }
+  }
+}
+
+}  // namespace fa::mx
