@@ -318,25 +318,9 @@ __global__ void __launch_bounds__(MxTiles<FORMAT, DIM>::THREADS, 1)
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
   const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
 
-  if (threadIdx.x == 0) {
-    sm90::mbar_init(bars.q_full(), 1);
-    for (int s = 0; s < C::STAGES; s++) {
-      sm90::mbar_init(bars.k_full(s), 1);
-      sm90::mbar_init(bars.v_full(s), 1);
-      sm90::mbar_init(bars.kv_empty(s), C::CONSUMER_THREADS);
-    }
-    sm90::mbar_init_fence();
-  }
-  __syncthreads();  // the last CTA-wide barrier: roles diverge below
-
-  const int group = threadIdx.x / 128;
-  if (group == 0) {
-    sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (threadIdx.x == 0) hopper_mx::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt);
-  } else {
-    sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
-    hopper_mx::consume<C>(p, w, smem, bars, group - 1);
-  }
+  hopper_fp8::run_roles<C>(
+      bars, [&] { hopper_mx::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt); },
+      [&](int consumer) { hopper_mx::consume<C>(p, w, smem, bars, consumer); });
 #endif
 }
 

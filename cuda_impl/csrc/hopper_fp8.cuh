@@ -146,6 +146,32 @@ struct Barriers {
   __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
 };
 
+// The body every kernel on this skeleton shares: thread 0 initialises the ring's barriers, one
+// CTA-wide barrier (the last: roles diverge after it), then warpgroup 0 drops to PRODUCER_REGS and
+// its thread 0 runs produce(); warpgroups 1.. raise to CONSUMER_REGS and run consume(consumer index).
+template <typename C, typename Produce, typename Consume>
+__device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produce&& produce,
+                                          Consume&& consume) {
+  if (threadIdx.x == 0) {
+    sm90::mbar_init(bars.q_full(), 1);
+    for (int s = 0; s < C::STAGES; s++) {
+      sm90::mbar_init(bars.k_full(s), 1);
+      sm90::mbar_init(bars.v_full(s), 1);
+      sm90::mbar_init(bars.kv_empty(s), C::CONSUMER_THREADS);
+    }
+    sm90::mbar_init_fence();
+  }
+  __syncthreads();
+  const int group = threadIdx.x / 128;
+  if (group == 0) {
+    sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
+    if (threadIdx.x == 0) produce();
+  } else {
+    sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
+    consume(group - 1);
+  }
+}
+
 // Scores of keys past seqlen_k or after the causal diagonal -> -inf (rows row0, row0 + 8).
 template <typename C>
 __device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
