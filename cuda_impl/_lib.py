@@ -119,89 +119,6 @@ def _strides(t: torch.Tensor):
     return (ctypes.c_int64 * 3)(*t.stride()[:3])
 
 
-def launch_forward(
-    variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
-) -> None:
-    """Run one forward on torch's current stream of q's device. Tensors are already checked."""
-    for name, t in (("q", q), ("k", k), ("v", v), ("out", out)):
-        if t.data_ptr() % 16:
-            raise ValueError(f"alignment: {name} must start on a 16-byte boundary (16-byte cp.async)")
-    params = FwdParams(
-        q=q.data_ptr(),
-        k=k.data_ptr(),
-        v=v.data_ptr(),
-        out=out.data_ptr(),
-        lse=lse.data_ptr() if lse is not None else None,
-        q_stride=_strides(q),
-        k_stride=_strides(k),
-        v_stride=_strides(v),
-        out_stride=_strides(out),
-        batch=q.shape[0],
-        heads_q=q.shape[1],
-        heads_kv=k.shape[1],
-        seqlen_q=q.shape[2],
-        seqlen_k=k.shape[2],
-        head_dim=q.shape[3],
-        scale=scale,
-        causal=int(causal),
-        dtype=DTYPE_CODES[q.dtype],
-    )
-    fn = entry_point(load(extra_flags), variant)
-    err = ctypes.create_string_buffer(_ERR_LEN)
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
-    if rc != 0:
-        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
-
-
-def launch_forward_fp8(
-    variant: str, q, k, vt, q_descale, k_descale, v_descale, out, lse, *, causal: bool, scale: float,
-    extra_flags: tuple[str, ...] = (),
-) -> None:
-    """fp8 forward: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk) e4m3 tensors with byte
-    strides that are multiples of 16; descales (B, H) float32 contiguous; out bf16. Checked already."""
-    for name, t in (("q", q), ("k", k), ("vt", vt), ("out", out)):
-        if t.data_ptr() % 16:
-            raise ValueError(f"alignment: {name} must start on a 16-byte boundary (TMA)")
-    base = FwdParams(
-        q=q.data_ptr(),
-        k=k.data_ptr(),
-        v=vt.data_ptr(),
-        out=out.data_ptr(),
-        lse=lse.data_ptr() if lse is not None else None,
-        q_stride=_strides(q),
-        k_stride=_strides(k),
-        v_stride=_strides(vt),
-        out_stride=_strides(out),
-        batch=q.shape[0],
-        heads_q=q.shape[1],
-        heads_kv=k.shape[1],
-        seqlen_q=q.shape[2],
-        seqlen_k=k.shape[2],
-        head_dim=q.shape[3],
-        scale=scale,
-        causal=int(causal),
-        dtype=E4M3_CODE,
-    )
-    params = Fp8FwdParams(
-        base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
-    )
-    lib = load(extra_flags)
-    lib.cuda_fa_fp8_params_size.restype = ctypes.c_int
-    if lib.cuda_fa_fp8_params_size() != ctypes.sizeof(Fp8FwdParams):
-        raise RuntimeError("cuda_impl: Fp8FwdParams in _lib.py and csrc/fwd_hopper_fp8.cu differ")
-    fn = getattr(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}")
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(Fp8FwdParams), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-    err = ctypes.create_string_buffer(_ERR_LEN)
-    with torch.cuda.device(q.device):
-        stream = torch.cuda.current_stream(q.device).cuda_stream
-        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
-    if rc != 0:
-        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
-
-
 def _check_struct(lib: ctypes.CDLL, size_fn: str, struct, source: str) -> None:
     fn = getattr(lib, size_fn)
     fn.restype = ctypes.c_int
@@ -219,6 +136,50 @@ def _call(lib: ctypes.CDLL, name: str, struct, params, device, what: str) -> Non
         rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
     if rc != 0:
         raise RuntimeError(f"cuda_impl {what}: {err.value.decode(errors='replace')}")
+
+
+def _base_params(q, k, v, out, lse, *, causal: bool, scale: float, dtype: int,
+                 seqlen_k: int | None = None) -> FwdParams:
+    """The parameter block every kernel takes; `v` is V or V^T as the kernel reads it."""
+    return FwdParams(
+        q=q.data_ptr(), k=k.data_ptr(), v=v.data_ptr(), out=out.data_ptr(),
+        lse=lse.data_ptr() if lse is not None else None,
+        q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(v), out_stride=_strides(out),
+        batch=q.shape[0], heads_q=q.shape[1], heads_kv=k.shape[1], seqlen_q=q.shape[2],
+        seqlen_k=k.shape[2] if seqlen_k is None else seqlen_k, head_dim=q.shape[3], scale=scale,
+        causal=int(causal), dtype=dtype,
+    )
+
+
+def _check_aligned(tensors: dict, why: str) -> None:
+    for name, t in tensors.items():
+        if t.data_ptr() % 16:
+            raise ValueError(f"alignment: {name} must start on a 16-byte boundary ({why})")
+
+
+def launch_forward(
+    variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
+) -> None:
+    """Run one forward on torch's current stream of q's device. Tensors are already checked."""
+    _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
+    params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
+    _call(load(extra_flags), f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
+
+
+def launch_forward_fp8(
+    variant: str, q, k, vt, q_descale, k_descale, v_descale, out, lse, *, causal: bool, scale: float,
+    extra_flags: tuple[str, ...] = (),
+) -> None:
+    """fp8 forward: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk) e4m3 tensors with byte
+    strides that are multiples of 16; descales (B, H) float32 contiguous; out bf16. Checked already."""
+    _check_aligned({"q": q, "k": k, "vt": vt, "out": out}, "TMA")
+    base = _base_params(q, k, vt, out, lse, causal=causal, scale=scale, dtype=E4M3_CODE)
+    params = Fp8FwdParams(
+        base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
+    )
+    lib = load(extra_flags)
+    _check_struct(lib, "cuda_fa_fp8_params_size", Fp8FwdParams, "fwd_hopper_fp8.cu")
+    _call(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}", Fp8FwdParams, params, q.device, variant)
 
 
 def dequantize_blocked(fmt: str, data: torch.Tensor, scales: torch.Tensor, *,
@@ -242,13 +203,8 @@ def launch_forward_mx(
     """Block-scaled forward on the dequantized 16-bit tiles: q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt
     (B, Hkv, D, Sk_padded) in MX_TILE_DTYPES[fmt], contiguous; q_ts/k_ts/v_ts nvfp4's 0-dim fp32 tensor
     scales (None for mxfp8); out bf16, lse fp32. Checked already."""
-    base = FwdParams(
-        q=q.data_ptr(), k=k.data_ptr(), v=vt.data_ptr(), out=out.data_ptr(),
-        lse=lse.data_ptr() if lse is not None else None,
-        q_stride=_strides(q), k_stride=_strides(k), v_stride=_strides(vt), out_stride=_strides(out),
-        batch=q.shape[0], heads_q=q.shape[1], heads_kv=k.shape[1], seqlen_q=q.shape[2], seqlen_k=seqlen_k,
-        head_dim=q.shape[3], scale=scale, causal=int(causal), dtype=DTYPE_CODES[q.dtype],
-    )
+    base = _base_params(q, k, vt, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype],
+                        seqlen_k=seqlen_k)
     ts = [None if t is None else t.data_ptr() for t in (q_ts, k_ts, v_ts)]
     params = MxFwdParams(base=base, q_tensor_scale=ts[0], k_tensor_scale=ts[1], v_tensor_scale=ts[2],
                          format=MX_FORMAT_CODES[fmt])

@@ -227,3 +227,17 @@ def test_import_needs_no_compiler():
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     env.update(PATH="", PYTHONPATH=str(REPO))
     subprocess.run([sys.executable, "-c", code], env=env, check=True, cwd=REPO)
+
+
+def test_parameter_block_mirrors_the_tensors():
+    """_lib._base_params fills the C parameter block every kernel reads (shapes, strides, flags)."""
+    q = torch.empty(2, 4, 100, 64, dtype=torch.bfloat16)
+    k = torch.empty(2, 2, 80, 64, dtype=torch.bfloat16).transpose(1, 2).contiguous().transpose(1, 2)  # BSHD
+    out, lse = torch.empty_like(q), torch.empty(2, 4, 100)
+    p = _lib._base_params(q, k, k, out, lse, causal=True, scale=0.1, dtype=_lib.DTYPE_CODES[q.dtype])
+    assert (p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim) == (2, 4, 2, 100, 80, 64)
+    assert (p.causal, p.dtype, p.lse) == (1, _lib.DTYPE_CODES[torch.bfloat16], lse.data_ptr())
+    assert list(p.q_stride) == list(q.stride()[:3]) and list(p.k_stride) == list(k.stride()[:3])
+    assert _lib._base_params(q, k, k, out, None, causal=False, scale=0.1, dtype=0, seqlen_k=77).seqlen_k == 77
+    with pytest.raises(ValueError, match="alignment: q must start on a 16-byte boundary"):
+        _lib._check_aligned({"q": q[..., 1:]}, "TMA")
