@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import cuda_impl  # noqa: E402
+from compare.bench import attention_pairs  # noqa: E402
 from cuda_impl import _lib, build  # noqa: E402
 
 # Variants that take 16-bit tensors (hopper-fp8: scripts/dev_hopper_fp8_gpu.py).
@@ -56,12 +57,6 @@ def load_test_module():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def visible_pairs(sq: int, sk: int, causal: bool) -> int:
-    if not causal:
-        return sq * sk
-    return sum(min(sk, max(0, i + sk - sq + 1)) for i in range(sq))
 
 
 def inputs(shape: dict, dtype=torch.bfloat16):
@@ -142,7 +137,7 @@ def time_kernels(rows: list[dict]) -> None:
 
     for case, shape, causal in BENCH_CASES:
         q, k, v = inputs(shape)
-        flops = 4 * shape["b"] * shape["hq"] * shape["d"] * visible_pairs(shape["sq"], shape["sk"], causal)
+        flops = 4 * shape["b"] * shape["hq"] * shape["d"] * attention_pairs(shape["sq"], shape["sk"], causal)
         out = torch.empty_like(q)
         lse = torch.empty(q.shape[:-1], device="cuda")
         scale = shape["d"] ** -0.5

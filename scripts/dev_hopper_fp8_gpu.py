@@ -31,6 +31,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from compare.bench import attention_pairs  # noqa: E402
+
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
 ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1",)}
@@ -151,12 +153,6 @@ def stage_correctness() -> int:
     return 1 if failures or not ok else 0
 
 
-def visible_pairs(sq: int, sk: int, causal: bool) -> int:
-    if not causal:
-        return sq * sk
-    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
-
-
 def bench_case(b, h, s, d, causal):
     import torch
     import torch.nn.functional as F
@@ -172,7 +168,7 @@ def bench_case(b, h, s, d, causal):
     q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g) for _ in range(3))
     qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
     q16, k16, v16 = (x.to(torch.bfloat16) for x in (q, k, v))
-    flops = 4 * b * h * d * visible_pairs(s, s, causal)
+    flops = 4 * b * h * d * attention_pairs(s, s, causal)
     out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device="cuda")
 

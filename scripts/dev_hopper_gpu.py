@@ -41,6 +41,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from compare.bench import attention_pairs  # noqa: E402
+
 STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
 # Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
 # `--build-only all` every one):
@@ -181,12 +183,6 @@ def stage_correctness(build_name: str) -> int:
     return 1 if failures else 0
 
 
-def visible_pairs(sq: int, sk: int, causal: bool) -> int:
-    if not causal:
-        return sq * sk
-    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
-
-
 def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
     """Median ms of each hopper build and of SDPA cuDNN (before and after them) on one bf16 shape."""
     import torch
@@ -200,7 +196,7 @@ def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
     out = torch.empty_like(q)
     lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
     scale = 1.0 / math.sqrt(d)
-    flops = 4 * b * h * d * visible_pairs(s, s, causal)
+    flops = 4 * b * h * d * attention_pairs(s, s, causal)
     case = f"b{b} h{h} s{s} d{d} {'causal' if causal else 'full'}"
 
     def build(name):

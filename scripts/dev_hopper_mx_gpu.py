@@ -35,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from compare.bench import attention_pairs  # noqa: E402
+
 STAGE_TIMEOUT_S = {"correctness": 30, "alt": 15, "timing": 43}
 FORMATS = ("mxfp8", "nvfp4")
 # Measured beside the default; docs/perf-notes-hopper.md ("MXFP8 / NVFP4") says what each should move.
@@ -182,12 +184,6 @@ def stage_correctness(alt: bool = False) -> int:
     return 1 if failures else 0
 
 
-def visible_pairs(sq: int, sk: int, causal: bool) -> int:
-    if not causal:
-        return sq * sk
-    return sum(max(0, min(sk, i + sk - sq + 1)) for i in range(sq))
-
-
 def bench_case(b, h, s, d, causal):
     import torch
     import torch.nn.functional as F
@@ -201,7 +197,7 @@ def bench_case(b, h, s, d, causal):
 
     g = torch.Generator(device="cuda").manual_seed(0)
     q, k, v = (torch.randn(b, h, s, d, device="cuda", generator=g) for _ in range(3))
-    flops = 4 * b * h * d * visible_pairs(s, s, causal)
+    flops = 4 * b * h * d * attention_pairs(s, s, causal)
     out = torch.empty(q.shape, dtype=torch.bfloat16, device="cuda")
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device="cuda")
     inputs = {fmt: formats.quantize_attention_inputs(q, k, v, fmt) for fmt in ("fp8", *FORMATS)}
