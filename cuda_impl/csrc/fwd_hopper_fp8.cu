@@ -152,35 +152,6 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
   }
 }
 
-// O * v_descale / l in bf16; LSE = score_scale * m + ln l (natural log of descaled, scaled
-// scores); rows that saw no key get zeros and -inf.
-template <typename C>
-__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                           const float (&row_max)[2], const float (&row_sum)[2],
-                           float v_descale, float score_scale) {
-  using T = __nv_bfloat16;
-  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
-  const int quad_col = (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const float inv = l > 0.f ? v_descale / l : 0.f;
-    const int row = row0 + 8 * h;
-    if (row >= p.seqlen_q) continue;
-    T* dst = out + row * p.out_stride[2] + quad_col;
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
-    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
-      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
-      p.lse[head_row + row] = l > 0.f ? row_max[h] * score_scale + logf(l) : -INFINITY;
-    }
-  }
-}
-
 // S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
 template <typename C>
 __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
@@ -292,8 +263,9 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
       finish(P0);
     }
   }
-  store_rows<C>(p, w, row0, O, row_max, row_sum,
-                fp.v_descale[w.batch * p.heads_kv + w.head_kv], score_scale);
+  // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
+  store_rows<C>(p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv],
+                [score_scale](float m, float l) { return m * score_scale + logf(l); });
 }
 
 }  // namespace hopper_fp8

@@ -152,34 +152,6 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     mx::quantize_p_nvfp4(S, P);
 }
 
-// O * v_factor / l in bf16; LSE = (m + log2 l) ln 2 (m in log2 units, as triton's finish_rows);
-// rows that saw no key get zeros and -inf.
-template <typename C>
-__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                           const float (&row_max)[2], const float (&row_sum)[2], float v_factor) {
-  using T = __nv_bfloat16;
-  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
-  const int quad_col = (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const float inv = l > 0.f ? v_factor / l : 0.f;
-    const int row = row0 + 8 * h;
-    if (row >= p.seqlen_q) continue;
-    T* dst = out + row * p.out_stride[2] + quad_col;
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
-    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
-      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
-      p.lse[head_row + row] = l > 0.f ? (row_max[h] + log2f(l)) * 0.6931471805599453f : -INFINITY;
-    }
-  }
-}
-
 template <typename C>
 __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
                         hopper_fp8::Barriers<C::STAGES> bars, int consumer) {
@@ -300,7 +272,9 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       finish(P0);
     }
   }
-  store_rows<C>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f);
+  // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.
+  hopper_fp8::store_rows<C>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,
+                            [](float m, float l) { return (m + log2f(l)) * 0.6931471805599453f; });
 }
 
 }  // namespace hopper_mx
