@@ -46,11 +46,14 @@ timing_lane() {
 }
 
 correctness_lane() {
+  # test_gpu_oracle.py's matrix test repeats `compare check` below (1064 cases): only its other tests here
   step correctness 120 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
-    tests/test_formats.py tests/test_cuda_ceilings.py tests/test_gpu_oracle.py tests/test_cuda_hopper_fp8.py \
-    tests/test_cuda_quant.py tests/test_cuda_sm120.py
+    tests/test_formats.py tests/test_cuda_ceilings.py tests/test_cuda_hopper_fp8.py tests/test_cuda_hopper_mx.py \
+    tests/test_cuda_quant.py tests/test_cuda_sm120.py \
+    tests/test_gpu_oracle.py::test_gpu_poisoning_exposes_unwritten_output \
+    tests/test_gpu_oracle.py::test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32
   step correctness 130 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
-  for script in dev_hopper_gpu dev_hopper_fp8_gpu; do
+  for script in dev_hopper_gpu dev_hopper_fp8_gpu dev_hopper_mx_gpu; do
     for tool in memcheck racecheck; do
       step correctness 25 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
