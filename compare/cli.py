@@ -66,7 +66,7 @@ def cmd_check(args) -> int:
     failures, total = [], 0
     for b in chosen:
         cases = matrix_cases(b, args.matrix, args.formats, args.scale)
-        passed = 0
+        passed, repeats, last_error = 0, 0, None
         for case in cases:
             total += 1
             try:
@@ -77,8 +77,14 @@ def cmd_check(args) -> int:
             passed += ok
             if not ok:
                 failures.append(f"{b.name} {case.shape_str()}: {text}")
-            if args.verbose or not ok:
+            # an error raised again word for word (a refused variant) is printed once, then counted
+            if not ok and not args.verbose and text == last_error:
+                repeats += 1
+            elif args.verbose or not ok:
                 print(f"{b.name:<18} {case.shape_str():<52} {text}")
+            last_error = None if ok else text
+        if repeats:
+            print(f"{b.name:<18} ... and {repeats} more cases with the same error (-v lists each)")
         print(f"{b.name:<18} {passed}/{len(cases)} passed")
     print(f"oracle check on {device}: {total - len(failures)}/{total} passed")
     return 1 if failures or total == 0 else 0

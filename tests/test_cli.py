@@ -52,3 +52,18 @@ def test_run_and_merge(tmp_path):
 def test_run_unknown_sweep_is_a_clear_error():
     r = _run("run", "--sweep", "nope")
     assert r.returncode == 2 and "named sweeps" in r.stderr
+
+
+def test_check_prints_a_repeated_error_once_and_counts_the_rest(monkeypatch, capsys):
+    from compare import backends
+
+    def refuse(q, k, v, **kw):
+        raise NotImplementedError("variant 'x' is not available here")
+
+    fake = backends.Backend(name="fake:refused", family="triton", formats=("fp32",), head_dims=(64,), run=refuse,
+                            availability=lambda: None)
+    monkeypatch.setattr(cli.backends, "select", lambda patterns: ([fake], {}))
+    assert cli.main(["check", "--backends", "fake:refused", "--matrix", "small"]) == 1
+    out = capsys.readouterr().out
+    assert out.count("NotImplementedError") == 1
+    assert "and 3 more cases with the same error" in out and "0/4 passed" in out
