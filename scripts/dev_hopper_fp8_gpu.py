@@ -22,16 +22,16 @@ from __future__ import annotations
 
 import argparse
 import math
-import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 from compare.bench import attention_pairs  # noqa: E402
+from devkit import log, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
@@ -61,10 +61,6 @@ BENCH_CASES = [  # b, h, s, d, causal
     (4, 16, 4096, 128, False),
     (1, 16, 16384, 64, False),
 ]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def make_case(b, hq, hkv, sq, sk, d, causal, dist, scale):
@@ -120,37 +116,22 @@ def probe_uniform_p() -> tuple[bool, str]:
 
 
 def stage_correctness() -> int:
-    import torch
-
     from compare import oracle
 
-    ok, detail = probe_uniform_p()
-    log(f"{'PASS' if ok else 'FAIL'} probe (Q = 0, P = 1: V^T tiles and P V without the permutation): {detail}")
+    def check(flags, case):
+        verdict = oracle.check(runner(flags), case, device="cuda")
+        return verdict.passed, verdict.summary()
 
+    checks = [("probe (Q = 0, P = 1: V^T tiles and P V without the permutation)", probe_uniform_p)]
     jobs = [("default", (), c) for c in CORRECTNESS_CASES]
     jobs += [(name, flags, c) for name, flags in ALT_BUILDS.items() for c in ALT_CASES]
-    failures, poisoned = 0, False
     for build_name, flags, params in jobs:
         case = make_case(*params)
         name = f"{build_name:8} {case.shape_str()}" + (f" scale {case.scale}" if case.scale else "")
-        if poisoned:
-            log(f"SKIP {name} (CUDA context lost earlier)")
-            failures += 1
-            continue
-        try:
-            verdict = oracle.check(runner(flags), case, device="cuda")
-            ok, detail = verdict.passed, verdict.summary()
-        except Exception as exc:  # noqa: BLE001 - report every case, keep going
-            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            traceback.print_exc(limit=2)
-            try:
-                torch.cuda.synchronize()
-            except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
-                poisoned = True
-        failures += not ok
-        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
-    log(f"correctness: {len(jobs) - failures}/{len(jobs)} pass")
-    return 1 if failures or not ok else 0
+        checks.append((name, lambda flags=flags, case=case: check(flags, case)))
+    failures, total = run_checks(checks)
+    log(f"correctness: {total - failures}/{total} pass")
+    return 1 if failures else 0
 
 
 def bench_case(b, h, s, d, causal):
@@ -242,12 +223,7 @@ def profile_once() -> int:
 
 
 def run_stage(stage: str) -> int:
-    try:
-        return subprocess.run([sys.executable, __file__, "--stage", stage], check=False,
-                              timeout=STAGE_TIMEOUT_S[stage]).returncode
-    except subprocess.TimeoutExpired:
-        log(f"{stage}: TIMEOUT after {STAGE_TIMEOUT_S[stage]} s (kernel hang? check the barrier protocol)")
-        return 124
+    return devkit.run_stage(__file__, stage, STAGE_TIMEOUT_S[stage])
 
 
 def main() -> int:

@@ -35,13 +35,14 @@ import math
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 from compare.bench import attention_pairs  # noqa: E402
+from devkit import log, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
 # Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
@@ -85,10 +86,6 @@ BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 64, True),
     (4, 16, 4096, 64, False),
 ]
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def reference_module():
@@ -157,29 +154,12 @@ def check_shape(ref, b, hq, hkv, sq, sk, d, fmt, causal, flags=()) -> tuple[bool
 
 
 def stage_correctness(build_name: str) -> int:
-    import torch
-
     ref = reference_module()
     flags = BUILDS[build_name]
-    failures, poisoned = 0, False
-    for shape in CORRECTNESS_SHAPES:
-        name = "b{} hq{} hkv{} sq{} sk{} d{} {} {}".format(*shape[:7], "causal" if shape[7] else "full")
-        if poisoned:
-            log(f"SKIP {name} (CUDA context lost earlier)")
-            failures += 1
-            continue
-        try:
-            ok, detail = check_shape(ref, *shape, flags=flags)
-        except Exception as exc:  # noqa: BLE001 - report every shape, keep going
-            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            traceback.print_exc(limit=2)
-            try:
-                torch.cuda.synchronize()
-            except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
-                poisoned = True
-        failures += not ok
-        log(f"{'PASS' if ok else 'FAIL'} {build_name} {name}: {detail}")
-    log(f"correctness {build_name}: {len(CORRECTNESS_SHAPES) - failures}/{len(CORRECTNESS_SHAPES)} shapes pass")
+    checks = [(f"{build_name} " + "b{} hq{} hkv{} sq{} sk{} d{} {} {}".format(*shape[:7], "causal" if shape[7] else "full"),
+               lambda shape=shape: check_shape(ref, *shape, flags=flags)) for shape in CORRECTNESS_SHAPES]
+    failures, total = run_checks(checks)
+    log(f"correctness {build_name}: {total - failures}/{total} shapes pass")
     return 1 if failures else 0
 
 
@@ -325,14 +305,7 @@ def stage_sanitize() -> int:
 
 
 def run_stage(stage: str, *builds: str) -> int:
-    """The stage in a child process: a hang becomes a timeout, not a lost device call."""
-    try:
-        return subprocess.run(
-            [sys.executable, __file__, "--stage", stage, *builds], check=False, timeout=STAGE_TIMEOUT_S[stage]
-        ).returncode
-    except subprocess.TimeoutExpired:
-        log(f"{stage}: TIMEOUT after {STAGE_TIMEOUT_S[stage]} s (kernel hang? check the barrier protocol)")
-        return 124
+    return devkit.run_stage(__file__, stage, STAGE_TIMEOUT_S[stage], *builds)
 
 
 def main() -> int:

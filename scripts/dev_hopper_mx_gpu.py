@@ -26,16 +26,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 from compare.bench import attention_pairs  # noqa: E402
+from devkit import log, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 30, "alt": 15, "timing": 43}
 FORMATS = ("mxfp8", "nvfp4")
@@ -56,10 +56,6 @@ CORRECTNESS_CASES = [
 ]
 ALT_CASES = [CORRECTNESS_CASES[i] for i in (1, 2, 3, 5, 6)]
 BENCH_CASES = [(1, 16, 16384, 128, False), (1, 16, 16384, 128, True)]  # b, h, s, d, causal
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def runner(fmt: str, extra_flags=()):
@@ -139,47 +135,22 @@ def probe_uniform_p(fmt: str) -> tuple[bool, str]:
 
 def stage_correctness(alt: bool = False) -> int:
     """The default library (dequant check, probes, oracle), or with alt=True the ALT_BUILDS on ALT_CASES."""
-    import torch
-
     from compare import oracle
 
-    failures, total = 0, 0
+    def check(fmt, flags, case):
+        verdict = oracle.check(runner(fmt, flags), case, device="cuda")
+        return verdict.passed, verdict.summary()
+
     checks = [] if alt else [("dequant", check_dequant)] + [(f"probe {f}", lambda f=f: probe_uniform_p(f))
                                                             for f in FORMATS]
-    for name, fn in checks:
-        total += 1
-        try:
-            ok, detail = fn()
-        except Exception as exc:  # noqa: BLE001 - report and go on
-            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            traceback.print_exc(limit=3)
-        failures += not ok
-        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
-
-    poisoned = False
     jobs = [(fmt, "default", (), c) for fmt in FORMATS for c in CORRECTNESS_CASES]
     if alt:
         jobs = [(fmt, name, flags, c) for name, flags in ALT_BUILDS.items() for fmt in FORMATS for c in ALT_CASES]
     for fmt, build_name, flags, (b, hq, hkv, sq, sk, d, causal, dist, scale) in jobs:
         case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, dist=dist, scale=scale, seed=sq + sk)
         name = f"{build_name:8} {case.shape_str()}" + (f" scale {scale}" if scale else "")
-        total += 1
-        if poisoned:
-            log(f"SKIP {name} (CUDA context lost earlier)")
-            failures += 1
-            continue
-        try:
-            verdict = oracle.check(runner(fmt, flags), case, device="cuda")
-            ok, detail = verdict.passed, verdict.summary()
-        except Exception as exc:  # noqa: BLE001 - report every case, keep going
-            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            traceback.print_exc(limit=2)
-            try:
-                torch.cuda.synchronize()
-            except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
-                poisoned = True
-        failures += not ok
-        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+        checks.append((name, lambda fmt=fmt, flags=flags, case=case: check(fmt, flags, case)))
+    failures, total = run_checks(checks)
     log(f"correctness: {total - failures}/{total} pass")
     return 1 if failures else 0
 
@@ -284,12 +255,7 @@ def stage_sanitize() -> int:
 
 
 def run_stage(stage: str) -> int:
-    try:
-        return subprocess.run([sys.executable, __file__, "--stage", stage], check=False,
-                              timeout=STAGE_TIMEOUT_S[stage]).returncode
-    except subprocess.TimeoutExpired:
-        log(f"{stage}: TIMEOUT after {STAGE_TIMEOUT_S[stage]} s (kernel hang? check the barrier protocol)")
-        return 124
+    return devkit.run_stage(__file__, stage, STAGE_TIMEOUT_S[stage])
 
 
 def main() -> int:

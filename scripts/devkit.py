@@ -1,0 +1,59 @@
+"""What the Hopper dev scripts (scripts/dev_hopper*_gpu.py) share: a timestamped log line, a stage run in
+a child process under a time limit (a kernel waiting on a barrier that never completes becomes a
+reported timeout, not a lost device call), and a check loop that survives a crashing kernel (after a
+device fault the CUDA context is gone, so the later checks are reported as SKIP and counted as failed)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import traceback
+from typing import Callable, Iterable
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def run_stage(script: str, stage: str, timeout_s: float, *args: str) -> int:
+    """`python script --stage STAGE ARGS...` in a child process; 124 when it outlives timeout_s."""
+    try:
+        return subprocess.run([sys.executable, script, "--stage", stage, *args], check=False,
+                              timeout=timeout_s).returncode
+    except subprocess.TimeoutExpired:
+        log(f"{stage}: TIMEOUT after {timeout_s} s (kernel hang? check the barrier protocol)")
+        return 124
+
+
+def run_checks(checks: Iterable[tuple[str, Callable[[], tuple[bool, str]]]]) -> tuple[int, int]:
+    """Run fn() -> (ok, detail) for each (name, fn), logging PASS/FAIL/SKIP; returns (failures, total)."""
+    failures = total = 0
+    poisoned = False
+    for name, fn in checks:
+        total += 1
+        if poisoned:
+            log(f"SKIP {name} (CUDA context lost earlier)")
+            failures += 1
+            continue
+        try:
+            ok, detail = fn()
+        except Exception as exc:  # noqa: BLE001 - report every check, keep going
+            ok, detail = False, f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
+            traceback.print_exc(limit=2)
+            poisoned = _context_lost()
+        failures += not ok
+        log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
+    return failures, total
+
+
+def _context_lost() -> bool:
+    import torch
+
+    if not torch.cuda.is_available():
+        return False
+    try:
+        torch.cuda.synchronize()
+    except Exception:  # noqa: BLE001 - a device fault: later launches cannot run
+        return True
+    return False
