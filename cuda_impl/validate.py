@@ -142,27 +142,8 @@ def check_fp8_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None
             raise TypeError(f"dtype: {name}.data must be torch.float8_e4m3fn, got {getattr(t.data, 'dtype', None)}")
         if t.data.dim() != 4:
             raise ValueError(f"shape: {name}.data must be 4-D, got {tuple(t.data.shape)}")
-    (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q.data.shape, k.data.shape
-    expected_vt = (batch, heads_kv, head_dim, seqlen_k)
-    if tuple(v.data.shape) != expected_vt:
-        raise ValueError(
-            f"shape: v.data (stored transposed) must be (batch, heads_kv, head_dim, seqlen_k) = {expected_vt}, "
-            f"got {tuple(v.data.shape)}"
-        )
-    if kb != batch:
-        raise ValueError(f"shape: batch differs between q ({batch}) and k/v ({kb})")
-    if kd != head_dim:
-        raise ValueError(f"head_dim: q has {head_dim}, k has {kd}")
-    if head_dim not in spec["head_dims"]:
-        raise ValueError(f"head_dim: variant {variant} supports {spec['head_dims']}, got {head_dim}")
-    if min(batch, heads_q, heads_kv, seqlen_q, seqlen_k) < 1:
-        raise ValueError("shape: batch, heads and seqlens must be >= 1")
-    if heads_q % heads_kv:
-        raise ValueError(f"heads: heads_q ({heads_q}) must be a multiple of heads_kv ({heads_kv}) for GQA/MQA")
-    if batch > GRID_LIMIT or heads_q > GRID_LIMIT:
-        raise ValueError(f"shape: batch and heads_q must be <= {GRID_LIMIT} (CUDA grid limit)")
-    if not (math.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale: must be finite and > 0, got {scale}")
+    batch, heads_q, heads_kv = _check_quantized_shapes(tuple(q.data.shape), tuple(k.data.shape),
+                                                       tuple(v.data.shape), "v.data", variant, spec, scale)
     for name, t, heads in (("q", q, heads_q), ("k", k, heads_kv), ("v", v, heads_kv)):
         if not isinstance(t.scale, torch.Tensor) or t.scale.dtype != torch.float32 or tuple(t.scale.shape) != (
             batch,
@@ -240,12 +221,27 @@ def check_blocked_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> 
             ts = t.tensor_scale
             if not isinstance(ts, torch.Tensor) or ts.dtype != torch.float32 or ts.numel() != 1:
                 raise ValueError(f"tensor scale: nvfp4 {name}.tensor_scale must be one float32 value, got {ts!r}")
-    (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q.shape, k.shape
+    batch, heads_q, heads_kv = _check_quantized_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), "v",
+                                                       variant, spec, scale)
+    tensors = [t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None]
+    if q.data.device.type != "cuda":
+        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
+    if any(t.device != q.data.device for t in tensors):
+        raise ValueError(f"device: data and scales must be on one device, got {sorted({str(t.device) for t in tensors})}")
+    capability = torch.cuda.get_device_capability(q.data.device)
+    if problem := arch_problem(variant, spec, capability):
+        raise ValueError(problem)
+
+
+def _check_quantized_shapes(q_shape, k_shape, v_shape, v_name: str, variant: str, spec: dict,
+                            scale: float) -> tuple[int, int, int]:
+    """Logical shapes of quantized q, k (B, H, S, D) and v stored transposed (B, Hkv, D, Sk); returns
+    (batch, heads_q, heads_kv)."""
+    (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q_shape, k_shape
     expected_v = (batch, heads_kv, head_dim, seqlen_k)
-    if tuple(v.shape) != expected_v:
-        raise ValueError(
-            f"shape: v (stored transposed) must be (batch, heads_kv, head_dim, seqlen_k) = {expected_v}, got {tuple(v.shape)}"
-        )
+    if tuple(v_shape) != expected_v:
+        raise ValueError(f"shape: {v_name} (stored transposed) must be (batch, heads_kv, head_dim, seqlen_k) = "
+                         f"{expected_v}, got {tuple(v_shape)}")
     if kb != batch:
         raise ValueError(f"shape: batch differs between q ({batch}) and k/v ({kb})")
     if kd != head_dim:
@@ -260,11 +256,4 @@ def check_blocked_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> 
         raise ValueError(f"shape: batch and heads_q must be <= {GRID_LIMIT} (CUDA grid limit)")
     if not (math.isfinite(scale) and scale > 0):
         raise ValueError(f"scale: must be finite and > 0, got {scale}")
-    tensors = [t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None]
-    if q.data.device.type != "cuda":
-        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
-    if any(t.device != q.data.device for t in tensors):
-        raise ValueError(f"device: data and scales must be on one device, got {sorted({str(t.device) for t in tensors})}")
-    capability = torch.cuda.get_device_capability(q.data.device)
-    if problem := arch_problem(variant, spec, capability):
-        raise ValueError(problem)
+    return batch, heads_q, heads_kv
