@@ -240,6 +240,21 @@ __device__ __forceinline__ void mask_scores(float (&S)[M_TILES][KV_TILES][4], co
       }
 }
 
+// The same for a wgmma accumulator (the Hopper kernels): S_REGS registers of one 64 x N tile, where
+// register i holds row row0 + 8 * ((i / 2) % 2) (row0 is this thread's first row) and key column
+// 8 * (i / 4) + 2 * (lane % 4) + i % 2.
+template <int S_REGS>
+__device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams& p, const CtaWork& w,
+                                            int row0, int kv_start) {
+  const int col0 = kv_start + (threadIdx.x % 4) * 2;
+#pragma unroll
+  for (int i = 0; i < S_REGS; i++) {
+    const int row = row0 + ((i / 2) % 2) * 8;
+    const int col = col0 + (i / 4) * 8 + i % 2;
+    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+  }
+}
+
 // One online-softmax step over a fresh S tile (raw scores), in place: S becomes the unnormalised
 // P = exp(scale * (s - m_new)). row_max is kept in raw units, row_sum per thread (its own columns
 // only; the quad reduction waits for the epilogue). Rescales O by exp(scale * (m_old - m_new)).

@@ -160,20 +160,6 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
   done.q_loads++;
 }
 
-// Scores of keys past seqlen_k or after the causal diagonal -> -inf. `row0` is this thread's
-// first row (the second is row0 + 8).
-template <typename C>
-__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
-                                            const CtaWork& w, int row0, int kv_start) {
-  const int col0 = kv_start + (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int i = 0; i < C::S_REGS; i++) {
-    const int row = row0 + ((i / 2) % 2) * 8;
-    const int col = col0 + (i / 4) * 8 + i % 2;
-    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
-  }
-}
-
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
 // thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
 // difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
@@ -320,7 +306,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
   const auto softmax = [&](int tile) {
     const int kv_start = tile * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C>(S, p, w, row0, kv_start);
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
 

@@ -195,7 +195,7 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::BLOCK_KV / 16][4]) {
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start))
-      hopper_fp8::mask_scores<C>(S, p, w, row0, kv_start);
+      mask_scores(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
   };
   auto rescale = [&] {

@@ -137,6 +137,9 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   for (int i = 0; i < M; i++) fence_regs(r[i]);
 }
 
+// Inline-asm operand lists of wgmma accumulators: FA_ACCn(d) binds d[0..n) as "+f" operands and
+// FA_OPSn spells the matching {%0, ..., %n-1}. Kept defined (FA_-prefixed) for the fp8 and block-
+// scaled wgmma wrappers in hopper_fp8.cuh and hopper_mx.cuh.
 #define FA_ACC8(d, i)                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
@@ -255,13 +258,5 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
     }
   }
 }
-
-#undef FA_ACC8
-#undef FA_ACC32
-#undef FA_ACC64
-#undef FA_ACC88
-#undef FA_OPS32
-#undef FA_OPS64
-#undef FA_OPS88
 
 }  // namespace fa::sm90

@@ -21,20 +21,6 @@ __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
          static_cast<uint64_t>(8 * SWIZZLE >> 4) << 32 | layout << 62;
 }
 
-#define FA_ACC8(d, i)                                                                        \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
-#define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
-#define FA_OPS32                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA_OPS64                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-
 // D (64 x 128, fp32) = A (64 x 32 e4m3, shared, K-major) * B (32 x 128 e4m3, shared, K-major)
 // [+ D]. fp8 wgmma has no transpose bits: both operands must be K-major.
 __device__ __forceinline__ void qgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
@@ -78,11 +64,6 @@ __device__ __forceinline__ void named_bar_arrive(uint32_t id, uint32_t threads) 
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-#undef FA_ACC8
-#undef FA_ACC32
-#undef FA_ACC64
-#undef FA_OPS32
-#undef FA_OPS64
 
 // Two fp32 -> e4m3x2 (round to nearest even, saturating to +-448: compare.formats.round_to_e4m3),
 // `lo` in the low byte. PTX puts the first source operand in the upper byte.
@@ -169,19 +150,6 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     consume(group - 1);
-  }
-}
-
-// Scores of keys past seqlen_k or after the causal diagonal -> -inf (rows row0, row0 + 8).
-template <typename C>
-__device__ __forceinline__ void mask_scores(float (&S)[C::S_REGS], const FwdParams& p,
-                                            const CtaWork& w, int row0, int kv_start) {
-  const int col0 = kv_start + (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int i = 0; i < C::S_REGS; i++) {
-    const int row = row0 + ((i / 2) % 2) * 8;
-    const int col = col0 + (i / 4) * 8 + i % 2;
-    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
   }
 }
 

@@ -18,27 +18,15 @@ template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[N / 2], const uint32_t (&a)[4],
                                                 uint64_t desc_b) {
   static_assert(N == 64 || N == 128, "wgmma_rs_kmajor: N = 64 or 128");
-#define FA_ACC8(i)                                                                            \
-  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
-      "+f"(d[i + 6]), "+f"(d[i + 7])
-#define FA_ACC32 FA_ACC8(0), FA_ACC8(8), FA_ACC8(16), FA_ACC8(24)
-#define FA_OPS32                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FA_OPS64                                                                  \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define FA_RS128(TY)                                                               \
   asm volatile("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA_OPS64      \
                ", {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"                               \
-               : FA_ACC32, FA_ACC8(32), FA_ACC8(40), FA_ACC8(48), FA_ACC8(56)             \
+               : FA_ACC64(d)                                                              \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
 #define FA_RS64(TY)                                                                \
   asm volatile("wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA_OPS32       \
                ", {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"                               \
-               : FA_ACC32                                                                 \
+               : FA_ACC32(d)                                                              \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b))
   // Operands after B: scale-d 1 (accumulate), scale-a 1, scale-b 1, transpose-b 0 (K-major).
   constexpr bool BF16 = WgmmaType<T>::BF16;
@@ -49,10 +37,6 @@ __device__ __forceinline__ void wgmma_rs_kmajor(float (&d)[N / 2], const uint32_
   }
 #undef FA_RS128
 #undef FA_RS64
-#undef FA_OPS64
-#undef FA_OPS32
-#undef FA_ACC32
-#undef FA_ACC8
 }
 
 }  // namespace fa::sm90
