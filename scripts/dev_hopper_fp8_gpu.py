@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 
 import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 from compare.bench import attention_pairs  # noqa: E402
-from devkit import log, run_checks  # noqa: E402
+from devkit import log, oracle_check, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
@@ -116,19 +116,13 @@ def probe_uniform_p() -> tuple[bool, str]:
 
 
 def stage_correctness() -> int:
-    from compare import oracle
-
-    def check(flags, case):
-        verdict = oracle.check(runner(flags), case, device="cuda")
-        return verdict.passed, verdict.summary()
-
     checks = [("probe (Q = 0, P = 1: V^T tiles and P V without the permutation)", probe_uniform_p)]
     jobs = [("default", (), c) for c in CORRECTNESS_CASES]
     jobs += [(name, flags, c) for name, flags in ALT_BUILDS.items() for c in ALT_CASES]
     for build_name, flags, params in jobs:
         case = make_case(*params)
         name = f"{build_name:8} {case.shape_str()}" + (f" scale {case.scale}" if case.scale else "")
-        checks.append((name, lambda flags=flags, case=case: check(flags, case)))
+        checks.append((name, lambda flags=flags, case=case: oracle_check(runner(flags), case)))
     failures, total = run_checks(checks)
     log(f"correctness: {total - failures}/{total} pass")
     return 1 if failures else 0

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 
 import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 from compare.bench import attention_pairs  # noqa: E402
-from devkit import log, run_checks  # noqa: E402
+from devkit import log, oracle_check, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 30, "alt": 15, "timing": 43}
 FORMATS = ("mxfp8", "nvfp4")
@@ -137,10 +137,6 @@ def stage_correctness(alt: bool = False) -> int:
     """The default library (dequant check, probes, oracle), or with alt=True the ALT_BUILDS on ALT_CASES."""
     from compare import oracle
 
-    def check(fmt, flags, case):
-        verdict = oracle.check(runner(fmt, flags), case, device="cuda")
-        return verdict.passed, verdict.summary()
-
     checks = [] if alt else [("dequant", check_dequant)] + [(f"probe {f}", lambda f=f: probe_uniform_p(f))
                                                             for f in FORMATS]
     jobs = [(fmt, "default", (), c) for fmt in FORMATS for c in CORRECTNESS_CASES]
@@ -149,7 +145,7 @@ def stage_correctness(alt: bool = False) -> int:
     for fmt, build_name, flags, (b, hq, hkv, sq, sk, d, causal, dist, scale) in jobs:
         case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, dist=dist, scale=scale, seed=sq + sk)
         name = f"{build_name:8} {case.shape_str()}" + (f" scale {scale}" if scale else "")
-        checks.append((name, lambda fmt=fmt, flags=flags, case=case: check(fmt, flags, case)))
+        checks.append((name, lambda fmt=fmt, flags=flags, case=case: oracle_check(runner(fmt, flags), case)))
     failures, total = run_checks(checks)
     log(f"correctness: {total - failures}/{total} pass")
     return 1 if failures else 0

@@ -47,6 +47,14 @@ def run_checks(checks: Iterable[tuple[str, Callable[[], tuple[bool, str]]]]) -> 
     return failures, total
 
 
+def oracle_check(run, case, device: str = "cuda") -> tuple[bool, str]:
+    """compare.oracle.check of `run` on `case`, as run_checks wants it: (passed, summary)."""
+    from compare import oracle
+
+    verdict = oracle.check(run, case, device=device)
+    return verdict.passed, verdict.summary()
+
+
 def _context_lost() -> bool:
     import torch
 

@@ -34,3 +34,18 @@ def test_a_hung_stage_becomes_a_timeout(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text("import time\ntime.sleep(30)\n")
     assert devkit.run_stage(str(script), "correctness", 1) == 124
+
+
+def test_oracle_check_returns_the_verdict_for_run_checks():
+    import torch
+
+    from compare import oracle
+
+    def plain(q, k, v, *, causal=False, scale=None, return_lse=False):
+        s = (q @ k.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+        out = torch.softmax(s, dim=-1) @ v
+        return (out, torch.logsumexp(s, dim=-1)) if return_lse else out
+
+    case = oracle.Case(1, 2, 2, 17, 23, 64, fmt="fp32", seed=3)
+    ok, detail = devkit.oracle_check(plain, case, device="cpu")
+    assert ok and "PASS" in detail
