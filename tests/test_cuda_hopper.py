@@ -235,7 +235,8 @@ def test_matches_float64_reference(fmt, head_dim, causal, shape):
 
 
 @pytest.mark.gpu
-def test_public_api_custom_scale_and_strided_inputs():
+@pytest.mark.parametrize("d", [128, 256])
+def test_public_api_custom_scale_and_strided_inputs(d):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper"):
@@ -243,11 +244,11 @@ def test_public_api_custom_scale_and_strided_inputs():
     from test_cuda_gpu import attention_reference, check_against_reference
 
     # (B, S, H, D) storage viewed as (B, H, S, D): the 4-D tensor map takes any 16-byte strides.
-    q = torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    kv = torch.randn(2, 700, 2, 2, 136, device="cuda", dtype=torch.bfloat16)
-    k, v = kv[:, :, 0, :, :128].transpose(1, 2), kv[:, :, 1, :, :128].transpose(1, 2)
+    q = torch.randn(2, 300, 4, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    kv = torch.randn(2, 700, 2, 2, d + 8, device="cuda", dtype=torch.bfloat16)
+    k, v = kv[:, :, 0, :, :d].transpose(1, 2), kv[:, :, 1, :, :d].transpose(1, 2)
     check_against_reference("hopper", q, k, v, True, 0.3)
     out, lse = cuda_impl.attention(q, k, v, causal=True, variant="hopper", return_lse=True)
-    ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(128))
+    ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(d))
     assert (out.double() - ref).abs().max().item() < 2e-2
     assert (lse.double() - ref_lse).abs().max().item() < 1e-3
