@@ -208,9 +208,10 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 }
 
 // As wgmma_ss_n128 for N = 64, 80, 128 or 176 keys per KV tile (80 and 176: FlashAttention-3's
-// d256 and d128 shapes; 64: the d256 ablation). The asm string must spell out its operand numbers: the N / 2 accumulators first, then
-// the two descriptors (DESCS) and the accumulate flag (FLAG). ACC is an FA_ACC macro's name,
-// applied to d only inside FA_SS (expanded earlier, its commas would split the arguments).
+// d256 and d128 shapes; 64: the d256 ablation). The asm string must spell out its operand
+// numbers: the N / 2 accumulators first, then the two descriptors (DESCS) and the accumulate
+// flag (FLAG). ACC is an FA_ACC macro's name, applied to d only inside FA_SS (expanded earlier,
+// its commas would split the arguments).
 #define FA_SS_TYPED(SHAPE, OPS, ACC, DESCS, FLAG)                                        \
   do {                                                                                   \
     if constexpr (WgmmaType<T>::BF16) {                                                  \
