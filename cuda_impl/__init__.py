@@ -44,19 +44,19 @@ VARIANTS: dict[str, dict] = {
 
 VARIANTS["hopper"] = {
     "formats": ("bf16", "fp16"),
-    # d256 would need O (128 fp32 registers) + S + P per consumer thread: not attempted yet.
-    "head_dims": (64, 128),
+    # d256: 80-key tiles (O 128 + S 40 + P 20 registers of the consumers' 240; 224 KB of shared).
+    "head_dims": (64, 128, 256),
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
     "1 producer + 2 ping-pong consumer warpgroups, S(t+1) issued before softmax(t), persistent "
-    "CTAs (non-causal), 176-key tiles (non-causal d128)",
+    "CTAs (non-causal), 176-key tiles (non-causal d128), 80-key tiles (d256)",
 }
 
 VARIANTS["hopper-fp8"] = {
     "formats": ("fp8",),
-    # d256: O alone is 128 fp32 registers per consumer thread, as for hopper; not attempted.
+    # d256: O alone is 128 fp32 registers per consumer thread; hopper's 80-key d256 not ported.
     "head_dims": (64, 128),
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma .e4m3 / setmaxnreg: sm_90a cubin only
@@ -73,7 +73,7 @@ _MX_DESCRIPTION = (
 for _fmt, _tile in (("mxfp8", "bf16"), ("nvfp4", "fp16")):
     VARIANTS[f"hopper-{_fmt}"] = {
         "formats": (_fmt,),
-        # d256: O alone is 128 fp32 registers per consumer thread, as for hopper; not attempted.
+        # d256: O alone is 128 fp32 registers per consumer thread; hopper's 80-key d256 not ported.
         "head_dims": (64, 128),
         "min_cc": (9, 0),
         "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only

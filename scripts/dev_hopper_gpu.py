@@ -3,14 +3,14 @@
 Run from the repository root on the H200 with the libraries built here and carried in
 cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev machine):
 
-    PYTHONPATH=. python scripts/dev_hopper_gpu.py
+    PYTHONPATH=. python scripts/dev_hopper_gpu.py [--head-dim 256]
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
 
 The default run has two stages (three with --gap), each in a child process with a timeout, so
 that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
-   and carried): 14 shapes against float64, each under freshly NaN-poisoned outputs, one line
+   and carried): 21 shapes (7 of them d256) against float64, each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
@@ -24,7 +24,7 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs three tiny launches (d64 and d128; causal and not, Sq != Sk, GQA, tails) and checks them.
+--sanitize runs five tiny launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails) and checks them.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import math
+import os
 import subprocess
 import sys
 import time
@@ -44,7 +45,7 @@ import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder
 from compare.bench import attention_pairs  # noqa: E402
 from devkit import log, run_checks  # noqa: E402
 
-STAGE_TIMEOUT_S = {"correctness": 40, "timing": 90, "gap": 60, "driver": 90}
+STAGE_TIMEOUT_S = {"correctness": 60, "timing": 150, "gap": 60, "driver": 90}
 # Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
 # `--build-only all` every one):
 # one feature switched off (or the 3-stage K/V ring at d128, 224 KB of shared memory) each.
@@ -55,6 +56,7 @@ ALT_FLAGS = {
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
+    "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -74,6 +76,14 @@ CORRECTNESS_SHAPES = [
     (1, 8, 8, 2048, 2048, 128, "fp16", False),
     (1, 8, 8, 2048, 2048, 128, "bf16", True),
     (1, 16, 16, 4096, 4096, 128, "bf16", True),
+    # d256 (80-key tiles, 4 head_dim panels, O += P V as m64n256k16)
+    (1, 2, 2, 128, 128, 256, "bf16", False),  # one Q tile, a full and a 48-key tail tile
+    (2, 4, 4, 200, 333, 256, "fp16", True),  # tails on both axes
+    (1, 4, 4, 300, 97, 256, "bf16", True),  # Sq > Sk: CTAs with no visible key
+    (1, 4, 2, 1000, 1500, 256, "bf16", False),  # GQA, 19 KV tiles: ring rounds, persistent CTAs
+    (1, 4, 2, 1000, 1500, 256, "fp16", True),
+    (2, 8, 1, 64, 1100, 256, "bf16", False),  # MQA
+    (1, 8, 8, 2048, 2048, 256, "bf16", True),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, False),
@@ -85,7 +95,18 @@ BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 64, False),
     (1, 16, 16384, 64, True),
     (4, 16, 4096, 64, False),
+    # d256 at the anchors' shapes (h8: FA4 717 / cuDNN 650 non-causal at 16k)
+    (1, 8, 16384, 256, False),
+    (1, 8, 16384, 256, True),
+    (4, 8, 4096, 256, False),
+    (4, 8, 4096, 256, True),
 ]
+
+
+def selected(shapes: list[tuple], dim_index: int) -> list[tuple]:
+    """The shapes of the head_dim given with --head-dim (FA_DEV_HEAD_DIM in the child stages)."""
+    only = os.environ.get("FA_DEV_HEAD_DIM")
+    return [s for s in shapes if only is None or s[dim_index] == int(only)]
 
 
 def reference_module():
@@ -157,7 +178,7 @@ def stage_correctness(build_name: str) -> int:
     ref = reference_module()
     flags = BUILDS[build_name]
     checks = [(f"{build_name} " + "b{} hq{} hkv{} sq{} sk{} d{} {} {}".format(*shape[:7], "causal" if shape[7] else "full"),
-               lambda shape=shape: check_shape(ref, *shape, flags=flags)) for shape in CORRECTNESS_SHAPES]
+               lambda shape=shape: check_shape(ref, *shape, flags=flags)) for shape in selected(CORRECTNESS_SHAPES, 5)]
     failures, total = run_checks(checks)
     log(f"correctness {build_name}: {total - failures}/{total} shapes pass")
     return 1 if failures else 0
@@ -210,7 +231,7 @@ def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
 
 
 def stage_timing(builds: list[str]) -> int:
-    rows = [bench_case(builds, *shape) for shape in BENCH_CASES]
+    rows = [bench_case(builds, *shape) for shape in selected(BENCH_CASES, 3)]
     names = ["cudnn", *builds, "cudnn-after"]
     print("\nTFLOP/s (bf16; ratio = default build / mean of the two cuDNN timings)")
     print(f"{'case':28} " + " ".join(f"{n[:11]:>11}" for n in names) + "  ratio  clock/power  max|hopper-cudnn|")
@@ -297,6 +318,8 @@ def stage_sanitize() -> int:
         (1, 4, 2, 200, 333, 64, "bf16", True),
         (1, 4, 2, 300, 170, 128, "fp16", True),
         (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
+        (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
+        (1, 2, 1, 200, 333, 256, "fp16", False),
     ]:
         ok, detail = check_shape(ref, *shape)
         failures += not ok
@@ -310,7 +333,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="three tiny launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="five tiny launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -319,7 +342,11 @@ def main() -> int:
     )
     parser.add_argument("--gap", action="store_true", help="also time the script's path against the driver's")
     parser.add_argument("--driver", action="store_true", help="the quick sweep's bf16 shapes, driver path")
+    parser.add_argument("--head-dim", type=int, choices=(64, 128, 256),
+                        help="correctness and timing shapes of this head_dim only")
     args = parser.parse_args()
+    if args.head_dim:
+        os.environ["FA_DEV_HEAD_DIM"] = str(args.head_dim)
     if args.build_only:
         from cuda_impl import _lib, build
 

@@ -5,13 +5,14 @@ CPU part: the library builds, the sm_90a cubin holds the instructions the design
 setmaxnreg in both directions), ptxas neither spills nor ignores setmaxnreg, and bad input is
 refused before launch. GPU part (skipped without one): float64 reference over the cases the
 TMA / barrier protocol can get wrong: tails, several ring rounds, causal with Sq != Sk both
-ways, GQA, both head dims and dtypes.
+ways, GQA, head dims 64 / 128 / 256 and both dtypes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import math
+import re
 
 import pytest
 import torch
@@ -34,8 +35,9 @@ def hopper_sass(fa_library) -> dict:
     }
 
 
-# (head_dim, BLOCK_KV) instantiations: non-causal d128 takes 176 keys per tile, the rest 128.
-SHAPES = [(64, 128), (128, 128), (128, 176)]
+# (head_dim, BLOCK_KV) instantiations: non-causal d128 takes 176 keys per tile, d256 80 (O is
+# 128 registers per consumer thread), the rest 128.
+SHAPES = [(64, 128), (128, 128), (128, 176), (256, 80)]
 
 
 def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int) -> list[str]:
@@ -100,6 +102,17 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv):
     assert not any(op.startswith(("HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
 
 
+def test_d256_fits_the_consumer_register_budget(hopper_sass):
+    """O (128) + S (40) + P (20) per consumer thread: the highest register the kernel touches
+    must stay under setmaxnreg's 240 (ptxas would spill to local memory past it, checked above)."""
+    for fmt in SPEC["formats"]:
+        instructions = kernel(hopper_sass, "sm_90", fmt, 256, 80)
+        highest = max(int(r) for i in instructions for r in re.findall(r"\bR(\d+)\b", i))
+        assert 200 <= highest < 240, highest  # >= 200: O, S and P really are all live at once
+        # Q (4 panels), K (4), V (4): one 64-column box each
+        assert sass.opcode_counts(instructions)["UTMALDG.4D"] == 12
+
+
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
     """The library is also built for sm_80: there the kernel body is compiled out."""
     ops = sass.opcode_counts(kernel(hopper_sass, "sm_80", "bf16", 128, 176))
@@ -111,7 +124,10 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
     err = ctypes.create_string_buffer(256)
     bad_dim = _lib.FwdParams(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, head_dim=96, scale=1.0)
     assert fn(ctypes.byref(bad_dim), None, err, 256) != 0
-    assert b"head_dim" in err.value
+    assert err.value == b"head_dim: supported: 64, 128, 256"
+    # The ladder's entries keep their own list.
+    assert _lib.entry_point(_lib.load(), "v5")(ctypes.byref(bad_dim), None, err, 256) != 0
+    assert err.value == b"head_dim: supported: 64, 128"
 
 
 # --- validation (CPU) ------------------------------------------------------------------------
@@ -127,6 +143,7 @@ def qkv(hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
 
 def test_surface_entry():
     assert SPEC["min_cc"] == (9, 0) and SPEC["max_cc"] == (9, 0)
+    assert SPEC["head_dims"] == (64, 128, 256)
     assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling"}
     assert SPEC["ceiling"] == "wgmma"
     if not torch.cuda.is_available():
@@ -136,7 +153,7 @@ def test_surface_entry():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: qkv(d=256), ValueError, "head_dim"),
+        (lambda: qkv(d=192), ValueError, "head_dim"),
         (lambda: qkv(d=96), ValueError, "head_dim"),
         (lambda: (torch.randn(1, 2, 16, 64), *qkv()[1:]), TypeError, "dtype"),
         (lambda: qkv(hq=3, hkv=2), ValueError, "heads"),
@@ -153,6 +170,14 @@ def test_bad_input_is_refused_before_launch(make, error, match):
     q, k, v = make()
     with pytest.raises(error, match=match):
         cuda_impl.attention(q, k, v, variant="hopper")
+
+
+def test_d256_passes_validation_and_stops_only_at_the_device():
+    q, k, v = qkv(d=256)
+    with pytest.raises(ValueError, match="device"):  # CPU tensors: every shape check passed
+        cuda_impl.attention(q, k, v, variant="hopper")
+    with pytest.raises(ValueError, match="head_dim"):  # the ladder still refuses d256
+        cuda_impl.attention(q, k, v, variant="v5")
 
 
 def test_broadcast_heads_are_only_refused_for_hopper():
@@ -194,7 +219,7 @@ GPU_SHAPES = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", list(DTYPES))
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matches_float64_reference(fmt, head_dim, causal, shape):
@@ -210,7 +235,8 @@ def test_matches_float64_reference(fmt, head_dim, causal, shape):
 
 
 @pytest.mark.gpu
-def test_public_api_custom_scale_and_strided_inputs():
+@pytest.mark.parametrize("d", [128, 256])
+def test_public_api_custom_scale_and_strided_inputs(d):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper"):
@@ -218,11 +244,11 @@ def test_public_api_custom_scale_and_strided_inputs():
     from test_cuda_gpu import attention_reference, check_against_reference
 
     # (B, S, H, D) storage viewed as (B, H, S, D): the 4-D tensor map takes any 16-byte strides.
-    q = torch.randn(2, 300, 4, 128, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    kv = torch.randn(2, 700, 2, 2, 136, device="cuda", dtype=torch.bfloat16)
-    k, v = kv[:, :, 0, :, :128].transpose(1, 2), kv[:, :, 1, :, :128].transpose(1, 2)
+    q = torch.randn(2, 300, 4, d, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    kv = torch.randn(2, 700, 2, 2, d + 8, device="cuda", dtype=torch.bfloat16)
+    k, v = kv[:, :, 0, :, :d].transpose(1, 2), kv[:, :, 1, :, :d].transpose(1, 2)
     check_against_reference("hopper", q, k, v, True, 0.3)
     out, lse = cuda_impl.attention(q, k, v, causal=True, variant="hopper", return_lse=True)
-    ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(128))
+    ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(d))
     assert (out.double() - ref).abs().max().item() < 2e-2
     assert (lse.double() - ref_lse).abs().max().item() < 1e-3

@@ -65,7 +65,7 @@ struct Tiles {
 //   founding shape: v4 prefers 4 warps (316 vs 305 TFLOP/s: two CTAs per SM), v5 8 warps (303
 //   vs 247: its 4-stage ring leaves room for one 4-warp CTA per SM); docs/perf-notes-cuda.md.
 // - d256 does not fit: Q 64 + O 128 registers per thread already spill (checked with
-//   -Xptxas -v), so the Python side refuses it.
+//   -Xptxas -v), so the Python side refuses it (cuda:hopper runs d256: Q stays in shared memory).
 // FA_D128_WARPS is a build flag so that both d128 shapes can be timed from one source
 // (scripts/dev_cuda_gpu.py builds the 4-warp library beside the default one).
 #ifndef FA_D128_WARPS
@@ -393,19 +393,28 @@ inline int check_params(const FwdParams& p, char* err, int err_len) {
   return 0;
 }
 
-// Calls launcher.template operator()<T, DIM>() for the runtime dtype and head_dim.
-template <typename Launcher>
+// The head dims a launcher is instantiated for (the ladder: 64 and 128; hopper adds 256).
+template <int... DIMS>
+struct HeadDims {};
+
+template <typename T, typename Launcher, int... DIMS>
+int dispatch_dim(const FwdParams& p, char* err, int err_len, Launcher& launcher, HeadDims<DIMS...>) {
+  bool found = false;
+  int rc = 0;
+  ((!found && p.head_dim == DIMS ? (found = true, rc = launcher.template operator()<T, DIMS>()) : 0), ...);
+  if (found) return rc;
+  char supported[64] = "supported:";
+  int used = 10;
+  ((used += snprintf(supported + used, sizeof(supported) - used, used > 10 ? ", %d" : " %d", DIMS)), ...);
+  return report(err, err_len, "head_dim", supported);
+}
+
+// Calls launcher.template operator()<T, DIM>() for the runtime dtype and head_dim (one of Dims).
+template <typename Dims = HeadDims<64, 128>, typename Launcher>
 int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
   if (int rc = check_params(p, err, err_len)) return rc;
-  auto by_dim = [&]<typename T>() {
-    switch (p.head_dim) {
-      case 64: return launcher.template operator()<T, 64>();
-      case 128: return launcher.template operator()<T, 128>();
-      default: return report(err, err_len, "head_dim", "supported: 64, 128");
-    }
-  };
-  if (p.dtype == FA_DTYPE_BF16) return by_dim.template operator()<__nv_bfloat16>();
-  if (p.dtype == FA_DTYPE_FP16) return by_dim.template operator()<__half>();
+  if (p.dtype == FA_DTYPE_BF16) return dispatch_dim<__nv_bfloat16>(p, err, err_len, launcher, Dims{});
+  if (p.dtype == FA_DTYPE_FP16) return dispatch_dim<__half>(p, err, err_len, launcher, Dims{});
   return report(err, err_len, "dtype", "supported: bfloat16, float16");
 }
 

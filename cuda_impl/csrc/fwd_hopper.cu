@@ -1,6 +1,7 @@
 // hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
 //
-// CTA = 3 warpgroups, 128 query rows, KV swept in tiles of 128 keys:
+// CTA = 3 warpgroups, 128 query rows, KV swept in tiles of BLOCK_KV keys (128; 176 for
+// non-causal d128; 80 at d256, where O alone takes 128 registers per consumer thread):
 // - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
 //   load (Q once, then K and V of each tile into a STAGES-deep ring);
 // - warpgroups 1 and 2, the consumers: raise to CONSUMER_REGS; each owns 64 query rows and
@@ -60,6 +61,11 @@
 #ifndef FA_HOPPER_D128_BLOCK_KV
 #define FA_HOPPER_D128_BLOCK_KV 176
 #endif
+// Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
+// Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
+#ifndef FA_HOPPER_D256_BLOCK_KV
+#define FA_HOPPER_D256_BLOCK_KV 80
+#endif
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -84,8 +90,9 @@ struct HopperTiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = BLOCK_KV_;
   // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
-  // stage in less.
-  static constexpr int STAGES = DIM == 64 ? 3 : BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
+  // stage in less; d256 (80 keys): Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB.
+  static constexpr int STAGES =
+      DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -98,7 +105,8 @@ struct HopperTiles {
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
-  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM.
+  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM. d256 needs O 128 + S 40 + P 20 of
+  // the consumers' 240 (S(t), P(t-1) and O are live together under the overlap).
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = 240;
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
@@ -517,12 +525,16 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
 }  // namespace fa
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
-  return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
+  return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::hopper_host::check_device(err, err_len)) return rc;
-    if constexpr (DIM == 128) {
-      if (!p->causal)
-        return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
+    if constexpr (DIM == 256) {
+      return fa::hopper_host::launch<T, DIM, FA_HOPPER_D256_BLOCK_KV>(*p, stream, err, err_len);
+    } else {
+      if constexpr (DIM == 128) {
+        if (!p->causal)
+          return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
+      }
+      return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
     }
-    return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
   });
 }

@@ -146,6 +146,9 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
+#define FA_ACC40(d) FA_ACC32(d), FA_ACC8(d, 32)
+#define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
+#define FA_ACC128(d) FA_ACC64(d), FA_ACC32_AT(d, 64), FA_ACC32_AT(d, 96)
 #define FA_OPS32                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -154,6 +157,19 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FA_OPS40                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39}"
+#define FA_OPS128                                                                 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
 #define FA_OPS88                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -194,37 +210,64 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 #undef FA_SS_N128
 }
 
-// As wgmma_ss_n128 for N = 128 or 176 (176 keys per KV tile: FlashAttention-3's d128 shape).
+// As wgmma_ss_n128 for N = 64, 80, 128 or 176 keys per KV tile (80 and 176: FlashAttention-3's
+// d256 and d128 shapes; 64: the d256 ablation). The asm string must spell out its operand
+// numbers: the N / 2 accumulators first, then the two descriptors (DESCS) and the accumulate
+// flag (FLAG). ACC is an FA_ACC macro's name, applied to d only inside FA_SS (expanded earlier,
+// its commas would split the arguments).
+#define FA_SS_TYPED(SHAPE, OPS, ACC, DESCS, FLAG)                                        \
+  do {                                                                                   \
+    if constexpr (WgmmaType<T>::BF16) {                                                  \
+      FA_SS(SHAPE, "bf16", OPS, ACC, DESCS, FLAG);                                       \
+    } else {                                                                             \
+      FA_SS(SHAPE, "f16", OPS, ACC, DESCS, FLAG);                                        \
+    }                                                                                    \
+  } while (0)
+#define FA_SS(SHAPE, TY, OPS, ACC, DESCS, FLAG)                                          \
+  asm volatile(                                                                          \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, " FLAG ", 0;\n"                              \
+      "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " OPS                    \
+      ", " DESCS ", acc, 1, 1, 0, 0;\n}\n"                                                \
+      : ACC(d)                                                                           \
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)))
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 128 || N == 176, "wgmma_ss: N = 128 or 176");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
+  } else if constexpr (N == 64) {
+    FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
+  } else if constexpr (N == 80) {
+    FA_SS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "%40, %41", "%42");
   } else {
-#define FA_SS_N176(TY)                                                                   \
-  asm volatile(                                                                          \
-      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %90, 0;\n"                                   \
-      "wgmma.mma_async.sync.aligned.m64n176k16.f32." TY "." TY " " FA_OPS88              \
-      ", %88, %89, acc, 1, 1, 0, 0;\n}\n"                                                \
-      : FA_ACC88(d)                                                                      \
-      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)))
-    if constexpr (WgmmaType<T>::BF16) {
-      FA_SS_N176("bf16");
-    } else {
-      FA_SS_N176("f16");
-    }
-#undef FA_SS_N176
+    FA_SS_TYPED("m64n176k16", FA_OPS88, FA_ACC88, "%88, %89", "%90");
   }
 }
+#undef FA_SS_TYPED
+#undef FA_SS
 
 // D (64 x N, fp32) += A (64 x 16, registers: the mma.sync A-fragment layout per warp) *
-// B (16 x N, shared, MN-major: the transpose bit set). N = 64 or 128.
+// B (16 x N, shared, MN-major: the transpose bit set). N = 64, 128 or 256 (= head_dim).
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                          uint64_t desc_b) {
-  static_assert(N == 64 || N == 128, "wgmma_rs: N = 64 or 128");
-  if constexpr (N == 128) {
+  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N = 64, 128 or 256");
+  if constexpr (N == 256) {
+#define FA_RS_N256(TY)                                                                   \
+  asm volatile(                                                                          \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %133, 0;\n"                                  \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " FA_OPS128             \
+      ", {%128, %129, %130, %131}, %132, acc, 1, 1, 1;\n}\n"                             \
+      : FA_ACC128(d)                                                                     \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u))
+    if constexpr (WgmmaType<T>::BF16) {
+      FA_RS_N256("bf16");
+    } else {
+      FA_RS_N256("f16");
+    }
+#undef FA_RS_N256
+  } else if constexpr (N == 128) {
     if constexpr (WgmmaType<T>::BF16) {
       asm volatile(
           "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
