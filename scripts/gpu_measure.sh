@@ -8,6 +8,8 @@
 #   correctness GPU tests, the full oracle matrix of the SDPA peers and the CUDA kernels, the Hopper
 #               kernels' own scripts, compute-sanitizer on every CUDA kernel.
 # Each step has its own time limit so that a slow or hung one cannot take the others' results with it.
+# GPU_MEASURE_EXTRA, when set, is one more command (bash -c) run at the end of the timing lane, its
+# output in logs/extra.log: a dev script's measurements beside the sweeps of the same call.
 # $OUT receives env.json, quick.csv, seed.csv, quant.csv, summary.txt and logs.tgz (the device tool
 # returns at most 8 files).
 set -uo pipefail
@@ -43,11 +45,14 @@ timing_lane() {
   step timing 280 quick python3 -m compare run --sweep quick --out "$OUT/quick.csv" --no-progress
   step timing 50 seed python3 -m compare run --sweep seed --out "$OUT/seed.csv" --no-progress
   step timing 150 check-triton python3 -m compare check --backends 'triton:*'
+  if [ -n "${GPU_MEASURE_EXTRA:-}" ]; then
+    step timing "${GPU_MEASURE_EXTRA_LIMIT:-200}" extra bash -c "$GPU_MEASURE_EXTRA"
+  fi
 }
 
 correctness_lane() {
   # test_gpu_oracle.py's matrix test repeats `compare check` below (1064 cases): only its other tests here
-  step correctness 120 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
+  step correctness 240 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
     tests/test_formats.py tests/test_cuda_ceilings.py tests/test_cuda_hopper_fp8.py tests/test_cuda_hopper_mx.py \
     tests/test_cuda_quant.py tests/test_cuda_sm120.py \
     tests/test_gpu_oracle.py::test_gpu_poisoning_exposes_unwritten_output \
@@ -55,7 +60,7 @@ correctness_lane() {
   step correctness 130 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
   for script in dev_hopper_gpu dev_hopper_fp8_gpu dev_hopper_mx_gpu; do
     for tool in memcheck racecheck; do
-      step correctness 25 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+      step correctness 45 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
   step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
@@ -82,6 +87,7 @@ fi
   echo "== sanitizers"
   grep -HE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/sanitize-*.log "$LOGS"/ladder-*.log \
     "$LOGS"/ladder/*.txt 2>/dev/null | tail -16
+  [ -f "$LOGS/extra.log" ] && { echo "== extra"; tail -40 "$LOGS/extra.log"; }
   echo "== quantizers"
   tail -12 "$LOGS/quant-bench.log"
   echo "== quick"
