@@ -22,9 +22,11 @@ import torch
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from compare import backends, oracle  # noqa: E402
+from compare import backends, bench, oracle  # noqa: E402
 
-DEFAULT_BACKENDS = ["cuda:v1", "cuda:v4", "cuda:v5", "cuda:hopper", "sdpa:flash", "triton:fa2"]
+# backends that return the LSE (torch SDPA does not)
+DEVICE = "cuda"
+DEFAULT_BACKENDS = ["cuda:v1", "cuda:v2", "cuda:v3", "cuda:v4", "cuda:v5", "cuda:hopper", "triton:fa2"]
 
 
 def run_lse(backend, inputs, case) -> torch.Tensor:
@@ -39,7 +41,7 @@ def err_stats(got: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
 
 def probe_scores(names: list[str], seed: int) -> None:
     case = oracle.Case(1, 32, 32, 4096, 1, 64, fmt="fp16", seed=seed)
-    inputs = oracle.make_inputs(case, device="cuda")
+    inputs = oracle.make_inputs(case, device=DEVICE)
     q, k, _ = inputs.dequantized()
     exact = (q @ k.transpose(-1, -2)).squeeze(-1) * case.softmax_scale  # float64 of the fp16 values
     fp32 = (q.float() @ k.float().transpose(-1, -2)).squeeze(-1).double() * case.softmax_scale
@@ -48,35 +50,46 @@ def probe_scores(names: list[str], seed: int) -> None:
     print(f"{'fp32 matmul':<14}" + "".join(f"{v:>12.3e}" for v in err_stats(fp32, exact)))
     for name in names:
         backend = backends.get(name)
+        if not backend.returns_lse:
+            print(f"{name:<14}  skipped: returns no LSE")
+            continue
         if backend.unsupported_reason(case):
             print(f"{name:<14}  skipped: {backend.unsupported_reason(case)}")
             continue
         print(f"{name:<14}" + "".join(f"{v:>12.3e}" for v in err_stats(run_lse(backend, inputs, case), exact)))
 
 
-def probe_length(names: list[str], seqlens: list[int], seed: int) -> None:
-    print("\n== length: fp16 b1 h32 d64 non-causal, LSE error on the oracle's sampled rows")
-    print(f"{'seqlen':>7} {'backend':<14}{'max |err|':>12}{'mean err':>12}{'bound':>12}")
-    for s in seqlens:
+def probe_length(names: list[str], seqlens: list[int], seed: int, include_paper: bool = True) -> None:
+    print("\n== length: fp16 b1 h32 d64 non-causal, LSE error on the oracle's sampled rows"
+          " (seed 'paper': the inputs of the failing paper-sweep row)")
+    print(f"{'seqlen':>7} {'seed':>10} {'backend':<14}{'max |err|':>12}{'mean err':>12}{'bound':>12}")
+    paper_case = oracle.Case(1, 32, 32, 16384, 16384, 64, fmt="fp16")
+    runs = [(s, seed, str(seed)) for s in seqlens]
+    if include_paper:
+        runs.append((16384, bench._case_seed("cuda:v5", paper_case), "paper"))
+    names = [name for name in names if backends.get(name).returns_lse]
+    for s, seed, tag in runs:
         case = oracle.Case(1, 32, 32, s, s, 64, fmt="fp16", seed=seed)
-        inputs = oracle.make_inputs(case, device="cuda")
-        rows = oracle._pick_rows(case, "cuda", None)
-        rows = torch.arange(s, device="cuda") if rows is None else rows
+        inputs = oracle.make_inputs(case, device=DEVICE)
+        rows = oracle._pick_rows(case, DEVICE, None)
+        rows = torch.arange(s, device=DEVICE) if rows is None else rows
         q, k, v = inputs.dequantized()
         _, ref = oracle.reference(q, k, v, causal=False, scale=case.softmax_scale, rows=rows)
         _, plain = oracle.plain_attention(inputs, case, rows=rows)
         plain_max, plain_mean = err_stats(plain, ref)
         bound = 2 * plain_max + 4 * torch.finfo(torch.float32).eps * max(float(ref.abs().max()), 1.0)
-        print(f"{s:>7} {'plain fp16':<14}{plain_max:>12.3e}{plain_mean:>12.3e}{bound:>12.3e}")
+        print(f"{s:>7} {tag:>10} {'plain fp16':<14}{plain_max:>12.3e}{plain_mean:>12.3e}{bound:>12.3e}")
         for name in names:
             got = run_lse(backends.get(name), inputs, case)[:, :, rows]
             worst, mean = err_stats(got, ref)
-            print(f"{s:>7} {name:<14}{worst:>12.3e}{mean:>12.3e}{'  FAIL' if worst > bound else ''}")
+            where = divmod(int((got - ref).abs().flatten().argmax()), rows.numel())
+            print(f"{s:>7} {tag:>10} {name:<14}{worst:>12.3e}{mean:>12.3e}{'  FAIL' if worst > bound else '':>6}"
+                  f"  worst at head {where[0]}, row {int(rows[where[1]])}")
 
 
 def probe_repeat(name: str, seed: int) -> None:
     case = oracle.Case(1, 32, 32, 16384, 16384, 64, fmt="fp16", seed=seed)
-    inputs = oracle.make_inputs(case, device="cuda")
+    inputs = oracle.make_inputs(case, device=DEVICE)
     backend = backends.get(name)
     runs = [backend(inputs.q, inputs.k, inputs.v, causal=False, return_lse=True) for _ in range(3)]
     same = all(torch.equal(o, runs[0][0]) and torch.equal(l, runs[0][1]) for o, l in runs[1:])
