@@ -281,7 +281,7 @@ __device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
     // exp2 into exp2(-inf) = 0 (no NaN from -inf - -inf), and alpha into 0 for empty O.
     const float m_scaled =
         m == -INFINITY ? 0.f : (EXACT_ROW_MAX ? __fmul_rn(m, scale_log2) : m * scale_log2);
-    const float alpha = fast_exp2(row_max[mt][r] * scale_log2 - m_scaled);
+    const float alpha = rescale_factor(row_max[mt][r], m, m_scaled, scale_log2);
     row_max[mt][r] = m;
     float sum = 0.f;
 #pragma unroll

@@ -184,9 +184,8 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    // Exactly 1 when the max did not move (as in the build the oracle matrix checked; skipping
-    // the rescale then was measured, docs/perf-notes-hopper.md, and did not pay).
-    alpha[h] = m == row_max[h] ? 1.f : fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    // (Skipping the O rescale when alpha is 1 was measured, docs/perf-notes-hopper.md: no gain.)
+    alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
     float sum = 0.f;
 #pragma unroll

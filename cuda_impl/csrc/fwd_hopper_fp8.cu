@@ -124,7 +124,7 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    alpha[h] = fast_exp2(row_max[h] * scale_log2 - m_scaled);
+    alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
     float sum[2] = {0.f, 0.f};
 #pragma unroll
