@@ -64,8 +64,9 @@ class NothingToDraw(Exception):
 # ---------------------------------------------------------------- data
 
 def load_results(data_dir: Path) -> pd.DataFrame:
-    """Every results CSV under `data_dir`, typed, newest row per (gpu, case), with a `label` column."""
-    paths = sorted(Path(data_dir).rglob("*.csv"))
+    """Every results CSV directly in `data_dir` (not its subfolders: figures/data/archive keeps superseded
+    runs for the record, undrawn), typed, newest row per (gpu, case), with a `label` column."""
+    paths = sorted(Path(data_dir).glob("*.csv"))
     frames = []
     for path in paths:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
@@ -88,11 +89,6 @@ def load_results(data_dir: Path) -> pd.DataFrame:
 def passed(df: pd.DataFrame) -> pd.DataFrame:
     """Rows that may be drawn as speeds: oracle passed and a positive rate was recorded."""
     return df[(df["oracle"] == "pass") & (df["tflops"] > 0)]
-
-
-def failed_count(df: pd.DataFrame) -> int:
-    """Kernel rows the oracle rejected or that raised (ceiling rows carry oracle 'n/a')."""
-    return int(df["oracle"].isin(["fail", "error"]).sum())
 
 
 def grid_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -229,9 +225,14 @@ def _footer(fig: Figure, lines: list[str]) -> None:
     fig.text(0.0, -0.01, wrapped, ha="left", va="top", fontsize=7.5, color="0.25")
 
 
-def _excluded_note(selection: pd.DataFrame) -> str:
-    n = failed_count(selection)
-    return f"{n} row(s) excluded: failed oracle." if n else ""
+def not_drawn_note(selection: pd.DataFrame) -> str:
+    """Which rows are missing from the plot and why: rejected by the oracle, or raised (a refused variant)."""
+    parts = []
+    for status, why in (("fail", "failed the oracle"), ("error", "raised an error")):
+        rows = selection[selection["oracle"] == status]
+        if len(rows):
+            parts.append(f"{len(rows)} row(s) {why} ({', '.join(sorted(rows['label'].unique()))})")
+    return "Not shown: " + "; ".join(parts) + "." if parts else ""
 
 
 def _seqlen_tick(n) -> str:
@@ -296,7 +297,7 @@ def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
         axes[i][0].set_ylim(0, top * 1.08)
     fig.suptitle("Forward TFLOP/s against sequence length (median; bars: p20..p80 launch time)")
     _legend(fig, style, rows["label"])
-    _footer(fig, [environment_caption(rows), _excluded_note(selection)])
+    _footer(fig, [environment_caption(rows), not_drawn_note(selection)])
     return fig
 
 
@@ -333,8 +334,8 @@ def fig_ladder(df: pd.DataFrame, style: Style, reference_dir: Path) -> Figure:
 
     ceilings = rows[rows["ceiling_tflops"].notna()].groupby("ceiling")["ceiling_tflops"].median()
     if len(ceilings):
-        sol = "%SOL against measured ceilings: " + "; ".join(f"{name} = {value:.0f} TFLOP/s"
-                                                            for name, value in ceilings.items()) + "."
+        sol = ("%SOL against the ceilings measured on each row's own GPU (median: "
+               + "; ".join(f"{name} = {value:.0f} TFLOP/s" for name, value in ceilings.items()) + ").")
     else:
         sol = "%SOL not shown: these rows record no measured ceiling."
     reference_note = f"Reference panel: {reference_path.name} not found."
@@ -354,7 +355,7 @@ def fig_ladder(df: pd.DataFrame, style: Style, reference_dir: Path) -> Figure:
         ref.set_axisbelow(True)
         reference_note = "Reference: " + reference["conditions"].iloc[0] + "."
     fig.suptitle("Optimisation ladder at the founding shape")
-    _footer(fig, [sol, reference_note, environment_caption(rows), _excluded_note(selection)])
+    _footer(fig, [sol, reference_note, environment_caption(rows), not_drawn_note(selection)])
     return fig
 
 
@@ -392,7 +393,7 @@ def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
     compared = grid_rows(df)
     compared = compared[compared["family"].isin(["cuda", "triton"])]
     _footer(fig, ["Best passing variant of each family per cell; blank cells lack a passing row from one side.",
-                  environment_caption(passed(compared)), _excluded_note(compared)])
+                  environment_caption(passed(compared)), not_drawn_note(compared)])
     return fig
 
 
@@ -421,7 +422,7 @@ def fig_accuracy(df: pd.DataFrame, style: Style) -> Figure:
     shapes = ", ".join(f"{fmt} {len(g[SHAPE_COLUMNS].drop_duplicates())}" for fmt, g in rows.groupby("format"))
     _footer(fig, [f"One point per (backend, format), over the shapes every backend of the format passed ({shapes}); "
                   "colour: backend, marker: format.",
-                  environment_caption(rows), _excluded_note(df)])
+                  environment_caption(rows), not_drawn_note(df)])
     return fig
 
 
@@ -478,7 +479,7 @@ def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
     ax.set_title("Roofline: achieved rate against the measured ceilings")
     _legend(fig, style, rows["label"], format_markers=rows["format"])
     _footer(fig, [memory + " Bytes per element: 2 (bf16/fp16), 1 (fp8/mxfp8), 0.5 (nvfp4), scales ignored; "
-                  "quantized formats write a bf16 output.", environment_caption(rows), _excluded_note(df)])
+                  "quantized formats write a bf16 output.", environment_caption(rows), not_drawn_note(df)])
     return fig
 
 

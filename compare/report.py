@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .figures import REPO_ROOT, load_results, passed
+from .figures import FOUNDING_SHAPE, REPO_ROOT, grid_rows, load_results, not_drawn_note, passed
 from .schema import shape_label
 
 BEGIN, END = "<!-- results:begin (python -m compare report --update-readme) -->", "<!-- results:end -->"
@@ -36,6 +36,54 @@ def tflops_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+# (what, numerator backends, their format, denominator backends, their format); each side is the fastest
+# passing row of its list for the case
+HEADLINES = [
+    ("`cuda:hopper` / `sdpa:cudnn`", ["cuda:hopper"], "bf16", ["sdpa:cudnn"], "bf16"),
+    ("`cuda:v5` / `sdpa:flash` (FA2)", ["cuda:v5"], "bf16", ["sdpa:flash"], "bf16"),
+    ("best Triton / `sdpa:cudnn`", ["triton:fa2", "triton:fa2-tma"], "bf16", ["sdpa:cudnn"], "bf16"),
+    ("`cuda:hopper-fp8` / `triton:fp8`", ["cuda:hopper-fp8"], "fp8", ["triton:fp8"], "fp8"),
+    ("`cuda:hopper-fp8` / `cuda:hopper` bf16", ["cuda:hopper-fp8"], "fp8", ["cuda:hopper"], "bf16"),
+    ("`cuda:hopper-mxfp8` / best Triton", ["cuda:hopper-mxfp8"], "mxfp8",
+     ["triton:mxfp8-dequant", "triton:mxfp8-dot-scaled"], "mxfp8"),
+    ("`cuda:hopper-mxfp8` / `cuda:hopper-fp8`", ["cuda:hopper-mxfp8"], "mxfp8", ["cuda:hopper-fp8"], "fp8"),
+    ("`cuda:hopper-nvfp4` / best Triton", ["cuda:hopper-nvfp4"], "nvfp4",
+     ["triton:nvfp4-dequant", "triton:nvfp4-dot-scaled"], "nvfp4"),
+]
+HEADLINE_SEQLENS = (1024, 4096, 16384)
+CASE = ["head_dim", "seqlen_q", "seqlen_k", "causal"]
+
+
+def _best(rows: pd.DataFrame, labels: list[str], fmt: str) -> pd.Series:
+    """Fastest passing TFLOP/s per case among the backends `labels`, in format `fmt`."""
+    picked = rows[rows["label"].isin(labels) & (rows["format"] == fmt)]
+    return picked.groupby(CASE)["tflops"].max()
+
+
+def _cell(ratio: pd.Series, key: tuple) -> str:
+    value = ratio.get(key)
+    return "-" if value is None or pd.isna(value) else f"{value:.2f}"
+
+
+def headline_table(df: pd.DataFrame) -> str:
+    """Speed ratios of the HEADLINES comparisons on the 16k-token grid (non-causal / causal per seqlen) and at
+    the founding shape; '-' where a side has no passing row."""
+    rows = passed(df)
+    grid = grid_rows(rows)
+    founding = {column: FOUNDING_SHAPE[column] for column in CASE}
+    header = ["comparison", "head_dim"] + [f"{s // 1024}k" for s in HEADLINE_SEQLENS] + ["founding shape"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
+    for what, top, top_fmt, bottom, bottom_fmt in HEADLINES:
+        ratio = (_best(rows, top, top_fmt) / _best(rows, bottom, bottom_fmt)).dropna()
+        on_grid = ratio[ratio.index.isin(_best(grid, top, top_fmt).index)]
+        for head_dim in sorted(on_grid.index.get_level_values("head_dim").unique()):
+            cells = [" / ".join(_cell(on_grid, (head_dim, s, s, causal)) for causal in (False, True))
+                     for s in HEADLINE_SEQLENS]
+            at_founding = _cell(ratio, tuple(founding.values())) if head_dim == founding["head_dim"] else "-"
+            lines.append(f"| {what} | {int(head_dim)} | " + " | ".join(cells) + f" | {at_founding} |")
+    return "\n".join(lines)
+
+
 def ceilings_table(df: pd.DataFrame) -> str:
     rows = df[df["family"] == "ceiling"]
     if rows.empty:
@@ -55,10 +103,12 @@ def report(data_dir: Path) -> str:
         return "(no results)"
     env = df.iloc[-1]
     commits = ", ".join(sorted(df["git_commit"].unique()))
-    failed = int(df["oracle"].isin(["fail", "error"]).sum())
     parts = [f"TFLOP/s (median of single launches, L2 flushed), {env['gpu']}, driver {env['driver']}, CUDA "
              f"{env['cuda']}, torch {env['torch']}, triton {env['triton']}, commit(s) {commits}. Every number passed "
-             f"the oracle on the same inputs; rows that failed it: {failed}.", "", tflops_table(df)]
+             f"the oracle on the same inputs. {not_drawn_note(df) or 'No row failed the oracle or raised.'}",
+             "", "Headline speed ratios from the same data (> 1: the first is faster; cells are non-causal / causal, "
+             "16k tokens per batch; founding shape: b1 h8 q4096 k8192 d128, non-causal):", "", headline_table(df),
+             "", "Every passing row:", "", tflops_table(df)]
     ceilings = ceilings_table(df)
     if ceilings:
         parts += ["", "Ceilings measured in the same run (the denominators of %SOL):", "", ceilings]

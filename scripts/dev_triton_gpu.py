@@ -196,7 +196,7 @@ def time_config(variant, config, head_dim, seqlens):
 
 def phase_sweep(head_dims, seqlens):
     for head_dim in head_dims:
-        for variant in ("fa2", "fa2-tma", "fp8"):
+        for variant in VARIANTS:
             for config in SWEEP.get((variant, head_dim), ()):
                 time_config(variant, config, head_dim, seqlens)
 
@@ -210,7 +210,7 @@ TUNERS = {"fa2": fa2_pointer._fa2_fwd_pointer_tuned, "fa2-tma": fa2_tma._fa2_fwd
 def phase_api(head_dims, seqlens, peers):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     for head_dim in head_dims:
-        for variant in ("fa2-tma", "fp8", "fa2"):
+        for variant in VARIANTS:
             fmt = "fp8" if variant == "fp8" else "bf16"
             for causal in (False, True):
                 for seqlen in seqlens:
@@ -266,9 +266,11 @@ def summary():
         + "; ".join(f"{r['variant']} {r['case']}" for r in failed))
 
 
-# DEV_PHASES picks phases (comma-separated; default all), DEV_SEQLENS the d128 sweep lengths, so that a
-# short call can re-time only the d128 configs at 16k: DEV_PHASES=sweep128 DEV_SEQLENS=16384
+# DEV_PHASES picks phases (comma-separated; default all), DEV_VARIANTS the variants timed, DEV_SEQLENS the d128
+# lengths (config sweep and autotuned path), so that a short call can re-time only the d128 configs at 16k:
+# DEV_PHASES=sweep128 DEV_SEQLENS=16384
 PHASES = os.environ.get("DEV_PHASES", "correctness,sweep128,api128,sweep_other,api_other").split(",")
+VARIANTS = os.environ.get("DEV_VARIANTS", "fa2,fa2-tma,fp8").split(",")  # the timed phases' variants
 SWEEP_SEQLENS = tuple(int(s) for s in os.environ.get("DEV_SEQLENS", ",".join(map(str, SEQLENS))).split(","))
 
 
@@ -279,7 +281,7 @@ def main():
     if "sweep128" in PHASES:
         phase_sweep((128,), SWEEP_SEQLENS)
     if "api128" in PHASES:
-        phase_api((128,), SEQLENS, peers=True)
+        phase_api((128,), SWEEP_SEQLENS, peers=True)
     if "sweep_other" in PHASES:
         phase_sweep((64, 256), SEQLENS[1:])
     if "api_other" in PHASES:

@@ -135,3 +135,21 @@ def test_a_foreign_csv_is_refused(tmp_path):
     (tmp_path / "other.csv").write_text("kind,impl,ms\nattn,x,1.0\n")
     with pytest.raises(ValueError, match="missing columns"):
         figures.load_results(tmp_path)
+
+
+def test_archived_csvs_are_not_drawn(data_dir, results):
+    original = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
+    newer_but_archived = original.copy()
+    newer_but_archived[["timestamp", "git_commit", "tflops"]] = ["2030-01-01T00:00:00+00:00", "arch000", "1.0"]
+    (data_dir / "archive").mkdir()
+    newer_but_archived.to_csv(data_dir / "archive" / "paper-old.csv", index=False)
+    merged = figures.load_results(data_dir)
+    assert len(merged) == len(results) and "arch000" not in set(merged["git_commit"])
+
+
+def test_caption_tells_oracle_failures_from_refusals():
+    rows = pd.DataFrame({"oracle": ["pass", "fail", "error", "error"],
+                         "label": ["cuda:v1", "cuda:v5", "triton:x", "triton:x"]})
+    note = figures.not_drawn_note(rows)
+    assert note == "Not shown: 1 row(s) failed the oracle (cuda:v5); 2 row(s) raised an error (triton:x)."
+    assert figures.not_drawn_note(rows[rows["oracle"] == "pass"]) == ""

@@ -24,3 +24,23 @@ def test_report_table_from_fixture_excludes_failed_rows():
 def test_missing_markers_is_an_error():
     with pytest.raises(ValueError, match="markers"):
         report.readme_block("no markers here")
+
+
+def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
+    import pandas as pd
+
+    def row(label, fmt, tflops, seqlen=1024, causal=False, oracle="pass", head_dim=128, batch=None, seqlen_k=None):
+        return dict(label=label, format=fmt, tflops=tflops, oracle=oracle, head_dim=head_dim, seqlen_q=seqlen,
+                    seqlen_k=seqlen_k or seqlen, causal=causal, batch=batch or 16384 // seqlen)
+
+    df = pd.DataFrame([
+        row("cuda:hopper", "bf16", 300.0), row("sdpa:cudnn", "bf16", 400.0),
+        row("cuda:hopper", "bf16", 900.0, causal=True, oracle="fail"), row("sdpa:cudnn", "bf16", 100.0, causal=True),
+        row("triton:fa2", "bf16", 200.0), row("triton:fa2-tma", "bf16", 360.0),  # best Triton: 360
+        row("cuda:hopper", "bf16", 500.0, seqlen=4096, seqlen_k=8192, batch=1),  # founding shape
+        row("sdpa:cudnn", "bf16", 400.0, seqlen=4096, seqlen_k=8192, batch=1),
+    ])
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in report.headline_table(df).splitlines()}
+    assert lines["`cuda:hopper` / `sdpa:cudnn`"] == "| `cuda:hopper` / `sdpa:cudnn` | 128 | 0.75 / - | - / - | - / - | 1.25 |"
+    assert "| 128 | 0.90 / - |" in lines["best Triton / `sdpa:cudnn`"]
+    assert not any("fp8" in key for key in lines)  # no fp8 rows: no fp8 comparison
