@@ -25,6 +25,11 @@
 #ifndef FA_V5_D128_WARP_ROWS
 #define FA_V5_D128_WARP_ROWS 32
 #endif
+// Keys per KV tile of the 32-row d128 shape, a build flag: each tile pays one barrier, one row max
+// and sum across the quad, and one O rescale (128 FMUL), so longer tiles spread those costs.
+#ifndef FA_V5_D128_BLOCK_KV
+#define FA_V5_D128_BLOCK_KV 32
+#endif
 
 namespace fa {
 
@@ -39,7 +44,7 @@ struct V5Tiles : LadderTiles<DIM> {
 };
 #if FA_V5_D128_WARP_ROWS == 32
 template <>
-struct V5Tiles<128> : Tiles<128, 4, 2, 32> {
+struct V5Tiles<128> : Tiles<128, 4, 2, FA_V5_D128_BLOCK_KV> {
   static constexpr bool Q_FROM_SMEM = true;
   static constexpr bool S_AHEAD = false;
 };
