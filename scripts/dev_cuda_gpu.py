@@ -36,14 +36,12 @@ SIXTEEN_BIT = [name for name, spec in cuda_impl.VARIANTS.items() if "bf16" in sp
 
 # Build-flag alternatives timed beside the default library; earlier ones and their outcomes are in
 # docs/perf-notes-cuda.md (-DFA_D128_WARPS=4, -DFA_V5_STAGES=3, a skipped O rescale).
-# rows16: v5 at d128 with the ladder's 16 query rows per warp (its default until session 2).
-# kv48 / kv64: v5's 32-row d128 tiles with 48 / 64 keys per KV tile (3 stages, so that two CTAs still fit
-# an SM at 48 keys), s3: the 3-stage ring alone, to separate the two effects (session 3).
+# rows16: v5 at d128 with the ladder's 16 query rows per warp (its default until session 2); kv32: the
+# 32-row shape with 32-key tiles and 4 stages (its default until session 3; 48 keys / 3 stages won by
+# 1.7-3.8%, 64 keys lost 21%: docs/perf-notes-cuda.md).
 ALT_BUILDS = {
     "rows16": ("-DFA_V5_D128_WARP_ROWS=16",),
-    "s3": ("-DFA_V5_STAGES=3",),
-    "kv48": ("-DFA_V5_D128_BLOCK_KV=48", "-DFA_V5_STAGES=3"),
-    "kv64": ("-DFA_V5_D128_BLOCK_KV=64", "-DFA_V5_STAGES=3"),
+    "kv32": ("-DFA_V5_D128_BLOCK_KV=32", "-DFA_V5_D128_STAGES=4"),
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal

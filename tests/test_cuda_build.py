@@ -57,10 +57,17 @@ def test_every_kernel_compiles_for_every_target(fa_library):
                 assert names and all(archs[n] == expected for n in names), base
 
 
-def test_no_register_spills(fa_library):
+# Spills accepted on purpose, with the most bytes each may store or load: v5's d128 48-key tiles spill up to
+# 80 bytes of row state and loop constants on both archs (about 10 L1-resident local accesses per tile) and
+# are still faster than the spill-free 32-key tiles (docs/perf-notes-cuda.md, "Longer KV tiles").
+KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 96, "fwd_v5_kernel<fp16,128>": 96}
+
+
+def test_no_register_spills_beyond_the_known_ones(fa_library):
     report = build.ptxas_report(_lib.library_spec())
     assert report
-    spilling = [r for r in report if r["spill_stores"] or r["spill_loads"] or r["stack"]]
+    spilling = [r for r in report if (r["spill_stores"] or r["spill_loads"] or r["stack"])
+                and max(r["spill_stores"], r["spill_loads"]) > KNOWN_SPILLS.get(r["kernel"], 0)]
     assert not spilling, build.format_report(spilling)
 
 
@@ -110,7 +117,8 @@ def test_kernel_uses_intended_instructions(fa_sass, variant, fmt, head_dim):
         else:
             assert ops["LDSM.16.MT88.4"] > 0, f"{arch}: V via ldmatrix.x4.trans"
             assert ops["LDSM.16.M88.2"] == 0 and ops["LDSM.16.MT88.2"] == 0
-        assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
+        if f"fwd_{variant}_kernel<{fmt},{head_dim}>" not in KNOWN_SPILLS:
+            assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
 
 
 def test_v5_needs_fewer_barriers_per_tile_than_v4(fa_sass):

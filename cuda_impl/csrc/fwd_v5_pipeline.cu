@@ -12,14 +12,19 @@
 // the early S of tile t+1, so that overlap is kept for d64 only (V5Tiles).
 #include "fwd_common.cuh"
 
-// Ring depth, a build flag for timing alternatives (scripts/dev_cuda_gpu.py); 4 measured best
-// with the default d128 tiles (303 vs 301 TFLOP/s for 3 on H200).
+// Ring depth, build flags for timing alternatives (scripts/dev_cuda_gpu.py): FA_V5_STAGES for d64
+// and the 16-row d128 shape (4 measured best there: 303 vs 301 TFLOP/s for 3 on H200),
+// FA_V5_D128_STAGES for the 32-row d128 shape, whose 48-key stages allow 3 if two CTAs are to
+// share an SM (32 KB of Q + 3 x 24 KB of K/V each).
 #ifndef FA_V5_STAGES
 #define FA_V5_STAGES 4
 #endif
+#ifndef FA_V5_D128_STAGES
+#define FA_V5_D128_STAGES 3
+#endif
 
 // Query rows per warp at d128, a build flag: 32 (the default) gives each warp two m-tiles that
-// share every K/V fragment, 4 warps and BLOCK_KV 32; Q (32 more registers per m-tile) no longer
+// share every K/V fragment, 4 warps and BLOCK_KV 48 (below); Q (32 more registers per m-tile) no longer
 // fits beside O, so it is re-read from swizzled shared memory every tile. 16 keeps the ladder's
 // tiles of v1-v4 (Q in registers, 8 warps). Founding shape on H200: 356 vs 297 TFLOP/s.
 #ifndef FA_V5_D128_WARP_ROWS
@@ -27,13 +32,14 @@
 #endif
 // Keys per KV tile of the 32-row d128 shape, a build flag: each tile pays one barrier, one row max
 // and sum across the quad, and one O rescale (128 FMUL), so longer tiles spread those costs.
+// 48 against 32 on H200 at the founding shape: +1.7% non-causal, +3.8% causal, although 80 bytes
+// of row state spill to (L1-resident) local memory; 64 keys fit only one CTA per SM: -21%
+// (docs/perf-notes-cuda.md, "Longer KV tiles").
 #ifndef FA_V5_D128_BLOCK_KV
-#define FA_V5_D128_BLOCK_KV 32
+#define FA_V5_D128_BLOCK_KV 48
 #endif
 
 namespace fa {
-
-constexpr int STAGES = FA_V5_STAGES;
 
 // S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer). The
 // 32-row shape has no registers for it (O alone is 128): it computes S of tile t in place.
@@ -41,19 +47,22 @@ template <int DIM>
 struct V5Tiles : LadderTiles<DIM> {
   static constexpr bool Q_FROM_SMEM = false;
   static constexpr bool S_AHEAD = true;
+  static constexpr int STAGES = FA_V5_STAGES;
 };
 #if FA_V5_D128_WARP_ROWS == 32
 template <>
 struct V5Tiles<128> : Tiles<128, 4, 2, FA_V5_D128_BLOCK_KV> {
   static constexpr bool Q_FROM_SMEM = true;
   static constexpr bool S_AHEAD = false;
+  static constexpr int STAGES = FA_V5_D128_STAGES;
 };
 #endif
 
 template <typename T, int DIM>
 __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const FwdParams p) {
-  static_assert(STAGES >= 3, "v5 keeps at least two tiles in flight");
   using C = V5Tiles<DIM>;
+  constexpr int STAGES = C::STAGES;
+  static_assert(STAGES >= 3, "v5 keeps at least two tiles in flight");
   constexpr int STAGE_BYTES = 2 * C::KV_BYTES;  // K then V of one tile
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t Q_smem = smem_u32(smem);
@@ -211,6 +220,6 @@ extern "C" int cuda_fa_fwd_v5(const FwdParams* p, cudaStream_t stream, char* err
   return fa::dispatch(*p, err, err_len, [&]<typename T, int DIM>() {
     using C = fa::V5Tiles<DIM>;
     return fa::launch_fwd(fa::fwd_v5_kernel<T, DIM>, C::BLOCK_Q, C::THREADS,
-                          C::Q_BYTES + fa::STAGES * 2 * C::KV_BYTES, *p, stream, err, err_len);
+                          C::Q_BYTES + C::STAGES * 2 * C::KV_BYTES, *p, stream, err, err_len);
   });
 }
