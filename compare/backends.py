@@ -40,6 +40,7 @@ class Backend:
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
     description: str = ""
+    last_config: Callable[[], str | None] = field(default=lambda: None, repr=False)  # autotuned tile choice
 
     @property
     def backend(self) -> str:
@@ -168,7 +169,9 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None,
-            ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", "")))
+            ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
+            last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
+            else (lambda: None)))
     return out
 
 

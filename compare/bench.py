@@ -114,6 +114,8 @@ def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceili
     p20, p50, p80 = time_call(lambda: backend(q, k, v, causal=case.causal, scale=case.scale), device,
                               warmup_ms, rep_ms)
     tflops = flops(case) / (p50 * 1e-3) / 1e12
+    if tile := backend.last_config():  # the autotuner's pick, so a number can be traced to its config
+        row["note"] = f"config {tile}"
     ceiling = backend.ceiling_for(case.fmt)
     ceiling_tflops = ceilings.get(ceiling)
     row.update(ms_p20=p20, ms_p50=p50, ms_p80=p80, tflops=tflops, ceiling=ceiling if ceiling_tflops else "",

@@ -110,3 +110,29 @@ def test_ceilings_become_rows_the_figures_can_read():
     assert [(r["variant"], r["ceiling_tflops"], r["oracle"]) for r in rows] == [("mma.sync.bf16", 611.0, "n/a"),
                                                                                  ("dram", 4.24, "n/a")]
     assert rows[1]["note"].startswith("TB/s")
+
+
+def test_a_backends_tile_choice_lands_in_the_note_of_its_timed_rows(tmp_path, monkeypatch):
+    import dataclasses
+
+    from compare import backends
+    real = backends.get("sdpa:math")
+    tuned = dataclasses.replace(real, last_config=lambda: "64x128 w4 s3")
+    monkeypatch.setitem(backends.registry(), "sdpa:math", tuned)
+    out = tmp_path / "cfg.csv"
+    bench.run(_tiny_sweep(tmp_path), out=out, rep_ms=5, progress=False, log=lambda s: None)
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["oracle"] == "pass" and r["note"] == "config 64x128 w4 s3" for r in rows)
+
+
+def test_triton_last_config_names_the_autotuners_pick(monkeypatch):
+    import triton
+
+    import triton_impl
+    from triton_impl.kernels import fp8_tma, tuning
+    assert triton_impl.last_config("no-such-variant") is None
+    assert tuning._TUNERS["fp8"] is fp8_tma._fp8_fwd_tuned
+    tuner = tuning._TUNERS["fp8"]
+    monkeypatch.setattr(tuner, "best_config", triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4,
+                                                            num_stages=2, maxnreg=168), raising=False)
+    assert triton_impl.last_config("fp8") == "64x128 w4 s2 r168"

@@ -11,6 +11,7 @@ import functools
 import importlib
 import math
 import os
+import sys
 from typing import Optional
 
 import torch
@@ -36,6 +37,13 @@ _BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.
 
 def _interpreting():
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def last_config(variant):
+    """The tile config the autotuner picked for the latest launch of `variant` ('64x128 w4 s3': BLOCK_M x
+    BLOCK_N, warps, stages[, maxnreg]); None when none went through the autotuner in this process."""
+    tuning = sys.modules.get("triton_impl.kernels.tuning")  # not imported: no kernel has run
+    return None if tuning is None else tuning.last_config(variant)
 
 
 def unavailable_reason(variant):

@@ -102,6 +102,9 @@ def _entry(config):
     return entry + ((config.maxnreg,) if config.maxnreg else ())
 
 
+_TUNERS = {}  # variant -> its autotuner, for last_config
+
+
 def autotuned(kernel, variant):
     """Wrap `kernel` in an autotuner over the variant's candidates, pruned per launch to its key."""
     table = _CANDIDATES[variant]
@@ -111,9 +114,21 @@ def autotuned(kernel, variant):
         wanted = table[(meta["HEAD_DIM"], meta["CAUSAL"], named_args["Q"].element_size())]
         return [c for c in configs if _entry(c) in wanted]
 
-    return triton.autotune(configs=[_config(e) for e in entries],
-                           key=["tune_bucket", "HEAD_DIM", "CAUSAL"],
-                           prune_configs_by={"early_config_prune": prune})(kernel)
+    tuner = triton.autotune(configs=[_config(e) for e in entries],
+                            key=["tune_bucket", "HEAD_DIM", "CAUSAL"],
+                            prune_configs_by={"early_config_prune": prune})(kernel)
+    _TUNERS[variant] = tuner
+    return tuner
+
+
+def last_config(variant):
+    """The config the autotuner of `variant` chose for its latest launch, e.g. '64x128 w4 s3 r168'
+    (BLOCK_M x BLOCK_N, warps, stages, maxnreg); None before its first autotuned launch."""
+    best = getattr(_TUNERS.get(variant), "best_config", None)
+    if best is None:
+        return None
+    block_m, block_n, warps, stages, *maxnreg = _entry(best)
+    return f"{block_m}x{block_n} w{warps} s{stages}" + (f" r{maxnreg[0]}" if maxnreg else "")
 
 
 def candidates(variant, head_dim, causal, element_size):
