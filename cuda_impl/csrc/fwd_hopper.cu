@@ -78,6 +78,13 @@
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
+// Lazy rescale (FlashAttention-4's): a row keeps its old max while a tile's max exceeds it by at
+// most FA_HOPPER_LAZY_RESCALE in log2 units, so P reaches 2^that (harmless in 16-bit P and fp32
+// sums: O / l and the LSE use the same max, exact), and a warp whose rows all kept theirs skips
+// the O rescale (128 FMUL per thread at d256, 64 at d128). 0 rescales on every new max.
+#ifndef FA_HOPPER_LAZY_RESCALE
+#define FA_HOPPER_LAZY_RESCALE 8
+#endif
 
 namespace fa {
 
@@ -182,9 +189,11 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+    if (FA_HOPPER_LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
+        (m - row_max[h]) * scale_log2 <= float(FA_HOPPER_LAZY_RESCALE))
+      m = row_max[h];  // small growth: keep the old max, alpha = 1
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-    // (Skipping the O rescale when alpha is 1 was measured, docs/perf-notes-hopper.md: no gain.)
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
     float sum = 0.f;
@@ -203,14 +212,17 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
 // Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
 // fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+// No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 template <typename T, typename C>
 __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+  if (FA_HOPPER_LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-  for (int j = 0; j < C::O_REGS / 4; j++)
+    for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
-    for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
+      for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
+  }
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
