@@ -78,10 +78,12 @@
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
-// Lazy rescale (FlashAttention-4's): a row keeps its old max while a tile's max exceeds it by at
-// most FA_HOPPER_LAZY_RESCALE in log2 units, so P reaches 2^that (harmless in 16-bit P and fp32
-// sums: O / l and the LSE use the same max, exact), and a warp whose rows all kept theirs skips
-// the O rescale (128 FMUL per thread at d256, 64 at d128). 0 rescales on every new max.
+// Lazy rescale at d256 (FlashAttention-4's): a row keeps its old max while a tile's max exceeds it
+// by at most FA_HOPPER_LAZY_RESCALE in log2 units, so P reaches 2^that (harmless in 16-bit P and
+// fp32 sums: O / l and the LSE use the same max, exact), and a warp whose rows all kept theirs
+// skips the O rescale (128 FMUL per thread). 0 rescales on every new max. Measured on H200
+// (docs/perf-notes-hopper.md): +3 to +15% at d256; at d128 and d64, where the rescale is 64 / 32
+// FMUL, the vote and branch cost more than they save (-1 to -4%), so they rescale eagerly.
 #ifndef FA_HOPPER_LAZY_RESCALE
 #define FA_HOPPER_LAZY_RESCALE 8
 #endif
@@ -100,6 +102,7 @@ struct HopperTiles {
   // stage in less; d256 (80 keys): Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB.
   static constexpr int STAGES =
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
+  static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -189,8 +192,8 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-    if (FA_HOPPER_LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
-        (m - row_max[h]) * scale_log2 <= float(FA_HOPPER_LAZY_RESCALE))
+    if (C::LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
+        (m - row_max[h]) * scale_log2 <= float(C::LAZY_RESCALE))
       m = row_max[h];  // small growth: keep the old max, alpha = 1
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
@@ -217,7 +220,7 @@ template <typename T, typename C>
 __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
-  if (FA_HOPPER_LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
+  if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
     for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
