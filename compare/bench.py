@@ -3,7 +3,11 @@
 For each (backend, case) of a sweep: fresh random inputs, the oracle (row-sampled for big shapes) -- which
 also warms up JIT builds and autotuning outside the timed region -- then, only if the oracle passed,
 ``triton.testing.do_bench`` (CUDA events, L2 flushed before every launch, warm-up first) giving the
-median and the p20/p80 of single launches. One long-format row per item is appended to the run's CSV and
+median and the p20/p80 of single calls. On a GPU each call is one replay of a CUDA graph that captured
+the backend's call, once its replay is checked to reproduce an eager call's output bit for bit: the
+Python and host-side work of an API call (validation, descriptors, dispatch; ~0.2-0.3 ms for our
+backends, less for SDPA's C++ path) is then outside the timed region, so short kernels are compared as
+kernels. A call that cannot be captured is timed eagerly and its row's note says why. One long-format row per item is appended to the run's CSV and
 flushed at once, so an interrupted run keeps its rows and a rerun of the same commit on the same machine
 skips them (resume). A row that failed the oracle is kept with oracle=fail and no timing.
 
@@ -12,6 +16,7 @@ FLOPs are ``4 * B * Hq * D * (unmasked (query, key) pairs)``: exact for bottom-r
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
 import statistics
@@ -48,12 +53,52 @@ def flops(case: oracle.Case) -> int:
     return 4 * case.batch * case.heads_q * case.head_dim * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal)
 
 
-def time_call(fn, device: str, warmup_ms: int = 25, rep_ms: int = 100) -> tuple[float, float, float]:
-    """(p20, p50, p80) milliseconds of single calls of `fn`."""
+def _tensors(result) -> list:
+    return [x for x in (result if isinstance(result, (tuple, list)) else (result,)) if isinstance(x, torch.Tensor)]
+
+
+def capture_graph(fn) -> tuple[object | None, str]:
+    """`fn` captured as a CUDA graph, and '' -- or None and why not. The graph's replay must reproduce
+    the output of an eager call bit for bit (the kernels are deterministic), so a capture that missed
+    the work cannot pass for a fast one."""
+    try:
+        expected = [x.clone() for x in _tensors(fn())]
+        side = torch.cuda.Stream()  # warm-up off the capture stream, as torch.cuda.graph asks
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = _tensors(fn())
+        for x in captured:
+            x.fill_(math.nan if x.is_floating_point() else 0)
+        graph.replay()
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - any capture failure means eager timing, said in the row
+        with contextlib.suppress(Exception):  # an invalidated capture leaves nothing to wait for
+            torch.cuda.synchronize()
+        return None, f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+    if len(captured) != len(expected) or not all(torch.equal(a, b) for a, b in zip(captured, expected)):
+        return None, "graph replay did not reproduce an eager call's output"
+    return graph, ""
+
+
+def time_call(fn, device: str, warmup_ms: int = 25, rep_ms: int = 100,
+              graph: bool = False) -> tuple[float, float, float, str]:
+    """(p20, p50, p80) milliseconds of single calls of `fn`, and how they were timed: '' for the asked
+    method, else why not. graph=True on a GPU times replays of `fn` captured as a CUDA graph."""
     if device == "cuda":
         from triton.testing import do_bench
+        how = ""
+        if graph:
+            captured, why = capture_graph(fn)
+            if captured is not None:
+                fn = captured.replay
+            else:
+                how = f"eager timing (no CUDA graph: {why})"
         p20, p50, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
-        return p20, p50, p80
+        return p20, p50, p80, how
     fn()  # CPU: no events, no L2 flush; plain wall-clock quantiles after one warm-up call
     times = []
     deadline = time.perf_counter() + rep_ms / 1000
@@ -62,7 +107,7 @@ def time_call(fn, device: str, warmup_ms: int = 25, rep_ms: int = 100) -> tuple[
         fn()
         times.append((time.perf_counter() - t0) * 1000)
     q = statistics.quantiles(times, n=10, method="inclusive")
-    return q[1], statistics.median(times), q[7]
+    return q[1], statistics.median(times), q[7], ""
 
 
 def measure_ceilings(device: str, log=print) -> dict[str, float]:
@@ -111,11 +156,11 @@ def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceili
     if not verdict.passed:
         return row
     q, k, v = inputs.q, inputs.k, inputs.v
-    p20, p50, p80 = time_call(lambda: backend(q, k, v, causal=case.causal, scale=case.scale), device,
-                              warmup_ms, rep_ms)
+    p20, p50, p80, how = time_call(lambda: backend(q, k, v, causal=case.causal, scale=case.scale), device,
+                                   warmup_ms, rep_ms, graph=True)
     tflops = flops(case) / (p50 * 1e-3) / 1e12
-    if tile := backend.last_config():  # the autotuner's pick, so a number can be traced to its config
-        row["note"] = f"config {tile}"
+    tile = backend.last_config()  # the autotuner's pick, so a number can be traced to its config
+    row["note"] = "; ".join(part for part in (f"config {tile}" if tile else "", how) if part)
     ceiling = backend.ceiling_for(case.fmt)
     ceiling_tflops = ceilings.get(ceiling)
     row.update(ms_p20=p20, ms_p50=p50, ms_p80=p80, tflops=tflops, ceiling=ceiling if ceiling_tflops else "",

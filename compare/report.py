@@ -103,7 +103,8 @@ def report(data_dir: Path) -> str:
         return "(no results)"
     env = df.iloc[-1]
     commits = ", ".join(sorted(df["git_commit"].unique()))
-    parts = [f"TFLOP/s (median of single launches, L2 flushed), {env['gpu']}, driver {env['driver']}, CUDA "
+    parts = [f"TFLOP/s (median of single calls, each a CUDA-graph replay of one API call with L2 flushed "
+             f"before it, so host-side API work is not timed; see compare/bench.py), {env['gpu']}, driver {env['driver']}, CUDA "
              f"{env['cuda']}, torch {env['torch']}, triton {env['triton']}, commit(s) {commits}. Every number passed "
              f"the oracle on the same inputs. {not_drawn_note(df) or 'No row failed the oracle or raised.'}",
              "", "Headline speed ratios from the same data (> 1: the first is faster; cells are non-causal / causal, "

@@ -4,6 +4,7 @@ import csv
 import itertools
 
 import pytest
+import torch
 
 from compare import bench, oracle, sweeps
 
@@ -136,3 +137,15 @@ def test_triton_last_config_names_the_autotuners_pick(monkeypatch):
     monkeypatch.setattr(tuner, "best_config", triton.Config({"BLOCK_M": 64, "BLOCK_N": 128}, num_warps=4,
                                                             num_stages=2, maxnreg=168), raising=False)
     assert triton_impl.last_config("fp8") == "64x128 w4 s2 r168"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_graph_capture_is_checked_and_refuses_what_it_cannot_replay():
+    x = torch.arange(1024, device="cuda", dtype=torch.float32)
+    graph, why = bench.capture_graph(lambda: x * 2)
+    assert graph is not None and why == ""
+    graph, why = bench.capture_graph(lambda: x * float(x.sum().item()))  # a host sync cannot be captured
+    assert graph is None and why
+    p20, p50, p80, how = bench.time_call(lambda: x * 2, "cuda", warmup_ms=5, rep_ms=10, graph=True)
+    assert 0 < p20 <= p50 <= p80 and how == ""
