@@ -29,6 +29,18 @@ def key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.co
 
 
 @triton.jit
+def start_rows(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
+               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """A query block's empty running state (max, sum, accumulator), the causal diagonal offset, and
+    its two key ranges (see key_ranges)."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    return m_i, l_i, acc, seqlen_k - seqlen_q, full_end, end
+
+
+@triton.jit
 def softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
                  MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """One online-softmax update for a (BLOCK_M, BLOCK_N) tile of raw scores.

@@ -7,7 +7,7 @@ kernel runs on any arch Triton supports (sm_80+) and under TRITON_INTERPRET=1. G
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
@@ -41,11 +41,8 @@ def _fa2_fwd_pointer(
     kt_ptrs = K + batch * skb + head_kv * skh + offs_n[None, :] * sks + offs_d[:, None] * skd
     v_ptrs = V + batch * svb + head_kv * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    diagonal = seqlen_k - seqlen_q
-    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
 
     for start_n in range(0, full_end, BLOCK_N):
         kt = tl.load(kt_ptrs + start_n * sks)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
@@ -47,11 +47,8 @@ def _fa2_fwd_tma(
     offs_n = tl.arange(0, BLOCK_N)
     q = q_desc.load([start_m * BLOCK_M, 0])
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    diagonal = seqlen_k - seqlen_q
-    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
 
     for start_n in range(0, full_end, BLOCK_N):
         k = k_desc.load([start_n, 0])

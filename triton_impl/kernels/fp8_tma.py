@@ -18,7 +18,7 @@ error but costs 12% of the speed at 64 and spills registers at 32, so it is not 
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, key_ranges, round_to_e4m3_grid, softmax_step
+from triton_impl.kernels.common import finish_rows, round_to_e4m3_grid, softmax_step, start_rows
 from triton_impl.kernels import tuning
 from triton_impl.kernels.fa2_tma import set_descriptor_allocator
 
@@ -82,11 +82,8 @@ def _fp8_fwd(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([start_m * BLOCK_M, 0])
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    diagonal = seqlen_k - seqlen_q
-    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
 
     for start_n in range(0, full_end, BLOCK_N):
         k = k_desc.load([start_n, 0])

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from triton_impl.kernels import tuning
-from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels.mx_blocks import (INTERPRETER_CONFIG, load_blocked_tile, quantize_p_mxfp8, quantize_p_nvfp4,
                                             scaled_scores)
 
@@ -83,11 +83,8 @@ def _blocked_dequant_fwd(
     q = load_blocked_tile(q_data, q_scales, offs_m, 0, HEAD_DIM, seqlen_q, HEAD_DIM, BLOCK_M, HEAD_DIM, FORMAT,
                           True).to(TILE)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    diagonal = seqlen_k - seqlen_q
-    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
     for start_n in range(0, full_end, BLOCK_N):
         acc, m_i, l_i = _attend_keys(acc, m_i, l_i, q, k_data, k_scales, vt_data, vt_scales, start_n, qk_scale,
                                      offs_m, offs_n, offs_d, seqlen_k, keys_stored, diagonal, FORMAT, HEAD_DIM,

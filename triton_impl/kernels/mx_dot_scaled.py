@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from triton_impl.kernels import tuning
-from triton_impl.kernels.common import finish_rows, key_ranges, softmax_step
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG, quantize_p_mxfp8_codes, scaled_scores
 
 # a constexpr rather than a literal: the interpreter hands literals to dot_scaled as plain str
@@ -86,11 +86,8 @@ def _mxfp8_dot_scaled_fwd(
     q_codes = tl.load(QS + bh * seqlen_q * (HEAD_DIM // 32) + offs_m[:, None] * (HEAD_DIM // 32)
                       + offs_dblk[None, :], mask=row_ok[:, None], other=0)
 
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
-    diagonal = seqlen_k - seqlen_q
-    full_end, end = key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL, BLOCK_M, BLOCK_N)
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
     for start_n in range(0, full_end, BLOCK_N):
         acc, m_i, l_i = _attend_keys(acc, m_i, l_i, q, q_codes, k_data, k_scales, vt_data, vt_scales, start_n,
                                      softmax_scale_log2, offs_m, offs_n, offs_d, offs_dblk, offs_nblk, seqlen_k,
