@@ -295,7 +295,7 @@ def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
     for i, fmt in enumerate(formats):  # after plotting: set_ylim freezes the shared autoscale of the row
         top = tflops_bounds(rows[rows["format"] == fmt])[1].max()
         axes[i][0].set_ylim(0, top * 1.08)
-    fig.suptitle("Forward TFLOP/s against sequence length (median; bars: p20..p80 launch time)")
+    fig.suptitle("Forward TFLOP/s against sequence length (median call; bars: p20..p80 of the timed calls)")
     _legend(fig, style, rows["label"])
     _footer(fig, [environment_caption(rows), not_drawn_note(selection)])
     return fig
