@@ -141,17 +141,6 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
   for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
 }
 
-template <typename C>
-__device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
-#pragma unroll
-  for (int j = 0; j < C::O_REGS / 4; j++) {
-    O[4 * j] *= alpha[0];
-    O[4 * j + 1] *= alpha[0];
-    O[4 * j + 2] *= alpha[1];
-    O[4 * j + 3] *= alpha[1];
-  }
-}
-
 // S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
 template <typename C>
 __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
@@ -223,45 +212,11 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     masked_softmax(S, 0, P0);  // alpha is 0 or 1 here and O is 0: no rescale needed
-    // One KV tile: S(tile) and P(tile - 1) V(tile - 1) on the tensor cores, softmax(tile) meanwhile.
-    auto step = [&](int tile, const uint32_t (&P_prev)[C::K_STEPS_PV][4],
-                    uint32_t (&P_next)[C::K_STEPS_PV][4]) {
-      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
-      sm90::mbar_wait(bars.k_full(s), (tile / C::STAGES) & 1);
-      sm90::mbar_wait(bars.v_full(prev), ((tile - 1) / C::STAGES) & 1);
-      gemm_turn_begin();
-      issue_qk<C>(S, q_smem, k_smem(s));
-      issue_pv<C>(O, P_prev, k_smem(prev) + C::K_BYTES);
-      gemm_turn_end();
-      sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
-      sm90::fence_regs(S);
-      masked_softmax(S, tile, P_next);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(prev));
-      rescale<C>(O, alpha);
-    };
-    auto finish = [&](const uint32_t (&P_last)[C::K_STEPS_PV][4]) {
-      const int last = (w.n_kv_tiles - 1) % C::STAGES;
-      sm90::mbar_wait(bars.v_full(last), ((w.n_kv_tiles - 1) / C::STAGES) & 1);
-      gemm_turn_begin();
-      issue_pv<C>(O, P_last, k_smem(last) + C::K_BYTES);
-      gemm_turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(last));
-    };
-    int tile = 1;
-    for (; tile + 1 < w.n_kv_tiles; tile += 2) {
-      step(tile, P0, P1);
-      step(tile + 1, P1, P0);
-    }
-    if (tile < w.n_kv_tiles) {
-      step(tile, P0, P1);
-      finish(P1);
-    } else {
-      finish(P0);
-    }
+    overlapped_tiles<C>(
+        w.n_kv_tiles, bars, S, O, alpha, P0, P1,
+        [&](float (&scores)[C::S_REGS], int s) { issue_qk<C>(scores, q_smem, k_smem(s)); },
+        [&](const uint32_t (&P)[C::K_STEPS_PV][4], int s) { issue_pv<C>(O, P, k_smem(s) + C::K_BYTES); },
+        masked_softmax, gemm_turn_begin, gemm_turn_end);
   }
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   store_rows<C>(p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv],

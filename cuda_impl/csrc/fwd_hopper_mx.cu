@@ -198,15 +198,6 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       mask_scores(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
   };
-  auto rescale = [&] {
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++) {
-      O[4 * j] *= alpha[0];
-      O[4 * j + 1] *= alpha[0];
-      O[4 * j + 2] *= alpha[1];
-      O[4 * j + 3] *= alpha[1];
-    }
-  };
   auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
 
   if (w.n_kv_tiles > 0) sm90::mbar_wait(bars.q_full(), 0);
@@ -220,7 +211,7 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       sm90::wgmma_wait<0>();
       sm90::fence_regs(S);
       masked_softmax(S, tile, P);
-      rescale();
+      hopper_fp8::rescale<C>(O, alpha);
       sm90::mbar_wait(bars.v_full(s), parity(tile));
       issue_pv(P, s);
       sm90::wgmma_wait<0>();
@@ -228,8 +219,7 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       sm90::mbar_arrive(bars.kv_empty(s));
     }
   } else if (w.n_kv_tiles > 0) {
-    // As fwd_hopper_fp8.cu: S(t) and P(t-1) V(t-1) issued together, softmax(t) while P V runs;
-    // stage t-1 is released after its P V (one tile later), two P buffers in turn.
+    // Tile 0, then the same overlapped loop as fwd_hopper_fp8.cu (hopper_fp8::overlapped_tiles).
     float S[C::S_REGS];
     uint32_t P0[C::BLOCK_KV / 16][4], P1[C::BLOCK_KV / 16][4];
     sm90::mbar_wait(bars.k_full(0), 0);
@@ -237,40 +227,9 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     masked_softmax(S, 0, P0);  // O is 0: no rescale
-    auto step = [&](int tile, const uint32_t (&P_prev)[C::BLOCK_KV / 16][4],
-                    uint32_t (&P_next)[C::BLOCK_KV / 16][4]) {
-      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
-      sm90::mbar_wait(bars.k_full(s), parity(tile));
-      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      issue_qk(S, s);
-      issue_pv(P_prev, prev);
-      sm90::wgmma_wait<1>();  // S(tile) done, P(tile - 1) V(tile - 1) may still run
-      sm90::fence_regs(S);
-      masked_softmax(S, tile, P_next);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(prev));
-      rescale();
-    };
-    auto finish = [&](const uint32_t (&P_last)[C::BLOCK_KV / 16][4]) {
-      const int last = (w.n_kv_tiles - 1) % C::STAGES;
-      sm90::mbar_wait(bars.v_full(last), parity(w.n_kv_tiles - 1));
-      issue_pv(P_last, last);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(last));
-    };
-    int tile = 1;
-    for (; tile + 1 < w.n_kv_tiles; tile += 2) {
-      step(tile, P0, P1);
-      step(tile + 1, P1, P0);
-    }
-    if (tile < w.n_kv_tiles) {
-      step(tile, P0, P1);
-      finish(P1);
-    } else {
-      finish(P0);
-    }
+    const auto no_turns = [] {};
+    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, bars, S, O, alpha, P0, P1, issue_qk, issue_pv, masked_softmax,
+                                    no_turns, no_turns);
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.
   hopper_fp8::store_rows<C>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,

@@ -153,6 +153,71 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
   }
 }
 
+// O *= alpha, per row of the accumulator layout (alpha[0]: row g, alpha[1]: row g + 8).
+template <typename C>
+__device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
+#pragma unroll
+  for (int j = 0; j < C::O_REGS / 4; j++) {
+    O[4 * j] *= alpha[0];
+    O[4 * j + 1] *= alpha[0];
+    O[4 * j + 2] *= alpha[1];
+    O[4 * j + 3] *= alpha[1];
+  }
+}
+
+// KV tiles 1 .. n-1 and the last P V of a consumer whose tile 0 is done (its P in P0): S(t) and
+// P(t-1) V(t-1) are issued together, softmax(t) runs while P V does, stage t-1 is released after its
+// P V, two P buffers take turns. issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each,
+// between turn_begin() and turn_end() (ping-pong with the other consumer; no-ops without);
+// softmax(S, tile, P) fills P and alpha, O's rescale factors.
+template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename TurnBegin,
+          typename TurnEnd>
+__device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<C::STAGES>& bars,
+                                                 float (&S)[C::S_REGS], float (&O)[C::O_REGS],
+                                                 const float (&alpha)[2], uint32_t (&P0)[P_STEPS][4],
+                                                 uint32_t (&P1)[P_STEPS][4], IssueQK&& issue_qk,
+                                                 IssuePV&& issue_pv, Softmax&& softmax,
+                                                 TurnBegin&& turn_begin, TurnEnd&& turn_end) {
+  const auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
+  const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
+    const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+    sm90::mbar_wait(bars.k_full(s), parity(tile));
+    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    turn_begin();
+    issue_qk(S, s);
+    issue_pv(P_prev, prev);
+    turn_end();
+    sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
+    sm90::fence_regs(S);
+    softmax(S, tile, P_next);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.kv_empty(prev));
+    rescale<C>(O, alpha);
+  };
+  const auto finish = [&](const uint32_t (&P_last)[P_STEPS][4]) {
+    const int last = (n_kv_tiles - 1) % C::STAGES;
+    sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
+    turn_begin();
+    issue_pv(P_last, last);
+    turn_end();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.kv_empty(last));
+  };
+  int tile = 1;
+  for (; tile + 1 < n_kv_tiles; tile += 2) {
+    step(tile, P0, P1);
+    step(tile + 1, P1, P0);
+  }
+  if (tile < n_kv_tiles) {
+    step(tile, P0, P1);
+    finish(P1);
+  } else {
+    finish(P0);
+  }
+}
+
 // O * out_factor / l in bf16 (out_factor: V's descale or tensor scale, 1 if none), and the LSE
 // as lse(m, l) of the row max m (in the kernel's own units) and the row sum l; rows that saw no
 // key get zeros and -inf. Rows g and g + 8 of the warp's 16 (row0 = g), accumulator layout.
