@@ -7,9 +7,10 @@ median and the p20/p80 of single calls. On a GPU each call is one replay of a CU
 the backend's call, once its replay is checked to reproduce an eager call's output bit for bit: the
 Python and host-side work of an API call (validation, descriptors, dispatch; ~0.2-0.3 ms for our
 backends, less for SDPA's C++ path) is then outside the timed region, so short kernels are compared as
-kernels. A call that cannot be captured is timed eagerly and its row's note says why. One long-format row per item is appended to the run's CSV and
-flushed at once, so an interrupted run keeps its rows and a rerun of the same commit on the same machine
-skips them (resume). A row that failed the oracle is kept with oracle=fail and no timing.
+kernels. A call that cannot be captured is timed eagerly and its row's note says why.
+One long-format row per item is appended to the run's CSV and flushed at once, so an interrupted run
+keeps its rows and a rerun of the same commit on the same machine skips them (resume). A row that
+failed the oracle is kept with oracle=fail and no timing.
 
 FLOPs are ``4 * B * Hq * D * (unmasked (query, key) pairs)``: exact for bottom-right causal and tails.
 """
@@ -63,6 +64,8 @@ def capture_graph(fn) -> tuple[object | None, str]:
     the work cannot pass for a fast one."""
     try:
         expected = [x.clone() for x in _tensors(fn())]
+        if not expected:
+            return None, "the call returned no tensor to check a replay against"
         side = torch.cuda.Stream()  # warm-up off the capture stream, as torch.cuda.graph asks
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

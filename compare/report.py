@@ -57,6 +57,8 @@ CASE = ["head_dim", "seqlen_q", "seqlen_k", "causal"]
 def _best(rows: pd.DataFrame, labels: list[str], fmt: str) -> pd.Series:
     """Fastest passing TFLOP/s per case among the backends `labels`, in format `fmt`."""
     picked = rows[rows["label"].isin(labels) & (rows["format"] == fmt)]
+    if (picked.groupby(CASE)[["batch", "heads_q"]].nunique() > 1).any(axis=None):
+        raise ValueError(f"two shapes of {labels} share one {CASE}: the headline ratios would mix them")
     return picked.groupby(CASE)["tflops"].max()
 
 
@@ -104,7 +106,8 @@ def report(data_dir: Path) -> str:
     env = df.iloc[-1]
     commits = ", ".join(sorted(df["git_commit"].unique()))
     parts = [f"TFLOP/s (median of single calls, each a CUDA-graph replay of one API call with L2 flushed "
-             f"before it, so host-side API work is not timed; see compare/bench.py), {env['gpu']}, driver {env['driver']}, CUDA "
+             f"before it, so host-side API work is not timed; see compare/bench.py), {env['gpu']}, "
+             f"driver {env['driver']}, CUDA "
              f"{env['cuda']}, torch {env['torch']}, triton {env['triton']}, commit(s) {commits}. Every number passed "
              f"the oracle on the same inputs. {not_drawn_note(df) or 'No row failed the oracle or raised.'}",
              "", "Headline speed ratios from the same data (> 1: the first is faster; cells are non-causal / causal, "

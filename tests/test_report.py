@@ -31,7 +31,7 @@ def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
 
     def row(label, fmt, tflops, seqlen=1024, causal=False, oracle="pass", head_dim=128, batch=None, seqlen_k=None):
         return dict(label=label, format=fmt, tflops=tflops, oracle=oracle, head_dim=head_dim, seqlen_q=seqlen,
-                    seqlen_k=seqlen_k or seqlen, causal=causal, batch=batch or 16384 // seqlen)
+                    seqlen_k=seqlen_k or seqlen, causal=causal, batch=batch or 16384 // seqlen, heads_q=16)
 
     df = pd.DataFrame([
         row("cuda:hopper", "bf16", 300.0), row("sdpa:cudnn", "bf16", 400.0),
@@ -44,3 +44,6 @@ def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
     assert lines["`cuda:hopper` / `sdpa:cudnn`"] == "| `cuda:hopper` / `sdpa:cudnn` | 128 | 0.75 / - | - / - | - / - | 1.25 |"
     assert "| 128 | 0.90 / - |" in lines["best Triton / `sdpa:cudnn`"]
     assert not any("fp8" in key for key in lines)  # no fp8 rows: no fp8 comparison
+    other_batch = pd.DataFrame([row("cuda:hopper", "bf16", 1.0, batch=3)])
+    with pytest.raises(ValueError, match="two shapes"):
+        report.headline_table(pd.concat([df, other_batch]))
