@@ -273,6 +273,13 @@ def check(fn, case: Case, *, device: str | torch.device = "cpu", returns_lse: bo
     return judge(out, lse, inputs, case, rows=_pick_rows(case, out.device, max_rows))
 
 
+def lse_error_bound(plain_err: float, ref_lse: torch.Tensor) -> float:
+    """The LSE acceptance bound: twice the plain implementation's max error, plus 4 fp32 ulps of the
+    largest reference LSE (at least 1) for the final log's rounding. ref_lse: the finite entries only."""
+    magnitude = max(float(ref_lse.abs().max()) if ref_lse.numel() else 0.0, 1.0)
+    return 2.0 * plain_err + 4 * torch.finfo(torch.float32).eps * magnitude
+
+
 def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Case,
           rows: torch.Tensor | None = None) -> Verdict:
     """Apply the acceptance rule to an output (and LSE) computed by a kernel for `inputs`."""
@@ -304,8 +311,7 @@ def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Cas
             reasons.append("LSE -inf pattern differs from the reference (rows that see no key)")
         finite = ~empty
         lse_err, lp_lse_err = _max_abs(got[finite], ref_lse[finite]), _max_abs(lp_lse[finite], ref_lse[finite])
-        lse_mag = max(float(ref_lse[finite].abs().max()) if finite.any() else 0.0, 1.0)
-        lse_bound = 2.0 * lp_lse_err + 4 * torch.finfo(torch.float32).eps * lse_mag
+        lse_bound = lse_error_bound(lp_lse_err, ref_lse[finite])
         if lse_err > lse_bound:
             reasons.append(f"LSE err {lse_err:.3g} > bound {lse_bound:.3g}")
 
