@@ -137,8 +137,10 @@ def candidates(variant, head_dim, causal, element_size):
 
 
 def seq_bucket(seqlen_k):
-    """Coarse length class for the tuning key: <=1k, <=4k, longer."""
-    return 0 if seqlen_k <= 1024 else 1 if seqlen_k <= 4096 else 2
+    """Coarse length class for the tuning key: <=1k, <=4k, <=8k, longer. The autotuner times a bucket at
+    the first length it meets in it; 8k and 16k prefer different tiles for bf16 d128 (paper sweep at
+    6e059c1: the 8k pick ran at 16k, not the 16k dev-sweep best), so they get a bucket each."""
+    return 0 if seqlen_k <= 1024 else 1 if seqlen_k <= 4096 else 2 if seqlen_k <= 8192 else 3
 
 
 def strides(t):

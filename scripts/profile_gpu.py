@@ -1,0 +1,194 @@
+"""Hardware counters (Nsight Compute) for registry backends: one profiled kernel per case, read from
+the counters instead of guessed from timings.
+
+On the GPU machine, from the repository root (libraries built here and carried in cuda_impl/_build):
+
+    PYTHONPATH=. python scripts/profile_gpu.py --out DIR CASE [CASE ...]
+    CASE = backend:variant@B,Hq,Hkv,Sq,Sk,D[,causal][,FORMAT]     e.g. cuda:hopper@1,16,16,16384,16384,128
+
+The script runs itself under `ncu` (clock control off: the GPU keeps the clocks it would have in a
+benchmark, METHOD.md of the device tool). The child process builds every case's inputs, warms each
+backend up outside the profiled window (compilation, Triton's autotuner), then, inside one
+cudaProfilerStart/Stop window, launches a marker kernel (torch's `spin_kernel`) before each case and
+the case's call after it. The kernels between two markers belong to one case; the longest of them is
+the attention kernel (a call may also launch layout or quantization kernels).
+
+Written to DIR: `ncu-raw.csv` (every collected metric of every profiled kernel, ncu's own CSV) and
+`profile.csv` (long format: case, kernel, metric, unit, value, for the attention kernel of each case).
+Printed: one table of the metrics that explain a kernel's speed (duration, SM clock, issue slots,
+tensor pipe, MUFU, shared-memory bank conflicts, occupancy, the top warp stall reasons).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "SchedulerStats", "LaunchStats",
+            "Occupancy", "MemoryWorkloadAnalysis_Tables", "InstructionStats")
+# counters beyond the sections, requested only where this ncu knows their base name
+EXTRA_METRICS = (
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
+    "smsp__inst_executed.sum",
+)
+# (column title, metric) of the printed table; absent metrics print as "-"
+TABLE = (
+    ("ms", "gpu__time_duration.sum"),
+    ("GHz", "sm__cycles_elapsed.avg.per_second"),
+    ("regs", "launch__registers_per_thread"),
+    ("occ%", "sm__warps_active.avg.pct_of_peak_sustained_active"),
+    ("issue%", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
+    ("hmma%", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("gmma%", "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("xu%", "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
+    ("shm-ld-conf", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
+    ("shm-ld-wave", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
+    ("dram%", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+)
+STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
+MARKER = "spin_kernel"
+
+
+def parse_case(text: str):
+    from compare import oracle
+
+    name, _, shape = text.partition("@")
+    fields = shape.split(",")
+    if len(fields) < 6:
+        raise SystemExit(f"bad case {text!r}: want backend:variant@B,Hq,Hkv,Sq,Sk,D[,causal][,FORMAT]")
+    extra = fields[6:]
+    fmt = next((f for f in extra if f != "causal"), "bf16")
+    return name, oracle.Case(*map(int, fields[:6]), causal="causal" in extra, fmt=fmt)
+
+
+def child(cases: list[str]) -> None:
+    import torch
+
+    from compare import backends, oracle
+
+    runs = []
+    for text in cases:
+        name, case = parse_case(text)
+        backend = backends.get(name)
+        reason = backend.unavailable_reason() or backend.unsupported_reason(case)
+        if reason:
+            raise SystemExit(f"{text}: {reason}")
+        inputs = oracle.make_inputs(case, "cuda")
+        call = (lambda b=backend, i=inputs, c=case: b(i.q, i.k, i.v, causal=c.causal, scale=c.scale))
+        for _ in range(3):  # compile, autotune, warm the clocks; outside the profiled window
+            call()
+        runs.append(call)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for call in runs:
+        torch.cuda._sleep(1000)
+        call()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def known_metrics(ncu: str) -> set[str]:
+    listing = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True).stdout
+    return {line.split()[0] for line in listing.splitlines() if line and not line.startswith(("-", " "))}
+
+
+def read_raw(path: Path) -> tuple[list[dict], dict]:
+    """ncu's --page raw CSV: a header row, a units row, one row per kernel."""
+    lines = [line for line in path.read_text().splitlines() if line.startswith('"')]
+    rows = list(csv.reader(lines))
+    header, units = rows[0], dict(zip(rows[0], rows[1]))
+    return [dict(zip(header, row)) for row in rows[2:]], units
+
+
+def per_case(kernels: list[dict], cases: list[str]) -> list[tuple[str, dict]]:
+    """Split the profiled kernels at the markers; the longest kernel of each group is the case's."""
+    groups, current = [], None
+    for kernel in kernels:
+        if MARKER in kernel["Kernel Name"]:
+            current = []
+            groups.append(current)
+        elif current is not None:
+            current.append(kernel)
+    if len(groups) != len(cases):
+        raise SystemExit(f"found {len(groups)} marker kernels for {len(cases)} cases")
+    duration = lambda k: float(k.get("gpu__time_duration.sum", "0").replace(",", "") or 0)  # noqa: E731
+    return [(case, max(group, key=duration)) for case, group in zip(cases, groups) if group]
+
+
+def number(value: str) -> float | None:
+    try:
+        return float(value.replace(",", ""))
+    except (AttributeError, ValueError):
+        return None
+
+
+def report(picked: list[tuple[str, dict]], units: dict, out: Path) -> None:
+    with open(out / "profile.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["case", "kernel", "metric", "unit", "value"])
+        for case, kernel in picked:
+            for metric, value in kernel.items():
+                if "__" in metric:
+                    writer.writerow([case, kernel["Kernel Name"][:120], metric, units.get(metric, ""), value])
+    print("\t".join(["case"] + [title for title, _ in TABLE] + ["top stalls (cycles per issued instruction)"]))
+    for case, kernel in picked:
+        cells = [case]
+        for _, metric in TABLE:
+            value = number(kernel.get(metric, ""))
+            if value is not None and metric == "gpu__time_duration.sum":
+                value *= {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(units.get(metric), 1.0)
+            if value is not None and metric.endswith("per_second"):
+                value *= {"hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1.0}.get(units.get(metric, "").lower(), 1.0)
+            cells.append("-" if value is None else f"{value:.4g}")
+        stalls = sorted(((number(v) or 0.0, m.group(1)) for k, v in kernel.items() if (m := STALL.fullmatch(k))),
+                        reverse=True)
+        cells.append(", ".join(f"{name} {value:.2f}" for value, name in stalls[:5]))
+        print("\t".join(cells), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("cases", nargs="+")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    parser.add_argument("--ncu", default="ncu")
+    parser.add_argument("--stage", choices=["child"], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.stage == "child":
+        child(args.cases)
+        return
+    for text in args.cases:
+        parse_case(text)  # bad case text fails here, before ncu starts
+    args.out.mkdir(parents=True, exist_ok=True)
+    known = known_metrics(args.ncu)
+    metrics = [m for m in EXTRA_METRICS if m.split(".")[0] in known]
+    raw = args.out / "ncu-raw.csv"
+    cmd = [args.ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "raw",
+           *[arg for s in SECTIONS for arg in ("--section", s)],
+           *(["--metrics", ",".join(metrics)] if metrics else []),
+           sys.executable, __file__, "--stage", "child", *args.cases]
+    print("$ " + " ".join(cmd[:3]) + " ... (" + str(len(args.cases)) + " cases)", flush=True)
+    with open(raw, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, check=False).returncode
+    if rc:
+        print(raw.read_text()[-3000:])
+        raise SystemExit(f"ncu exited with {rc}")
+    kernels, units = read_raw(raw)
+    report(per_case(kernels, args.cases), units, args.out)
+
+
+if __name__ == "__main__":
+    main()
