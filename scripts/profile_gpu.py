@@ -13,10 +13,11 @@ cudaProfilerStart/Stop window, launches a marker kernel (torch's `spin_kernel`) 
 the case's call after it. The kernels between two markers belong to one case; the longest of them is
 the attention kernel (a call may also launch layout or quantization kernels).
 
-Written to DIR: `ncu-raw.csv` (every collected metric of every profiled kernel, ncu's own CSV) and
-`profile.csv` (long format: case, kernel, metric, unit, value, for the attention kernel of each case).
-Printed: one table of the metrics that explain a kernel's speed (duration, SM clock, issue slots,
-tensor pipe, MUFU, shared-memory bank conflicts, occupancy, the top warp stall reasons).
+Written to DIR: `ncu-raw.csv` (every collected metric of every profiled kernel, ncu's own CSV),
+`cases.txt`, and `profile.csv`: one row per case for its attention kernel with the metrics that
+explain its speed (duration, SM clock, instructions, issue slots, tensor pipe, MUFU and FMA pipes,
+shared-memory bank conflicts, occupancy, the top warp stall reasons), also printed as a table.
+`--report --out DIR` rebuilds profile.csv from a committed ncu-raw.csv and cases.txt.
 """
 
 from __future__ import annotations
@@ -36,29 +37,33 @@ SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "WarpStateStats", "Schedu
             "Occupancy", "MemoryWorkloadAnalysis_Tables", "InstructionStats")
 # counters beyond the sections, requested only where this ncu knows their base name
 EXTRA_METRICS = (
-    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-    "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active",
     "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
     "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum",
     "smsp__inst_executed.sum",
 )
-# (column title, metric) of the printed table; absent metrics print as "-"
+# (column title, metric) of the table; absent metrics print as "-". "tensor%" counts every tensor
+# instruction family (HMMA, HGMMA, QGMMA) as a share of the SM's active cycles.
 TABLE = (
     ("ms", "gpu__time_duration.sum"),
-    ("GHz", "sm__cycles_elapsed.avg.per_second"),
+    ("GHz", "gpc__cycles_elapsed.avg.per_second"),
+    ("cycles", "gpc__cycles_elapsed.max"),
+    ("warp-insts", "smsp__inst_executed.sum"),
     ("regs", "launch__registers_per_thread"),
     ("occ%", "sm__warps_active.avg.pct_of_peak_sustained_active"),
     ("issue%", "smsp__issue_active.avg.pct_of_peak_sustained_active"),
-    ("hmma%", "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"),
-    ("gmma%", "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("tensor%", "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"),
     ("xu%", "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active"),
-    ("shm-ld-conf", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
-    ("shm-ld-wave", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
-    ("dram%", "dram__throughput.avg.pct_of_peak_sustained_elapsed"),
+    ("fma%", "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"),
+    ("shm-ld-conflicts", "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"),
+    ("shm-ld-wavefronts", "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum"),
 )
+# unit conversions of the table's columns: durations to ms, clocks to GHz
+SCALE = {"ns": 1e-6, "nsecond": 1e-6, "us": 1e-3, "usecond": 1e-3, "ms": 1.0, "msecond": 1.0,
+         "hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1.0}
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio")
 MARKER = "spin_kernel"
 
@@ -136,40 +141,53 @@ def number(value: str) -> float | None:
         return None
 
 
-def report(picked: list[tuple[str, dict]], units: dict, out: Path) -> None:
-    with open(out / "profile.csv", "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["case", "kernel", "metric", "unit", "value"])
-        for case, kernel in picked:
-            for metric, value in kernel.items():
-                if "__" in metric:
-                    writer.writerow([case, kernel["Kernel Name"][:120], metric, units.get(metric, ""), value])
-    print("\t".join(["case"] + [title for title, _ in TABLE] + ["top stalls (cycles per issued instruction)"]))
+def table(picked: list[tuple[str, dict]], units: dict) -> list[dict]:
+    """One row per case: the TABLE metrics in the table's units, and the five largest stall reasons."""
+    rows = []
     for case, kernel in picked:
-        cells = [case]
-        for _, metric in TABLE:
+        row = {"case": case, "kernel": kernel["Kernel Name"][:100]}
+        for title, metric in TABLE:
             value = number(kernel.get(metric, ""))
-            if value is not None and metric == "gpu__time_duration.sum":
-                value *= {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0, "second": 1e3}.get(units.get(metric), 1.0)
-            if value is not None and metric.endswith("per_second"):
-                value *= {"hz": 1e-9, "khz": 1e-6, "mhz": 1e-3, "ghz": 1.0}.get(units.get(metric, "").lower(), 1.0)
-            cells.append("-" if value is None else f"{value:.4g}")
+            if value is not None:
+                value *= SCALE.get(units.get(metric, "").lower(), 1.0)
+            row[title] = "-" if value is None else f"{value:.4g}"
         stalls = sorted(((number(v) or 0.0, m.group(1)) for k, v in kernel.items() if (m := STALL.fullmatch(k))),
                         reverse=True)
-        cells.append(", ".join(f"{name} {value:.2f}" for value, name in stalls[:5]))
-        print("\t".join(cells), flush=True)
+        row["top stalls (warps per issue)"] = ", ".join(f"{name} {value:.2f}" for value, name in stalls[:5])
+        rows.append(row)
+    return rows
+
+
+def report(raw: Path, cases: list[str], out: Path) -> None:
+    """Write profile.csv (the table) next to ncu's raw CSV and print the table, tab-separated."""
+    kernels, units = read_raw(raw)
+    rows = table(per_case(kernels, cases), units)
+    with open(out / "profile.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    print("\t".join(k for k in rows[0] if k != "kernel"))
+    for row in rows:
+        print("\t".join(v for k, v in row.items() if k != "kernel"), flush=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("cases", nargs="+")
+    parser.add_argument("cases", nargs="*")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     parser.add_argument("--ncu", default="ncu")
+    parser.add_argument("--report", action="store_true",
+                        help="only rebuild profile.csv and the table from --out's ncu-raw.csv and cases.txt")
     parser.add_argument("--stage", choices=["child"], help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.stage == "child":
         child(args.cases)
         return
+    if args.report:
+        report(args.out / "ncu-raw.csv", (args.out / "cases.txt").read_text().split(), args.out)
+        return
+    if not args.cases:
+        parser.error("give at least one CASE (or --report)")
     for text in args.cases:
         parse_case(text)  # bad case text fails here, before ncu starts
     args.out.mkdir(parents=True, exist_ok=True)
@@ -186,8 +204,8 @@ def main() -> None:
     if rc:
         print(raw.read_text()[-3000:])
         raise SystemExit(f"ncu exited with {rc}")
-    kernels, units = read_raw(raw)
-    report(per_case(kernels, args.cases), units, args.out)
+    (args.out / "cases.txt").write_text("\n".join(args.cases) + "\n")
+    report(raw, args.cases, args.out)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import devkit  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["dev_cuda_gpu", "dev_hopper_gpu", "dev_hopper_fp8_gpu", "dev_hopper_mx_gpu",
-                                  "bench_quant_gpu", "probe_lse_gpu"])
+                                  "bench_quant_gpu", "probe_lse_gpu", "profile_gpu"])
 def test_dev_script_imports_and_parses_help(name):
     r = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), "--help"], capture_output=True, text=True,
                        timeout=120)
@@ -74,3 +74,46 @@ def test_lse_probe_flags_a_biased_lse_and_not_an_exact_one(monkeypatch, capsys):
     lines = {line.split()[2]: line for line in capsys.readouterr().out.splitlines() if line.startswith("    128")}
     assert "FAIL" not in lines["exact"] and "FAIL" in lines["biased"]
     assert float(lines["biased"].split()[4]) == pytest.approx(1e-2, rel=1e-6)  # mean signed error = the bias
+
+
+PROFILE_RAW = """==PROF== Connected to process
+"ID","Kernel Name","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second","smsp__average_warps_issue_stalled_wait_per_issue_active.ratio","smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio"
+"","","ns","hz","inst","inst"
+"0","spin_kernel(long)","1,000","1700000000","0","0"
+"1","transpose_kernel","3,000","1750000000","0.5","0.1"
+"2","fwd_hopper_kernel","1,234,500","1750000000","0.5","1.2"
+"3","spin_kernel(long)","1,000","1700000000","0","0"
+"4","cudnn_fwd","900,000","1690000000","0.7","0.1"
+"""
+
+
+def test_profile_splits_kernels_at_markers_and_keeps_each_cases_longest(tmp_path, capsys):
+    import profile_gpu
+
+    (tmp_path / "ncu-raw.csv").write_text(PROFILE_RAW)
+    profile_gpu.report(tmp_path / "ncu-raw.csv", ["cuda:hopper@1,1,1,64,64,128", "sdpa:cudnn@1,1,1,64,64,128"],
+                       tmp_path)
+    import csv
+
+    with open(tmp_path / "profile.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["case"], r["kernel"], r["ms"], r["GHz"]) for r in rows] == [
+        ("cuda:hopper@1,1,1,64,64,128", "fwd_hopper_kernel", "1.234", "1.75"),
+        ("sdpa:cudnn@1,1,1,64,64,128", "cudnn_fwd", "0.9", "1.69")]
+    assert rows[0]["top stalls (warps per issue)"] == "barrier 1.20, wait 0.50"
+    assert rows[0]["tensor%"] == "-"  # not collected in this raw file
+    with pytest.raises(SystemExit, match="2 marker kernels for 3 cases"):
+        profile_gpu.report(tmp_path / "ncu-raw.csv", ["a", "b", "c"], tmp_path)
+
+
+def test_profile_case_text_parses_and_rejects_short_shapes():
+    import profile_gpu
+
+    name, case = profile_gpu.parse_case("cuda:hopper-fp8@2,16,4,1000,2000,64,causal,fp8")
+    assert name == "cuda:hopper-fp8"
+    assert (case.batch, case.heads_q, case.heads_kv, case.seqlen_q, case.seqlen_k, case.head_dim) == \
+        (2, 16, 4, 1000, 2000, 64)
+    assert case.causal and case.fmt == "fp8"
+    assert profile_gpu.parse_case("sdpa:cudnn@1,8,8,4096,8192,128")[1].fmt == "bf16"
+    with pytest.raises(SystemExit, match="bad case"):
+        profile_gpu.parse_case("cuda:v5@1,8,8")

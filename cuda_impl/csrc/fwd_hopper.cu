@@ -20,6 +20,8 @@
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
 //   q_full             count 1: producer arrive.expect_tx(Q bytes) + TMA; consumers wait parity 0.
+//   q_empty            count 256: arrival once the item's last S has retired (Q is not read
+//                      after it); the producer waits on it before loading the next item's Q.
 //   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t;
 //                      consumers wait parity r.
 //   k_empty[s]         count 256 (every consumer thread): arrival once S(t) has retired;
@@ -77,6 +79,12 @@
 #endif
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
+#endif
+// A consumer frees Q for the next item as soon as its last S has retired, so that the next Q
+// loads under the last softmax, the last P V and the O stores; 0 frees it after the last P V
+// (before session 4), which left the Q load's latency at every item boundary.
+#ifndef FA_HOPPER_EARLY_Q_RELEASE
+#define FA_HOPPER_EARLY_Q_RELEASE 1
 #endif
 // Lazy rescale at d256 (FlashAttention-4's): a row keeps its old max while a tile's max exceeds it
 // by at most FA_HOPPER_LAZY_RESCALE in log2 units, so P reaches 2^that (harmless in 16-bit P and
@@ -342,6 +350,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     sm90::mbar_arrive(bars.k_empty(stage(0)));
+    if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
     rescale_and_pack<T, C>(S, O, alpha, P);
   }
@@ -359,6 +368,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
     sm90::fence_regs(S);
     sm90::mbar_arrive(bars.k_empty(s));
+    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
     softmax(tile);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
@@ -366,7 +376,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.v_empty(prev));
     rescale_and_pack<T, C>(S, O, alpha, P);
   }
-  if (n > 0) {  // the last tile's P V; Q is free for the next item once every S has retired
+  if (n > 0) {  // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
     sm90::wgmma_fence();
@@ -374,7 +384,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::mbar_arrive(bars.v_empty(s));
-    sm90::mbar_arrive(bars.q_empty());
+    if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
   }
