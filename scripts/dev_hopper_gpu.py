@@ -59,6 +59,7 @@ ALT_FLAGS = {
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1",),
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
+    "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)  # O rescaled on every new row max (before session 3)

@@ -148,6 +148,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
 #define FA_ACC40(d) FA_ACC32(d), FA_ACC8(d, 32)
 #define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
+#define FA_ACC96(d) FA_ACC64(d), FA_ACC32_AT(d, 64)
 #define FA_ACC128(d) FA_ACC64(d), FA_ACC32_AT(d, 64), FA_ACC32_AT(d, 96)
 #define FA_OPS32                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
@@ -177,6 +178,13 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
   "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
   "%80, %81, %82, %83, %84, %85, %86, %87}"
+#define FA_OPS96                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
 template <typename T>
 struct WgmmaType;
@@ -210,8 +218,9 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 #undef FA_SS_N128
 }
 
-// As wgmma_ss_n128 for N = 64, 80, 128 or 176 keys per KV tile (80 and 176: FlashAttention-3's
-// d256 and d128 shapes; 64: the d256 ablation). The asm string must spell out its operand
+// As wgmma_ss_n128 for N = 64, 80, 128, 176 or 192 keys per KV tile (80 and 176: FlashAttention-3's
+// d256 and d128 shapes; 64: the d256 ablation; 192: the widest d128 tile whose S, P and O fit
+// the consumers' registers, FlashAttention-4's sm90 config search). The asm string must spell out its operand
 // numbers: the N / 2 accumulators first, then the two descriptors (DESCS) and the accumulate
 // flag (FLAG). ACC is an FA_ACC macro's name, applied to d only inside FA_SS (expanded earlier,
 // its commas would split the arguments).
@@ -233,15 +242,18 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 176, "wgmma_ss: N = 64, 80, 128 or 176");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 192,
+                "wgmma_ss: N = 64, 80, 128, 176 or 192");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 64) {
     FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
   } else if constexpr (N == 80) {
     FA_SS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "%40, %41", "%42");
-  } else {
+  } else if constexpr (N == 176) {
     FA_SS_TYPED("m64n176k16", FA_OPS88, FA_ACC88, "%88, %89", "%90");
+  } else {
+    FA_SS_TYPED("m64n192k16", FA_OPS96, FA_ACC96, "%96, %97", "%98");
   }
 }
 #undef FA_SS_TYPED
