@@ -10,7 +10,7 @@ The default run has two stages (three with --gap), each in a child process with 
 that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
-   and carried): 21 shapes (7 of them d256) against float64, each under freshly NaN-poisoned outputs, one line
+   and carried): 24 shapes (8 of them d256; 3 with more items than SMs) against float64, each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
@@ -25,7 +25,8 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs five tiny launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails) and checks them.
+--sanitize runs six small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
+items than SMs, so that persistent CTAs chain two) and checks them.
 """
 
 from __future__ import annotations
@@ -61,8 +62,9 @@ ALT_FLAGS = {
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)
-    "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),
-    "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)  # O rescaled on every new row max (before session 3)
+    "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
+    "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
+    "no-chain": ("-DFA_HOPPER_CHAIN_ITEMS=0",),  # each item starts and ends on its own (before session 4)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -90,6 +92,10 @@ CORRECTNESS_SHAPES = [
     (1, 4, 2, 1000, 1500, 256, "fp16", True),
     (2, 8, 1, 64, 1100, 256, "bf16", False),  # MQA
     (1, 8, 8, 2048, 2048, 256, "bf16", True),
+    # more items than SMs: persistent CTAs chain several items (tails, GQA, Sq != Sk across the chain)
+    (8, 16, 4, 300, 500, 128, "bf16", False),
+    (4, 32, 8, 256, 1000, 64, "fp16", False),
+    (4, 16, 16, 384, 333, 256, "bf16", False),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, False),
@@ -334,6 +340,7 @@ def stage_sanitize() -> int:
         (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
         (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
         (1, 2, 1, 200, 333, 256, "fp16", False),
+        (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 CTAs chain two
     ]:
         ok, detail = check_shape(ref, *shape)
         failures += not ok
@@ -347,7 +354,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="five tiny launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="six small launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
