@@ -26,7 +26,7 @@ eating the call:
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
 --sanitize runs six small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
-items than SMs, so that persistent CTAs chain two) and checks them.
+items than SMs, so that some persistent CTAs run two) and checks them.
 """
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ ALT_FLAGS = {
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
-    "no-chain": ("-DFA_HOPPER_CHAIN_ITEMS=0",),  # each item starts and ends on its own (before session 4)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -92,7 +91,7 @@ CORRECTNESS_SHAPES = [
     (1, 4, 2, 1000, 1500, 256, "fp16", True),
     (2, 8, 1, 64, 1100, 256, "bf16", False),  # MQA
     (1, 8, 8, 2048, 2048, 256, "bf16", True),
-    # more items than SMs: persistent CTAs chain several items (tails, GQA, Sq != Sk across the chain)
+    # more items than SMs: persistent CTAs run several items each (tails, GQA, Sq != Sk)
     (8, 16, 4, 300, 500, 128, "bf16", False),
     (4, 32, 8, 256, 1000, 64, "fp16", False),
     (4, 16, 16, 384, 333, 256, "bf16", False),
@@ -340,7 +339,7 @@ def stage_sanitize() -> int:
         (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
         (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
         (1, 2, 1, 200, 333, 256, "fp16", False),
-        (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 CTAs chain two
+        (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
     ]:
         ok, detail = check_shape(ref, *shape)
         failures += not ok

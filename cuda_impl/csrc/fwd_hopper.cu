@@ -86,11 +86,6 @@
 #ifndef FA_HOPPER_EARLY_Q_RELEASE
 #define FA_HOPPER_EARLY_Q_RELEASE 1
 #endif
-// Persistent CTAs chain their items: the last P V of one item and the first S of the next are
-// issued together and the O stores run under that S (0: each item starts and ends on its own).
-#ifndef FA_HOPPER_CHAIN_ITEMS
-#define FA_HOPPER_CHAIN_ITEMS 1
-#endif
 // Lazy rescale at d256 (FlashAttention-4's): a row keeps its old max while a tile's max exceeds it
 // by at most FA_HOPPER_LAZY_RESCALE in log2 units, so P reaches 2^that (harmless in 16-bit P and
 // fp32 sums: O / l and the LSE use the same max, exact), and a warp whose rows all kept theirs
@@ -316,129 +311,85 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
   sm90::wgmma_commit();
 }
 
-// A consumer's whole share of the CTA's work: items `item_at(round)` while `has_item(round)`.
-// Between two items with KV tiles (persistent CTAs), the last P V of one and the first S of the
-// next go out together (one ping-pong turn), and the O stores of the first run while that S is on
-// the tensor cores; the next item's tile 0 is then finished (softmax, pack) before its loop.
-template <typename T, typename C, typename HasItem, typename ItemAt>
-__device__ void consume_items(const FwdParams& p, HasItem has_item, ItemAt item_at, uint32_t smem,
-                              Barriers<C::STAGES> bars, const PingPong<C>& turns) {
+template <typename T, typename C>
+__device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
+                             Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done) {
   const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
+  const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
+  float O[C::O_REGS];
+#pragma unroll
+  for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   const float scale_log2 = p.scale * LOG2E;
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
   const uint32_t q_smem = smem + consumer * 64 * 128;
   const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * 2 * C::KV_BYTES; };
-  const auto first_row = [&](const CtaWork& w) {
-    return w.q_start + consumer * 64 + warp_in_group * 16 + int(threadIdx.x % 32) / 4;
-  };
-  Progress done;
-  float O[C::O_REGS], S[C::S_REGS];
+  // Stage and phase parity of the item's KV tile `tile` in the ring.
+  const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
+  const auto parity = [&](int tile) { return uint32_t((done.kv_tiles + tile) / C::STAGES) & 1; };
+  const int n = w.n_kv_tiles;
+  float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
-  float row_max[2], row_sum[2], alpha[2];
-  const auto reset_rows = [&] {
-#pragma unroll
-    for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
-  };
-  // Tile 0 of item w once its S has retired: release K (and Q if it was the last S), mask, softmax.
-  const auto finish_tile0 = [&](const CtaWork& w, int stage0) {
-    sm90::fence_regs(S);
-    sm90::mbar_arrive(bars.k_empty(stage0));
-    if (FA_HOPPER_EARLY_Q_RELEASE && w.n_kv_tiles == 1) sm90::mbar_arrive(bars.q_empty());
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, 0)) mask_scores(S, p, w, first_row(w), 0);
+  float alpha[2];
+
+  // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
+  const auto softmax = [&](int tile) {
+    const int kv_start = tile * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
-    rescale_and_pack<T, C>(S, O, alpha, P);
   };
-  reset_rows();
-  bool tile0_done = false;  // tile 0 of this item was finished at the end of the previous one
 
-  for (uint32_t round = 0; has_item(round); round++) {
-    const CtaWork w = item_at(round);
-    const int n = w.n_kv_tiles, row0 = first_row(w);
-    // Stage and phase parity of the item's KV tile `tile` in the ring.
-    const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
-    const auto parity = [&](int tile) { return uint32_t((done.kv_tiles + tile) / C::STAGES) & 1; };
-
-    if (n > 0 && !tile0_done) {  // tile 0: S only (O is still zero)
-      sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
-      sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
-      turns.wait_turn();
-      sm90::wgmma_fence();
-      issue_s<T, C>(S, q_smem, k_smem(stage(0)));
-      turns.pass_turn();
-      sm90::wgmma_wait<0>();
-      finish_tile0(w, stage(0));
-    }
-    tile0_done = false;
-    for (int tile = 1; tile < n; tile++) {
-      const int s = stage(tile), prev = stage(tile - 1);
-      sm90::mbar_wait(bars.k_full(s), parity(tile));
-      // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
-      // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
-      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      turns.wait_turn();
-      sm90::wgmma_fence();
-      issue_s<T, C>(S, q_smem, k_smem(s));
-      issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
-      turns.pass_turn();
-      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
-      sm90::fence_regs(S);
-      sm90::mbar_arrive(bars.k_empty(s));
-      if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-      if (tile_needs_mask<C::BLOCK_KV>(p, w, tile * C::BLOCK_KV))
-        mask_scores(S, p, w, row0, tile * C::BLOCK_KV);
-      softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
-      sm90::mbar_arrive(bars.v_empty(prev));
-      rescale_and_pack<T, C>(S, O, alpha, P);
-    }
-    if (n == 0) {  // no visible key: zeros and lse -inf
-      store_rows<T, C>(p, w, row0, O, row_max, row_sum);
-      continue;
-    }
-    // The last tile's P V; with a next item that has tiles, its S(0) goes out in the same turn.
+  if (n > 0) {  // tile 0: S only (O is still zero)
+    sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
+    sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
+    turns.wait_turn();
+    sm90::wgmma_fence();
+    issue_s<T, C>(S, q_smem, k_smem(stage(0)));
+    turns.pass_turn();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+    sm90::mbar_arrive(bars.k_empty(stage(0)));
+    if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
+    softmax(0);
+    rescale_and_pack<T, C>(S, O, alpha, P);
+  }
+  for (int tile = 1; tile < n; tile++) {
+    const int s = stage(tile), prev = stage(tile - 1);
+    sm90::mbar_wait(bars.k_full(s), parity(tile));
+    // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
+    // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
+    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    turns.wait_turn();
+    sm90::wgmma_fence();
+    issue_s<T, C>(S, q_smem, k_smem(s));
+    issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+    turns.pass_turn();
+    sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
+    sm90::fence_regs(S);
+    sm90::mbar_arrive(bars.k_empty(s));
+    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
+    softmax(tile);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
+    sm90::mbar_arrive(bars.v_empty(prev));
+    rescale_and_pack<T, C>(S, O, alpha, P);
+  }
+  if (n > 0) {  // the last tile's P V
     const int s = stage(n - 1);
-    const int next_tile0 = done.kv_tiles + n;  // ring position of the next item's tile 0
-    const int next_stage0 = next_tile0 % C::STAGES;
-    const bool chain =
-        FA_HOPPER_CHAIN_ITEMS && has_item(round + 1) && item_at(round + 1).n_kv_tiles > 0;
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (chain) {
-      const CtaWork next = item_at(round + 1);
-      sm90::mbar_wait(bars.q_full(), (done.q_loads + 1) & 1);
-      sm90::mbar_wait(bars.k_full(next_stage0), uint32_t(next_tile0 / C::STAGES) & 1);
-      turns.wait_turn();
-      sm90::wgmma_fence();
-      issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
-      issue_s<T, C>(S, q_smem, k_smem(next_stage0));
-      turns.pass_turn();
-      sm90::wgmma_wait<1>();  // the P V: O is final, S(0) of the next item still runs
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.v_empty(s));
-      if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
-      store_rows<T, C>(p, w, row0, O, row_max, row_sum);
-      reset_rows();
-      sm90::wgmma_wait<0>();
-      finish_tile0(next, next_stage0);
-      tile0_done = true;
-    } else {
-      sm90::wgmma_fence();
-      issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.v_empty(s));
-      if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
-      // The next item's loads are already under way while these stores drain.
-      store_rows<T, C>(p, w, row0, O, row_max, row_sum);
-      reset_rows();
-    }
+    sm90::wgmma_fence();
+    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.v_empty(s));
+    if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
   }
+  // The next item's loads are already under way while these stores drain.
+  store_rows<T, C>(p, w, row0, O, row_max, row_sum);
 }
 
 }  // namespace hopper
@@ -464,6 +415,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
+  hopper::Progress done;
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
@@ -481,7 +433,6 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   const int group = threadIdx.x / 128;
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
-    hopper::Progress done;
     if (threadIdx.x == 0)
       for (uint32_t round = 0; cta_item(round) < items; round++)
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
@@ -490,10 +441,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    hopper::consume_items<T, C>(
-        p, [&](uint32_t round) { return cta_item(round) < items; },
-        [&](uint32_t round) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group); },
-        smem, bars, turns);
+    for (uint32_t round = 0; cta_item(round) < items; round++)
+      hopper::consume_item<T, C>(
+          p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
+          done);
     turns.finish();
   }
 #endif
