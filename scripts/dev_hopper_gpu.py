@@ -64,10 +64,6 @@ ALT_FLAGS = {
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
-    # every 8th / 4th / 2nd 8-key block's exps on the FMA pipe (soft_exp2) instead of MUFU
-    "soft-exp2-8": ("-DFA_HOPPER_SOFT_EXP2=8",),
-    "soft-exp2-4": ("-DFA_HOPPER_SOFT_EXP2=4",),
-    "soft-exp2-2": ("-DFA_HOPPER_SOFT_EXP2=2",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 

@@ -110,24 +110,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// 2^x on the FMA pipe, for x <= 0: ex2.approx runs on the MUFU pipe (16 results per clock and SM,
-// 1/8 of the FMA rate), so a kernel whose warps queue on MUFU can move some of its exps here at ~10
-// issue slots each. 2^x = 2^round(x) * 2^f, f in [-0.5, 0.5]: round(x) by the 1.5 * 2^23 trick (it
-// lands in the low bits of t, then shifted into the exponent field), 2^f by a degree-5 polynomial
-// (relative error 2.3e-7, on par with ex2.approx). x <= -125 (masked keys: -inf) gives exactly 0, as
-// ex2 does for -inf, so rows that see no key keep l = 0.
-__device__ __forceinline__ float soft_exp2(float x) {
-  const float xc = fmaxf(x, -125.f);
-  const float t = xc + 12582912.f;
-  const float f = xc - (t - 12582912.f);
-  float p = fmaf(0.001327647129073739f, f, 0.009675540961325169f);
-  p = fmaf(p, f, 0.05550713092088699f);
-  p = fmaf(p, f, 0.24022120237350464f);
-  p = fmaf(p, f, 0.6931469440460205f);
-  p = fmaf(p, f, 1.0000001192092896f);
-  return x > -125.f ? __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23)) : 0.f;
-}
-
 // The online softmax's rescale of O and l, exp2(scale * (m_old - m_new)) in log2 units, exactly 1
 // while the row max stays put. Computed alone, m_old * scale_log2 - m_new_scaled contracts to an FMA
 // that keeps the rounding residual of m_new_scaled (up to half an ulp, ~2.4e-7 here) and multiplies

@@ -83,12 +83,6 @@
 // A consumer frees Q for the next item as soon as its last S has retired, so that the next Q
 // loads under the last softmax, the last P V and the O stores; 0 frees it after the last P V
 // (before session 4), which left the Q load's latency at every item boundary.
-// Every FA_HOPPER_SOFT_EXP2-th 8-key block of S takes its exps on the FMA pipe (soft_exp2) instead
-// of MUFU; 0: all on MUFU. Counters at cb6b2c7: 16% of this kernel's warp stall samples sit on
-// MUFU.EX2 (6% for cuDNN, which uses the FMA pipe more).
-#ifndef FA_HOPPER_SOFT_EXP2
-#define FA_HOPPER_SOFT_EXP2 0
-#endif
 #ifndef FA_HOPPER_EARLY_Q_RELEASE
 #define FA_HOPPER_EARLY_Q_RELEASE 1
 #endif
@@ -218,9 +212,7 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     for (int j = 0; j < C::S_REGS / 4; j++)
 #pragma unroll
       for (int c = 0; c < 2; c++) {
-        const float x = fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled);
-        const bool soft = FA_HOPPER_SOFT_EXP2 > 0 && j % FA_HOPPER_SOFT_EXP2 == FA_HOPPER_SOFT_EXP2 - 1;
-        const float e = soft ? soft_exp2(x) : fast_exp2(x);
+        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
         S[4 * j + 2 * h + c] = e;
         sum += e;
       }
