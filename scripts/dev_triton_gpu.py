@@ -126,12 +126,12 @@ def C(block_m, block_n, warps, stages, maxnreg=None):
 
 SWEEP = {
     ("fa2", 128): [C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 8, 4)],
-    # one stage with maxnreg: two (fa2-tma) / three (fp8) blocks per SM without the wgmma serialisation
-    # (ptxas C7512) that the two-stage capped configs get (docs/perf-notes-triton.md, session 4)
+    # capped configs that share an SM without the wgmma serialisation (ptxas C7512) of the two-stage capped
+    # 128x64 / 64x128 ones: one stage, or narrower key tiles (docs/perf-notes-triton.md, session 4)
     ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
-                       C(128, 64, 8, 1, 128)],
+                       C(128, 64, 8, 1, 128), C(128, 32, 8, 3, 128), C(128, 32, 8, 4, 128)],
     ("fp8", 128): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
-                   C(64, 128, 4, 4), C(64, 128, 4, 2, 168), C(64, 128, 4, 1, 168)],
+                   C(64, 128, 4, 4), C(64, 128, 4, 2, 168), C(64, 128, 4, 1, 168), C(64, 64, 4, 4, 168)],
     ("fa2-tma", 64): [C(128, 64, 4, 3), C(128, 128, 8, 2, 128), C(64, 128, 4, 3), C(128, 64, 8, 3),
                       C(128, 128, 8, 3)],
     ("fp8", 64): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(64, 256, 4, 2), C(128, 64, 4, 3)],
