@@ -1,0 +1,116 @@
+"""Host cost of one API call per backend: what a user pays on the CPU for each attention call, beside the
+kernel time the sweeps report (those time CUDA-graph replays, which leave the host work out).
+
+On the GPU machine, from the repository root (CUDA libraries built here and carried in cuda_impl/_build):
+
+    PYTHONPATH=. python scripts/bench_api_overhead_gpu.py [--out DIR] [--profile BACKEND]
+
+For each backend, on a tiny problem (b1 h1 s128 d128, so that the kernel takes a few microseconds):
+- eager: wall time per call of N back-to-back calls, synchronised once at the end. The GPU runs far
+  ahead of nothing here: the kernel is short, so the host's issue rate sets the pace;
+- replay: the same call captured as a CUDA graph, timed the same way (the GPU-side cost plus one
+  graph launch);
+- host overhead = eager - replay, per call.
+Writes DIR/api_overhead.csv (one row per backend, with the environment of compare.env) and prints a
+table. --profile BACKEND adds a cProfile of N eager calls of that backend (top functions by own time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import csv
+import io
+import os
+import pstats
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+BACKENDS = ("sdpa:flash", "sdpa:cudnn", "triton:fa2", "triton:fa2-tma", "triton:fp8", "cuda:v5", "cuda:hopper",
+            "cuda:hopper-fp8", "cuda:hopper-mxfp8", "cuda:hopper-nvfp4", "triton:mxfp8-dequant")
+CALLS = 2000
+
+
+def per_call_us(fn, calls: int) -> float:
+    import torch
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
+def measure(name: str, calls: int) -> dict:
+    from compare import backends, bench, oracle
+
+    backend = backends.get(name)
+    fmt = next((f for f in ("bf16", "fp8", "mxfp8", "nvfp4") if f in backend.formats), backend.formats[0])
+    case = oracle.Case(1, 1, 1, 128, 128, 128, fmt=fmt)
+    row = {"backend": name, "format": fmt, "shape": "b1 h1 s128 d128"}
+    reason = backend.unavailable_reason() or backend.unsupported_reason(case)
+    if reason:
+        return {**row, "note": reason}
+    inputs = oracle.make_inputs(case, "cuda")
+    call = lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)  # noqa: E731
+    eager = per_call_us(call, calls)
+    graph, why = bench.capture_graph(call)
+    replay = per_call_us(graph.replay, calls) if graph is not None else float("nan")
+    return {**row, "eager_us": round(eager, 1), "replay_us": round(replay, 1),
+            "host_overhead_us": round(eager - replay, 1), "note": why}
+
+
+def profile(name: str, calls: int) -> str:
+    from compare import backends, oracle
+
+    backend = backends.get(name)
+    fmt = next((f for f in ("bf16", "fp8", "mxfp8", "nvfp4") if f in backend.formats), backend.formats[0])
+    inputs = oracle.make_inputs(oracle.Case(1, 1, 1, 128, 128, 128, fmt=fmt), "cuda")
+    call = lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)  # noqa: E731
+    per_call_us(call, 50)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(25)
+    return text.getvalue()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
+    parser.add_argument("--calls", type=int, default=CALLS)
+    parser.add_argument("--backends", nargs="*", default=list(BACKENDS))
+    parser.add_argument("--profile", action="append", default=[], metavar="BACKEND")
+    args = parser.parse_args()
+    from compare import env
+
+    environment = env.environment("cuda")
+    rows = [{**measure(name, args.calls), **environment} for name in args.backends]
+    args.out.mkdir(parents=True, exist_ok=True)
+    fields = list(dict.fromkeys(key for row in rows for key in row))
+    with open(args.out / "api_overhead.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    print(f"{'backend':24} {'format':7} {'eager us':>9} {'replay us':>10} {'host us':>8}  note")
+    for row in rows:
+        print(f"{row['backend']:24} {row['format']:7} {row.get('eager_us', float('nan')):9.1f} "
+              f"{row.get('replay_us', float('nan')):10.1f} {row.get('host_overhead_us', float('nan')):8.1f}  "
+              f"{row.get('note', '')}", flush=True)
+    for name in args.profile:
+        print(f"\n=== cProfile of {args.calls} eager calls of {name} ===")
+        print(profile(name, args.calls))
+
+
+if __name__ == "__main__":
+    main()
