@@ -1,10 +1,11 @@
 // hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
 //
-// CTA = 3 warpgroups, 128 query rows, KV swept in tiles of BLOCK_KV keys (128; 176 for
-// non-causal d128; 80 at d256, where O alone takes 128 registers per consumer thread):
+// CTA = 1 + CONSUMERS warpgroups, 64 query rows per consumer (2 consumers, 128 rows; 3 at d64,
+// 192 rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128; 80 at d256,
+// where O alone takes 128 registers per consumer thread):
 // - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
 //   load (Q once, then K and V of each tile into a STAGES-deep ring);
-// - warpgroups 1 and 2, the consumers: raise to CONSUMER_REGS; each owns 64 query rows and
+// - warpgroups 1.., the consumers: raise to CONSUMER_REGS; each owns 64 query rows and
 //   runs S = Q K^T (wgmma, both operands in shared memory), the online softmax in the
 //   accumulator registers, and O += P V (wgmma with P from registers, V from shared memory).
 // Shared tiles are what TMA writes with the 128-byte swizzle: 64-column panels of 128-byte
@@ -15,25 +16,26 @@
 // overlap): in iteration t it issues S(t) = Q K(t)^T and then O += P(t-1) V(t-1), waits only
 // for S(t), runs the softmax of tile t while P V still runs on the tensor cores, and waits for
 // P V before rescaling O and packing P(t). The two consumers also take turns issuing those
-// GEMMs (ping-pong on two named barriers), so one's softmax overlaps the other's GEMMs.
+// GEMMs (round robin on named barriers), so one's softmax overlaps the others' GEMMs.
 //
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
 //   q_full             count 1: producer arrive.expect_tx(Q bytes) + TMA; consumers wait parity 0.
-//   q_empty            count 256: arrival once the item's last S has retired (Q is not read
+//   q_empty            count CONSUMER_THREADS: arrival once the item's last S has retired (Q is not read
 //                      after it); the producer waits on it before loading the next item's Q.
 //   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t;
 //                      consumers wait parity r.
-//   k_empty[s]         count 256 (every consumer thread): arrival once S(t) has retired;
-//   v_empty[s]         count 256: arrival once P(t) V(t) has retired. The producer waits
+//   k_empty[s]         count CONSUMER_THREADS (every consumer thread): arrival once S(t) has retired;
+//   v_empty[s]         count CONSUMER_THREADS: arrival once P(t) V(t) has retired. The producer waits
 //                      parity r ^ 1 on each before refilling that half of stage s with tile t
 //                      (the first round passes on the fresh barrier's parity), so K(t + STAGES)
 //                      loads while V(t) is still being read.
 //   named barriers PINGPONG_BAR + c, 256 threads: consumer c waits (bar.sync) for its turn to
-//                      issue the GEMMs of one iteration; the other consumer's bar.arrive right
-//                      after its own issue hands the turn over. Consumer 0 arrives once on its own
-//                      barrier first, so it starts; consumer 1 hands back on all but its last
-//                      iteration, so both barriers end balanced (n phases each).
+//                      issue the GEMMs of one iteration; consumer c - 1's bar.arrive right after
+//                      its own issue hands the turn over (round robin). Consumer 0 arrives once on
+//                      its own barrier first, so it starts, and waits once more at the very end
+//                      to absorb the last consumer's last hand-over, so every barrier ends
+//                      balanced.
 // Every tile 0..n-1 is produced exactly once and consumed exactly once by every consumer
 // thread, with no early exit and no skipped tile inside that range (causally invisible tiles
 // are outside it: n stops at the CTA's last visible key), so each wait has its arrivals. A
@@ -65,6 +67,12 @@
 #endif
 // Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
 // Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
+// Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
+// since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
+// each other's softmax; 2 is the ablation (the d128 structure).
+#ifndef FA_HOPPER_D64_CONSUMERS
+#define FA_HOPPER_D64_CONSUMERS 3
+#endif
 #ifndef FA_HOPPER_D256_BLOCK_KV
 #define FA_HOPPER_D256_BLOCK_KV 80
 #endif
@@ -101,7 +109,7 @@ namespace fa {
 template <int DIM_, int BLOCK_KV_>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
-  static constexpr int CONSUMERS = 2;                  // consumer warpgroups, 64 rows each
+  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_D64_CONSUMERS : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -119,14 +127,17 @@ struct HopperTiles {
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
   static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
-  static constexpr int PINGPONG_BAR = 1;            // named barriers 1, 2 (0 is __syncthreads)
+  static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
+  static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
-  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM. d256 needs O 128 + S 40 + P 20 of
-  // the consumers' 240 (S(t), P(t-1) and O are live together under the overlap).
+  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 24 + 384 x 160).
+  // d256 needs O 128 + S 40 + P 20 of the consumers' 240 (S(t), P(t-1) and O are live together
+  // under the overlap); d64 with 128-key tiles S 64 + P 32 + O 32 of 160.
   static constexpr int PRODUCER_REGS = 24;
-  static constexpr int CONSUMER_REGS = 240;
+  static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+  static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
 };
@@ -240,22 +251,24 @@ __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], fl
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
 
-// The consumers' turns to issue GEMMs (see the protocol above); no-ops with FA_HOPPER_PINGPONG=0.
-// No branch may sit between a wgmma and its wait (ptxas would serialise the wgmmas, C7520), so
-// pass_turn is unconditional and consumer 0 takes one extra turn at the end (finish) to
-// absorb consumer 1's last hand-over.
+// The consumers' turns to issue GEMMs, round robin (see the protocol above); no-ops with
+// FA_HOPPER_PINGPONG=0. No branch may sit between a wgmma and its wait (ptxas would serialise the
+// wgmmas, C7520), so pass_turn is unconditional and consumer 0 takes one extra turn at the end
+// (finish) to absorb the last consumer's last hand-over.
 template <typename C>
 struct PingPong {
   int consumer;
   __device__ __forceinline__ void start() const {
     if (FA_HOPPER_PINGPONG && consumer == 0)
-      sm90::named_barrier_arrive(C::PINGPONG_BAR, C::CONSUMER_THREADS);
+      sm90::named_barrier_arrive(C::PINGPONG_BAR, C::PINGPONG_THREADS);
   }
   __device__ __forceinline__ void wait_turn() const {
-    if (FA_HOPPER_PINGPONG) sm90::named_barrier_sync(C::PINGPONG_BAR + consumer, C::CONSUMER_THREADS);
+    if (FA_HOPPER_PINGPONG) sm90::named_barrier_sync(C::PINGPONG_BAR + consumer, C::PINGPONG_THREADS);
   }
   __device__ __forceinline__ void pass_turn() const {
-    if (FA_HOPPER_PINGPONG) sm90::named_barrier_arrive(C::PINGPONG_BAR + 1 - consumer, C::CONSUMER_THREADS);
+    // (1 - consumer for two: the same machine code as before the round robin)
+    const int next = C::CONSUMERS == 2 ? 1 - consumer : (consumer + 1) % C::CONSUMERS;
+    if (FA_HOPPER_PINGPONG) sm90::named_barrier_arrive(C::PINGPONG_BAR + next, C::PINGPONG_THREADS);
   }
   __device__ __forceinline__ void finish() const {
     if (consumer == 0) wait_turn();
@@ -528,7 +541,7 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
     return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
   const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   if (items > INT32_MAX)
-    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / 128) must be < 2^31");
+    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's
   // epilogue). Causal items differ in length, and a static walk of them measured 10% slower
   // than one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
