@@ -65,7 +65,6 @@ ALT_FLAGS = {
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
     "d64-2wg": ("-DFA_HOPPER_D64_CONSUMERS=2",),  # d64 with two consumer warpgroups (before session 4)
-    "d128-3wg": ("-DFA_HOPPER_D128_CONSUMERS=3",),  # d128: three consumers, 128-key tiles, no overlap inside one
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 

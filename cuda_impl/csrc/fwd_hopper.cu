@@ -67,12 +67,6 @@
 #endif
 // Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
 // Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
-// Consumer warpgroups at d128: 2 (176-key tiles non-causal, each consumer overlapping its own
-// GEMMs with its softmax) or 3 (128-key tiles, each consumer's GEMMs and softmax in sequence: S,
-// P and O do not fit 160 registers together; the other two consumers' GEMMs fill the gaps).
-#ifndef FA_HOPPER_D128_CONSUMERS
-#define FA_HOPPER_D128_CONSUMERS 2
-#endif
 // Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
 // since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
 // each other's softmax; 2 is the ablation (the d128 structure).
@@ -115,8 +109,7 @@ namespace fa {
 template <int DIM_, int BLOCK_KV_>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
-  static constexpr int CONSUMERS =  // 64 rows each
-      DIM == 64 ? FA_HOPPER_D64_CONSUMERS : DIM == 128 ? FA_HOPPER_D128_CONSUMERS : 2;
+  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_D64_CONSUMERS : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -147,9 +140,6 @@ struct HopperTiles {
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
-  // Overlap inside a consumer (S(t+1) in flight while P(t) waits for its P V) keeps S, P and O
-  // live together; without it a consumer runs S, softmax, P V in sequence (consume_item_serial).
-  static constexpr bool OVERLAP = S_REGS + S_REGS / 2 + O_REGS <= CONSUMER_REGS - 32;
 };
 
 #if FA_SM90A
@@ -415,58 +405,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   store_rows<T, C>(p, w, row0, O, row_max, row_sum);
 }
 
-// A consumer without overlap inside itself (C::OVERLAP false: three d128 consumers): per tile,
-// S = Q K^T, its softmax, then O += P V, each GEMM in its own turn and waited for at once, so
-// that S, P and O are never live together; the round robin keeps the tensor cores on the other
-// consumers' GEMMs meanwhile. Same barriers and arrivals as consume_item.
-template <typename T, typename C>
-__device__ void consume_item_serial(const FwdParams& p, const CtaWork& w, uint32_t smem,
-                                    Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done) {
-  const int consumer = turns.consumer;
-  const int row0 = w.q_start + consumer * 64 + (int(threadIdx.x % 128) / 32) * 16 + int(threadIdx.x % 32) / 4;
-  float O[C::O_REGS];
-#pragma unroll
-  for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
-  const float scale_log2 = p.scale * LOG2E;
-  const uint32_t q_smem = smem + consumer * 64 * 128;
-  const int n = w.n_kv_tiles;
-  if (n > 0) sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
-  for (int tile = 0; tile < n; tile++) {
-    const int s = (done.kv_tiles + tile) % C::STAGES;
-    const uint32_t parity = uint32_t((done.kv_tiles + tile) / C::STAGES) & 1;
-    const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
-    float S[C::S_REGS];
-    uint32_t P[C::BLOCK_KV / 16][4];
-    sm90::mbar_wait(bars.k_full(s), parity);
-    turns.wait_turn();
-    sm90::wgmma_fence();
-    issue_s<T, C>(S, q_smem, k_smem);
-    turns.pass_turn();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(S);
-    sm90::mbar_arrive(bars.k_empty(s));
-    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, tile * C::BLOCK_KV)) mask_scores(S, p, w, row0, tile * C::BLOCK_KV);
-    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
-    rescale_and_pack<T, C>(S, O, alpha, P);
-    sm90::mbar_wait(bars.v_full(s), parity);
-    turns.wait_turn();
-    sm90::wgmma_fence();
-    issue_pv<T, C>(O, P, k_smem + C::KV_BYTES);
-    turns.pass_turn();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.v_empty(s));
-  }
-  if (n > 0) {
-    if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
-    done.kv_tiles += n;
-    done.q_loads++;
-  }
-  store_rows<T, C>(p, w, row0, O, row_max, row_sum);
-}
-
 }  // namespace hopper
 #endif  // FA_SM90A
 
@@ -516,13 +454,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    for (uint32_t round = 0; cta_item(round) < items; round++) {
-      const CtaWork w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group);
-      if constexpr (C::OVERLAP)
-        hopper::consume_item<T, C>(p, w, smem, bars, turns, done);
-      else
-        hopper::consume_item_serial<T, C>(p, w, smem, bars, turns, done);
-    }
+    for (uint32_t round = 0; cta_item(round) < items; round++)
+      hopper::consume_item<T, C>(
+          p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
+          done);
     turns.finish();
   }
 #endif
@@ -632,7 +567,7 @@ extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char*
     if constexpr (DIM == 256) {
       return fa::hopper_host::launch<T, DIM, FA_HOPPER_D256_BLOCK_KV>(*p, stream, err, err_len);
     } else {
-      if constexpr (DIM == 128 && FA_HOPPER_D128_CONSUMERS == 2) {
+      if constexpr (DIM == 128) {
         if (!p->causal)
           return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
       }
