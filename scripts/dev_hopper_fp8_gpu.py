@@ -35,7 +35,8 @@ from devkit import log, oracle_check, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
-ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1",)}
+ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
+              "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",)}  # d64 with two consumers (before session 4)
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
 CORRECTNESS_CASES = [
@@ -60,6 +61,8 @@ BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, True),
     (4, 16, 4096, 128, False),
     (1, 16, 16384, 64, False),
+    (1, 16, 16384, 64, True),
+    (4, 16, 4096, 64, False),
 ]
 
 

@@ -16,7 +16,7 @@
 //   own warpgroup, not only behind the other consumer's.
 //
 // Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx;
-// kv_empty[s] count 256), except that a consumer releases stage s of tile t after P(t) V(t) has
+// kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after P(t) V(t) has
 // retired, which happens in iteration t + 1 (or after the loop for the last tile). Each of the
 // n tiles is still released exactly once by every consumer thread, so the argument of
 // fwd_hopper.cu carries over; a consumer holds at most two stages (K(t+1) and V(t)), hence
@@ -35,6 +35,11 @@
 // d64 on top of the S(t+1) / softmax(t) overlap (docs/perf-notes-hopper.md, fp8).
 #ifndef FA_HOPPER_FP8_PINGPONG
 #define FA_HOPPER_FP8_PINGPONG 0
+#endif
+// Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
+// warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
+#ifndef FA_HOPPER_FP8_D64_CONSUMERS
+#define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
 
 extern "C" {
@@ -55,7 +60,8 @@ constexpr int FA_DTYPE_E4M3 = 2;
 template <int DIM_>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
-  static constexpr int CONSUMERS = 2;
+  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
+  static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -72,8 +78,9 @@ struct Fp8Tiles {
   static constexpr int BARRIERS = 1 + 3 * STAGES;
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
+  // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
-  static constexpr int CONSUMER_REGS = 240;
+  static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
   static constexpr int S_REGS = BLOCK_KV / 2;
   static constexpr int O_REGS = DIM / 2;
   static constexpr int K_STEPS_QK = DIM / 32;    // k32 steps of Q K^T
