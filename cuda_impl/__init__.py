@@ -50,8 +50,8 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
-    "1 producer + 2 ping-pong consumer warpgroups, S(t+1) issued before softmax(t), persistent "
-    "CTAs (non-causal), 176-key tiles (non-causal d128), 80-key tiles (d256)",
+    "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64), S(t+1) issued before softmax(t), "
+    "persistent CTAs (non-causal), 176-key tiles (non-causal d128), 80-key tiles (d256)",
 }
 
 VARIANTS["hopper-fp8"] = {
@@ -62,7 +62,7 @@ VARIANTS["hopper-fp8"] = {
     "max_cc": (9, 0),  # wgmma .e4m3 / setmaxnreg: sm_90a cubin only
     "ceiling": "wgmma",  # compare.backends maps wgmma + fp8 to the wgmma.e4m3 ceiling
     "description": "sm_90a fp8 e4m3: hopper's TMA ring and warpgroups, QGMMA for both products, V^T K-major, "
-    "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t)",
+    "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t), 3 consumers at d64",
 }
 
 _MX_DESCRIPTION = (
