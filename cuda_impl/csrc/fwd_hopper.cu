@@ -15,8 +15,8 @@
 // Each consumer overlaps its own GEMMs with its softmax (FlashAttention-3's intra-warpgroup
 // overlap): in iteration t it issues S(t) = Q K(t)^T and then O += P(t-1) V(t-1), waits only
 // for S(t), runs the softmax of tile t while P V still runs on the tensor cores, and waits for
-// P V before rescaling O and packing P(t). The two consumers also take turns issuing those
-// GEMMs (round robin on named barriers), so one's softmax overlaps the others' GEMMs.
+// P V before rescaling O and packing P(t). The consumers also take turns issuing those GEMMs
+// (round robin on named barriers), so one's softmax overlaps the others' GEMMs.
 //
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
@@ -65,14 +65,14 @@
 #ifndef FA_HOPPER_D128_BLOCK_KV
 #define FA_HOPPER_D128_BLOCK_KV 176
 #endif
-// Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
-// Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
 // Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
 // since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
 // each other's softmax; 2 is the ablation (the d128 structure).
 #ifndef FA_HOPPER_D64_CONSUMERS
 #define FA_HOPPER_D64_CONSUMERS 3
 #endif
+// Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
+// Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
 #ifndef FA_HOPPER_D256_BLOCK_KV
 #define FA_HOPPER_D256_BLOCK_KV 80
 #endif
