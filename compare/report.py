@@ -54,35 +54,57 @@ HEADLINE_SEQLENS = (1024, 4096, 16384)
 CASE = ["head_dim", "seqlen_q", "seqlen_k", "causal"]
 
 
-def _best(rows: pd.DataFrame, labels: list[str], fmt: str) -> pd.Series:
-    """Fastest passing TFLOP/s per case among the backends `labels`, in format `fmt`."""
+def _best(rows: pd.DataFrame, labels: list[str], fmt: str) -> pd.DataFrame:
+    """Fastest passing row per case among the backends `labels`, in format `fmt`: its TFLOP/s and the run
+    (git commit) it comes from."""
     picked = rows[rows["label"].isin(labels) & (rows["format"] == fmt)]
     if (picked.groupby(CASE)[["batch", "heads_q"]].nunique() > 1).any(axis=None):
         raise ValueError(f"two shapes of {labels} share one {CASE}: the headline ratios would mix them")
-    return picked.groupby(CASE)["tflops"].max()
+    best = picked.loc[picked.groupby(CASE)["tflops"].idxmax()] if not picked.empty else picked
+    run = best["git_commit"] if "git_commit" in best else pd.Series("", index=best.index)
+    index = pd.MultiIndex.from_frame(best[CASE]) if not best.empty else pd.MultiIndex.from_tuples([], names=CASE)
+    return pd.DataFrame({"tflops": best["tflops"].to_numpy(), "run": run.to_numpy()}, index=index)
 
 
-def _cell(ratio: pd.Series, key: tuple) -> str:
+CROSS_RUN = "†"  # marks a ratio whose two sides come from different runs
+
+
+def _cell(ratio: pd.Series, cross_run: pd.Series, key: tuple) -> str:
     value = ratio.get(key)
-    return "-" if value is None or pd.isna(value) else f"{value:.2f}"
+    if value is None or pd.isna(value):
+        return "-"
+    return f"{value:.2f}" + (CROSS_RUN if cross_run.get(key, False) else "")
 
 
 def headline_table(df: pd.DataFrame) -> str:
     """Speed ratios of the HEADLINES comparisons on the 16k-token grid (non-causal / causal per seqlen) and at
-    the founding shape; '-' where a side has no passing row."""
+    the founding shape; '-' where a side has no passing row, and a note under the table when a ratio's
+    two sides come from different runs (the CSVs hold several commits)."""
     rows = passed(df)
     grid = grid_rows(rows)
     founding = {column: FOUNDING_SHAPE[column] for column in CASE}
     header = ["comparison", "head_dim"] + [f"{s // 1024}k" for s in HEADLINE_SEQLENS] + ["founding shape"]
     lines = ["| " + " | ".join(header) + " |", "|---|---:|" + "---:|" * (len(header) - 2)]
+    any_cross_run = False
     for what, top, top_fmt, bottom, bottom_fmt in HEADLINES:
-        ratio = (_best(rows, top, top_fmt) / _best(rows, bottom, bottom_fmt)).dropna()
+        sides = _best(rows, top, top_fmt).add_suffix("_top").join(
+            _best(rows, bottom, bottom_fmt).add_suffix("_bottom"), how="inner")
+        ratio = (sides["tflops_top"] / sides["tflops_bottom"]).dropna()
+        cross_run = (sides["run_top"] != sides["run_bottom"]).reindex(ratio.index)
         on_grid = ratio[ratio.index.isin(_best(grid, top, top_fmt).index)]
         for head_dim in sorted(on_grid.index.get_level_values("head_dim").unique()):
-            cells = [" / ".join(_cell(on_grid, (head_dim, s, s, causal)) for causal in (False, True))
+            keys = [(head_dim, s, s, causal) for s in HEADLINE_SEQLENS for causal in (False, True)]
+            cells = [" / ".join(_cell(on_grid, cross_run, (head_dim, s, s, causal)) for causal in (False, True))
                      for s in HEADLINE_SEQLENS]
-            at_founding = _cell(ratio, tuple(founding.values())) if head_dim == founding["head_dim"] else "-"
+            at_founding = "-"
+            if head_dim == founding["head_dim"]:
+                keys.append(tuple(founding.values()))
+                at_founding = _cell(ratio, cross_run, tuple(founding.values()))
+            any_cross_run |= any(key in on_grid.index and cross_run.get(key, False) for key in keys)
             lines.append(f"| {what} | {int(head_dim)} | " + " | ".join(cells) + f" | {at_founding} |")
+    if any_cross_run:
+        lines += ["", f"{CROSS_RUN} The two sides of this ratio come from different runs (different commits in "
+                  "the CSVs), so it also carries the difference in the GPU's power state between them."]
     return "\n".join(lines)
 
 

@@ -47,3 +47,25 @@ def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
     other_batch = pd.DataFrame([row("cuda:hopper", "bf16", 1.0, batch=3)])
     with pytest.raises(ValueError, match="two shapes"):
         report.headline_table(pd.concat([df, other_batch]))
+
+
+def test_headline_ratio_across_two_runs_is_marked_and_explained():
+    import pandas as pd
+
+    def row(label, fmt, tflops, commit, causal=False):
+        return dict(label=label, format=fmt, tflops=tflops, oracle="pass", head_dim=128, seqlen_q=1024,
+                    seqlen_k=1024, causal=causal, batch=16, heads_q=16, git_commit=commit)
+
+    df = pd.DataFrame([
+        row("cuda:hopper-fp8", "fp8", 600.0, "bbb"), row("triton:fp8", "fp8", 500.0, "bbb"),
+        row("cuda:hopper", "bf16", 400.0, "aaa"), row("sdpa:cudnn", "bf16", 500.0, "aaa"),
+        row("cuda:hopper-fp8", "fp8", 300.0, "aaa", causal=True), row("cuda:hopper", "bf16", 300.0, "aaa", causal=True),
+    ])
+    table = report.headline_table(df)
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
+    assert "| 128 | 1.20 / - |" in lines["`cuda:hopper-fp8` / `triton:fp8`"]  # one run: no mark
+    assert "| 128 | 0.80 / - |" in lines["`cuda:hopper` / `sdpa:cudnn`"]
+    assert "| 128 | 1.50† / 1.00 |" in lines["`cuda:hopper-fp8` / `cuda:hopper` bf16"]  # fp8 from bbb
+    assert table.splitlines()[-1].startswith("† The two sides of this ratio come from different runs")
+    same_run = df.assign(git_commit="aaa")
+    assert "†" not in report.headline_table(same_run)
