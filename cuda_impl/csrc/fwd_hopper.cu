@@ -275,31 +275,6 @@ struct PingPong {
   }
 };
 
-template <typename T, typename C>
-__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                           const float (&row_max)[2], const float (&row_sum)[2]) {
-  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
-  const int quad_col = (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = row0 + 8 * h;
-    if (row >= p.seqlen_q) continue;  // tail rows of the last Q tile are never written
-    T* dst = out + row * p.out_stride[2] + quad_col;
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
-    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
-      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
-      p.lse[head_row + row] = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
-    }
-  }
-}
-
 // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
 template <typename T, typename C>
 __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
@@ -402,7 +377,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     done.q_loads++;
   }
   // The next item's loads are already under way while these stores drain.
-  store_rows<T, C>(p, w, row0, O, row_max, row_sum);
+  store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f,
+                      [&p](float m, float l) { return m * p.scale + logf(l); });
 }
 
 }  // namespace hopper

@@ -226,8 +226,9 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
         masked_softmax, gemm_turn_begin, gemm_turn_end);
   }
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
-  store_rows<C>(p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv],
-                [score_scale](float m, float l) { return m * score_scale + logf(l); });
+  store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum,
+                                  fp.v_descale[w.batch * p.heads_kv + w.head_kv],
+                                  [score_scale](float m, float l) { return m * score_scale + logf(l); });
 }
 
 }  // namespace hopper_fp8

@@ -232,8 +232,8 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
                                     no_turns, no_turns);
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.
-  hopper_fp8::store_rows<C>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,
-                            [](float m, float l) { return (m + log2f(l)) * 0.6931471805599453f; });
+  store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,
+                                  [](float m, float l) { return (m + log2f(l)) * 0.6931471805599453f; });
 }
 
 }  // namespace hopper_mx

@@ -218,35 +218,5 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
   }
 }
 
-// O * out_factor / l in bf16 (out_factor: V's descale or tensor scale, 1 if none), and the LSE
-// as lse(m, l) of the row max m (in the kernel's own units) and the row sum l; rows that saw no
-// key get zeros and -inf. Rows g and g + 8 of the warp's 16 (row0 = g), accumulator layout.
-template <typename C, typename Lse>
-__device__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                           const float (&row_max)[2], const float (&row_sum)[2], float out_factor,
-                           Lse&& lse) {
-  using T = __nv_bfloat16;
-  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
-  const int quad_col = (threadIdx.x % 4) * 2;
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const float inv = l > 0.f ? out_factor / l : 0.f;
-    const int row = row0 + 8 * h;
-    if (row >= p.seqlen_q) continue;
-    T* dst = out + row * p.out_stride[2] + quad_col;
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
-    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
-      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
-      p.lse[head_row + row] = l > 0.f ? lse(row_max[h], l) : -INFINITY;
-    }
-  }
-}
-
 }  // namespace fa::hopper_fp8
 #endif  // FA_SM90A
