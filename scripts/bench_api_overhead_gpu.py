@@ -48,18 +48,27 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def measure(name: str, calls: int) -> dict:
-    from compare import backends, bench, oracle
+def tiny_call(name: str):
+    """(backend, case, call): the backend, its first format's tiny case (b1 h1 s128 d128) and a function
+    running one eager call on fresh inputs (None where the backend cannot run the case)."""
+    from compare import backends, oracle
 
     backend = backends.get(name)
     fmt = next((f for f in ("bf16", "fp8", "mxfp8", "nvfp4") if f in backend.formats), backend.formats[0])
     case = oracle.Case(1, 1, 1, 128, 128, 128, fmt=fmt)
-    row = {"backend": name, "format": fmt, "shape": "b1 h1 s128 d128"}
-    reason = backend.unavailable_reason() or backend.unsupported_reason(case)
-    if reason:
-        return {**row, "note": reason}
+    if backend.unavailable_reason() or backend.unsupported_reason(case):
+        return backend, case, None
     inputs = oracle.make_inputs(case, "cuda")
-    call = lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)  # noqa: E731
+    return backend, case, lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)
+
+
+def measure(name: str, calls: int) -> dict:
+    from compare import bench
+
+    backend, case, call = tiny_call(name)
+    row = {"backend": name, "format": case.fmt, "shape": "b1 h1 s128 d128"}
+    if call is None:
+        return {**row, "note": backend.unavailable_reason() or backend.unsupported_reason(case)}
     eager = per_call_us(call, calls)
     graph, why = bench.capture_graph(call)
     replay = per_call_us(graph.replay, calls) if graph is not None else float("nan")
@@ -68,12 +77,9 @@ def measure(name: str, calls: int) -> dict:
 
 
 def profile(name: str, calls: int) -> str:
-    from compare import backends, oracle
-
-    backend = backends.get(name)
-    fmt = next((f for f in ("bf16", "fp8", "mxfp8", "nvfp4") if f in backend.formats), backend.formats[0])
-    inputs = oracle.make_inputs(oracle.Case(1, 1, 1, 128, 128, 128, fmt=fmt), "cuda")
-    call = lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)  # noqa: E731
+    backend, case, call = tiny_call(name)
+    if call is None:
+        return f"{name}: {backend.unavailable_reason() or backend.unsupported_reason(case)}"
     per_call_us(call, 50)
     prof = cProfile.Profile()
     prof.enable()
