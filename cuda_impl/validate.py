@@ -162,14 +162,7 @@ def check_fp8_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None
                     f"stride: {name}.data.stride({dim}) = {t.stride(dim)} must be a positive multiple of "
                     f"{FP8_STRIDE_MULTIPLE} bytes (TMA)"
                 )
-    tensors = (q.data, k.data, v.data, q.scale, k.scale, v.scale)
-    if q.data.device.type != "cuda":
-        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
-    if any(t.device != q.data.device for t in tensors):
-        raise ValueError(f"device: data and descales must be on one device, got {[str(t.device) for t in tensors]}")
-    capability = torch.cuda.get_device_capability(q.data.device)
-    if problem := arch_problem(variant, spec, capability):
-        raise ValueError(problem)
+    _check_device_and_arch((q.data, k.data, v.data, q.scale, k.scale, v.scale), "data and descales", variant, spec)
 
 
 # compare.formats storage of the block-scaled formats: (element dtype, block-scale dtype, block).
@@ -223,13 +216,18 @@ def check_blocked_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> 
                 raise ValueError(f"tensor scale: nvfp4 {name}.tensor_scale must be one float32 value, got {ts!r}")
     batch, heads_q, heads_kv = _check_quantized_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), "v",
                                                        variant, spec, scale)
-    tensors = [t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None]
-    if q.data.device.type != "cuda":
-        raise ValueError(f"device: tensors must be on a CUDA device, got {q.data.device}")
-    if any(t.device != q.data.device for t in tensors):
-        raise ValueError(f"device: data and scales must be on one device, got {sorted({str(t.device) for t in tensors})}")
-    capability = torch.cuda.get_device_capability(q.data.device)
-    if problem := arch_problem(variant, spec, capability):
+    _check_device_and_arch([t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None],
+                           "data and scales", variant, spec)
+
+
+def _check_device_and_arch(tensors, what: str, variant: str, spec: dict) -> None:
+    """The quantized inputs' placement: all of `tensors` (data first) on one CUDA device that runs `variant`."""
+    device = tensors[0].device
+    if device.type != "cuda":
+        raise ValueError(f"device: tensors must be on a CUDA device, got {device}")
+    if any(t.device != device for t in tensors):
+        raise ValueError(f"device: {what} must be on one device, got {sorted({str(t.device) for t in tensors})}")
+    if problem := arch_problem(variant, spec, torch.cuda.get_device_capability(device)):
         raise ValueError(problem)
 
 
