@@ -1,7 +1,8 @@
 """One device call for cuda:hopper-fp8 (sm_90a, e4m3): correctness first, then timing.
 
-Build here first (`python scripts/dev_hopper_fp8_gpu.py --build-only`: the default library and the
-ALT_BUILDS) and carry cuda_impl/_build. On the H200:
+Build here first (`python scripts/dev_hopper_fp8_gpu.py --build-only [NAME... | all]`: the default
+library and the ALT_BUILDS named) and carry cuda_impl/_build; the ALT_BUILDS that were not built and
+carried are skipped. On the H200:
 
     PYTHONPATH=. python scripts/dev_hopper_fp8_gpu.py
     PYTHONPATH=. timeout 120 compute-sanitizer --tool memcheck python scripts/dev_hopper_fp8_gpu.py --sanitize
@@ -35,8 +36,22 @@ from devkit import log, oracle_check, run_checks  # noqa: E402
 
 STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
-ALT_BUILDS = {"pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
-              "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",)}  # d64 with two consumers (before session 4)
+ALL_ALT_BUILDS = {
+    "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
+    "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
+    "chains2": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum (before session 5)
+    "rescale-after": ("-DFA_HOPPER_FP8_RESCALE_UNDER_S=0",),  # O rescaled after P V retires (before session 5)
+    "s4": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2", "-DFA_HOPPER_FP8_RESCALE_UNDER_S=0"),  # the session-4 kernel
+}
+
+
+def carried(flags) -> bool:
+    from cuda_impl import _lib, build
+
+    return build.cached_library(_lib.library_spec(flags)) is not None
+
+
+ALT_BUILDS = {name: flags for name, flags in ALL_ALT_BUILDS.items() if carried(flags)}
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
 CORRECTNESS_CASES = [
@@ -228,12 +243,14 @@ def main() -> int:
     parser.add_argument("--sanitize", action="store_true", help="two small launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("--profile-once", action="store_true", help="two launches at 16k d128, for ncu")
-    parser.add_argument("--build-only", action="store_true", help="(dev machine) build the default and ALT_BUILDS libraries")
+    parser.add_argument("--build-only", nargs="*", metavar="NAME", choices=["all", *ALL_ALT_BUILDS],
+                        help="(dev machine) build the default library and the ALT_BUILDS named ('all': every one)")
     args = parser.parse_args()
-    if args.build_only:
+    if args.build_only is not None:
         from cuda_impl import _lib, build
 
-        for flags in ((), *ALT_BUILDS.values()):
+        names = list(ALL_ALT_BUILDS) if args.build_only == ["all"] else args.build_only
+        for flags in ((), *(ALL_ALT_BUILDS[n] for n in names)):
             log(f"built {build.build_library(_lib.library_spec(flags))}")
         return 0
     if args.sanitize:

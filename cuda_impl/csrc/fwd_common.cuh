@@ -255,6 +255,45 @@ __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams&
   }
 }
 
+// Row reductions over one thread's part of a wgmma accumulator row: half h (row row0 + 8h) is
+// registers 4j + 2h + c. Value v = 2j + c goes to chain v % CHAINS and the chains meet in a tree,
+// so the dependent latency is S_REGS / (2 CHAINS) operations instead of S_REGS / 2: the row max
+// and row sum sit between "S retired" and the next GEMM issue, on each consumer's critical path.
+template <int CHAINS, int S_REGS>
+__device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, float init) {
+  static_assert((S_REGS / 2) % CHAINS == 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
+  float m[CHAINS];
+#pragma unroll
+  for (int k = 0; k < CHAINS; k++) m[k] = init;
+#pragma unroll
+  for (int v = 0; v < S_REGS / 2; v++) m[v % CHAINS] = fmaxf(m[v % CHAINS], S[4 * (v / 2) + 2 * h + v % 2]);
+#pragma unroll
+  for (int width = CHAINS / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int k = 0; k < width; k++) m[k] = fmaxf(m[k], m[k + width]);
+  return m[0];
+}
+
+// S <- f(S) over row half h, returning the sum of the new values (chained as wgmma_row_max).
+template <int CHAINS, int S_REGS, typename F>
+__device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
+  static_assert((S_REGS / 2) % CHAINS == 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
+  float sum[CHAINS];
+#pragma unroll
+  for (int k = 0; k < CHAINS; k++) sum[k] = 0.f;
+#pragma unroll
+  for (int v = 0; v < S_REGS / 2; v++) {
+    float& s = S[4 * (v / 2) + 2 * h + v % 2];
+    s = f(s);
+    sum[v % CHAINS] += s;
+  }
+#pragma unroll
+  for (int width = CHAINS / 2; width > 0; width /= 2)
+#pragma unroll
+    for (int k = 0; k < width; k++) sum[k] += sum[k + width];
+  return sum[0];
+}
+
 // The epilogue for a wgmma O accumulator (the Hopper kernels): O * out_factor / l in T (out_factor:
 // V's descale or tensor scale, 1 if none) and the LSE as lse(m, l) of the row max m (in the
 // kernel's own units) and the row sum l; rows that saw no key get zeros and -inf. Rows row0 and

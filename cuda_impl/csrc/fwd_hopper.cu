@@ -104,6 +104,18 @@
 #define FA_HOPPER_LAZY_RESCALE 8
 #endif
 
+// Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
+// fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
+#ifndef FA_HOPPER_SOFTMAX_CHAINS
+#define FA_HOPPER_SOFTMAX_CHAINS 4
+#endif
+// 1: O *= alpha(t-1) runs between the issues of S(t) and P(t-1) V(t-1), under S(t) on the tensor
+// cores (FlashAttention-3's order), instead of between P V's retirement and the next issue.
+// Eager rescale only (d64, d128): the lazy one's branch must not sit between wgmmas.
+#ifndef FA_HOPPER_RESCALE_UNDER_S
+#define FA_HOPPER_RESCALE_UNDER_S 1
+#endif
+
 namespace fa {
 
 template <int DIM_, int BLOCK_KV_>
@@ -119,6 +131,8 @@ struct HopperTiles {
   static constexpr int STAGES =
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
+  static constexpr bool RESCALE_UNDER_S = FA_HOPPER_RESCALE_UNDER_S && LAZY_RESCALE == 0;
+  static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -206,9 +220,7 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
                                             float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    float m = row_max[h];
-#pragma unroll
-    for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
+    float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, row_max[h]);
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     if (C::LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
@@ -218,33 +230,30 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < C::S_REGS / 4; j++)
-#pragma unroll
-      for (int c = 0; c < 2; c++) {
-        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
-        S[4 * j + 2 * h + c] = e;
-        sum += e;
-      }
+    const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
+        S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
-// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
-// (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
-// No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
-template <typename T, typename C>
-__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
-                                                 const float (&alpha)[2],
-                                                 uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+// Second half: O *= alpha, then (or, under RESCALE_UNDER_S, in the next iteration between the
+// S and the P V issues) P = S as wgmma A fragments. O may only change while no P V is in flight.
+// No wgmma may be in flight around the warp-uniform branch of the lazy rescale (ptxas would
+// serialise them), which is why the lazy rescale never runs under S.
+template <typename C>
+__device__ __forceinline__ void rescale_o(float (&O)[C::O_REGS], const float (&alpha)[2]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
     for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
+}
+
+// Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order (row g keys
+// 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+template <typename T, typename C>
+__device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P)[C::BLOCK_KV / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
@@ -340,7 +349,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
-    rescale_and_pack<T, C>(S, O, alpha, P);
+    if (!C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
+    pack_p<T, C>(S, P);
   }
   for (int tile = 1; tile < n; tile++) {
     const int s = stage(tile), prev = stage(tile - 1);
@@ -351,6 +361,10 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     turns.wait_turn();
     sm90::wgmma_fence();
     issue_s<T, C>(S, q_smem, k_smem(s));
+    if (C::RESCALE_UNDER_S) {  // O *= alpha(t-1) while S(t) runs, then a fence for the changed O
+      rescale_o<C>(O, alpha);
+      sm90::wgmma_fence();
+    }
     issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
     turns.pass_turn();
     sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
@@ -362,11 +376,13 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     sm90::mbar_arrive(bars.v_empty(prev));
-    rescale_and_pack<T, C>(S, O, alpha, P);
+    if (!C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
+    pack_p<T, C>(S, P);
   }
   if (n > 0) {  // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
+    if (C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
     sm90::wgmma_fence();
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();

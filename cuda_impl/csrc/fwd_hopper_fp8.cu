@@ -38,6 +38,11 @@
 #endif
 // Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
 // warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
+// Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max); 2 was
+// the first measured step (+2-3% at 16k over one chain, docs/perf-notes-hopper.md, fp8).
+#ifndef FA_HOPPER_FP8_SOFTMAX_CHAINS
+#define FA_HOPPER_FP8_SOFTMAX_CHAINS 4
+#endif
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
@@ -67,6 +72,9 @@ struct Fp8Tiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
+  static constexpr int SOFTMAX_CHAINS = FA_HOPPER_FP8_SOFTMAX_CHAINS;
+  // Under S(t), O, S(t) and P(t-1) are live at once: 136 bytes of spills in 160 registers (d64).
+  static constexpr bool RESCALE_UNDER_S = FA_HOPPER_FP8_RESCALE_UNDER_S && CONSUMERS == 2;
   static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
   static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
   static constexpr int Q_BYTES = BLOCK_Q * DIM;
@@ -119,30 +127,16 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
                                              uint32_t (&P)[C::K_STEPS_PV][4], float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    // Two independent chains per row (max and sum) halve the dependent latency.
-    float m0 = row_max[h], m1 = row_max[h];
-#pragma unroll
-    for (int j = 0; j < C::S_REGS / 4; j++) {
-      m0 = fmaxf(m0, S[4 * j + 2 * h]);
-      m1 = fmaxf(m1, S[4 * j + 2 * h + 1]);
-    }
-    float m = fmaxf(m0, m1);
+    float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, row_max[h]);
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
-    float sum[2] = {0.f, 0.f};
-#pragma unroll
-    for (int j = 0; j < C::S_REGS / 4; j++)
-#pragma unroll
-      for (int c = 0; c < 2; c++) {
-        const float e = fast_exp2(fmaf(S[4 * j + 2 * h + c], scale_log2, -m_scaled));
-        S[4 * j + 2 * h + c] = e;
-        sum[c] += e;
-      }
-    row_sum[h] = row_sum[h] * alpha[h] + (sum[0] + sum[1]);
+    const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
+        S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 #pragma unroll
   for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
