@@ -2,7 +2,8 @@
 
 Run on the GPU machine from the repository root (scripts/dev_cuda_gpu.sh does it) with the
 libraries built here (`python scripts/dev_cuda_gpu.py --build-only`: the default library, each
-ALT_BUILDS entry and the ceilings benchmark) and carried in cuda_impl/_build.
+ALT_BUILDS entry and the ceilings benchmark) and carried in cuda_impl/_build; ALT_BUILDS that were
+not carried are skipped.
 Stages, each timed and logged: pytest of the GPU tests; the alternative tile-shape builds
 against the float64 reference; timing with triton.testing.do_bench (median) of v1..v5 (v4/v5
 also from the alternative builds) and torch SDPA flash / cuDNN; mma.sync and copy ceilings;
@@ -42,6 +43,7 @@ SIXTEEN_BIT = [name for name, spec in cuda_impl.VARIANTS.items() if "bf16" in sp
 ALT_BUILDS = {
     "rows16": ("-DFA_V5_D128_WARP_ROWS=16",),
     "kv32": ("-DFA_V5_D128_BLOCK_KV=32", "-DFA_V5_D128_STAGES=4"),
+    "chains1": ("-DFA_LADDER_SOFTMAX_CHAINS=1",),  # one row max / row sum chain (before session 5)
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal
@@ -245,10 +247,12 @@ def main() -> None:
     log(
         f"{props.name}, {props.multi_processor_count} SMs, torch {torch.__version__}, cuda {torch.version.cuda}"
     )
-    for flags in ((), *ALT_BUILDS.values()):  # carried builds are used as they are; else built here
-        spec = _lib.library_spec(flags)
-        log(f"library {flags or 'default'}: {'cached' if build.cached_library(spec) else 'building'}")
-        _lib.load(flags)
+    log(f"library default: {'cached' if build.cached_library(_lib.library_spec()) else 'building'}")
+    _lib.load()
+    for name, flags in list(ALT_BUILDS.items()):  # carried builds are used as they are; others skipped
+        if build.cached_library(_lib.library_spec(flags)) is None:
+            log(f"library {name}: not built and carried, skipped")
+            del ALT_BUILDS[name]
     summary: dict[str, str] = {}
 
     if "pytest" not in args.skip:

@@ -39,9 +39,8 @@ STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 ALL_ALT_BUILDS = {
     "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
     "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
-    "chains2": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum (before session 5)
-    "rescale-after": ("-DFA_HOPPER_FP8_RESCALE_UNDER_S=0",),  # O rescaled after P V retires (before session 5)
-    "s4": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2", "-DFA_HOPPER_FP8_RESCALE_UNDER_S=0"),  # the session-4 kernel
+    "chains2": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum: the session-4 kernel
+    "lazy8": ("-DFA_HOPPER_FP8_LAZY_RESCALE=8",),  # O rescaled only when a row max grows by > 2^8
 }
 
 

@@ -65,10 +65,8 @@ ALT_FLAGS = {
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
     "d64-2wg": ("-DFA_HOPPER_D64_CONSUMERS=2",),  # d64 with two consumer warpgroups (before session 4)
-    "chains2": ("-DFA_HOPPER_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum instead of four
-    "rescale-after": ("-DFA_HOPPER_RESCALE_UNDER_S=0",),  # O *= alpha after P V retires (before session 5)
-    # one chain each and the rescale after P V: the session-4 order (its max chain was half as deep)
-    "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1", "-DFA_HOPPER_RESCALE_UNDER_S=0"),
+    # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
+    "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 

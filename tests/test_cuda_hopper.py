@@ -89,10 +89,9 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv):
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
     assert len(transposed_b) == pv_steps, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
-    # One wgmma.fence per batch (tile 0, loop, last P V), plus one in the loop between S(t) and
-    # P(t-1) V(t-1) where O is rescaled under S(t) (eager rescale: d64, d128); none injected by
-    # ptxas. The loop waits for S(t) alone (DEPBAR.LE 1) while P(t-1) V(t-1) runs under the softmax.
-    assert ops["WARPGROUP.ARRIVE"] == (3 if head_dim == 256 else 4)
+    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
+    # for S(t) alone (DEPBAR.LE 1) while P(t-1) V(t-1) runs under the softmax.
+    assert ops["WARPGROUP.ARRIVE"] == 3
     waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
     assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 4, waits
     # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.

@@ -255,18 +255,18 @@ __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams&
   }
 }
 
-// Row reductions over one thread's part of a wgmma accumulator row: half h (row row0 + 8h) is
-// registers 4j + 2h + c. Value v = 2j + c goes to chain v % CHAINS and the chains meet in a tree,
-// so the dependent latency is S_REGS / (2 CHAINS) operations instead of S_REGS / 2: the row max
-// and row sum sit between "S retired" and the next GEMM issue, on each consumer's critical path.
-template <int CHAINS, int S_REGS>
-__device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, float init) {
-  static_assert((S_REGS / 2) % CHAINS == 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
+// Row reductions in CHAINS independent chains (value v goes to chain v % CHAINS; the chains meet in a
+// tree), so that the dependent latency is N / CHAINS operations instead of N: the row max and the
+// row sum sit between "S is ready" and the next MMA on every consumer's critical path.
+// chained_max: fmaxf over get(0) .. get(N - 1) and init.
+template <int CHAINS, int N, typename Get>
+__device__ __forceinline__ float chained_max(float init, Get&& get) {
+  static_assert(CHAINS > 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
   float m[CHAINS];
 #pragma unroll
   for (int k = 0; k < CHAINS; k++) m[k] = init;
 #pragma unroll
-  for (int v = 0; v < S_REGS / 2; v++) m[v % CHAINS] = fmaxf(m[v % CHAINS], S[4 * (v / 2) + 2 * h + v % 2]);
+  for (int v = 0; v < N; v++) m[v % CHAINS] = fmaxf(m[v % CHAINS], get(v));
 #pragma unroll
   for (int width = CHAINS / 2; width > 0; width /= 2)
 #pragma unroll
@@ -274,24 +274,37 @@ __device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, 
   return m[0];
 }
 
-// S <- f(S) over row half h, returning the sum of the new values (chained as wgmma_row_max).
-template <int CHAINS, int S_REGS, typename F>
-__device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
-  static_assert((S_REGS / 2) % CHAINS == 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
+// x = f(x) for x = ref(0) .. ref(N - 1) (references into the caller's registers), returning the
+// sum of the new values.
+template <int CHAINS, int N, typename Ref, typename F>
+__device__ __forceinline__ float chained_map_sum(Ref&& ref, F&& f) {
+  static_assert(CHAINS > 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
   float sum[CHAINS];
 #pragma unroll
   for (int k = 0; k < CHAINS; k++) sum[k] = 0.f;
 #pragma unroll
-  for (int v = 0; v < S_REGS / 2; v++) {
-    float& s = S[4 * (v / 2) + 2 * h + v % 2];
-    s = f(s);
-    sum[v % CHAINS] += s;
+  for (int v = 0; v < N; v++) {
+    float& x = ref(v);
+    x = f(x);
+    sum[v % CHAINS] += x;
   }
 #pragma unroll
   for (int width = CHAINS / 2; width > 0; width /= 2)
 #pragma unroll
     for (int k = 0; k < width; k++) sum[k] += sum[k + width];
   return sum[0];
+}
+
+// The same over one thread's part of a wgmma accumulator row: half h (row row0 + 8h) is registers
+// 4j + 2h + c, value v = 2j + c.
+template <int CHAINS, int S_REGS>
+__device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, float init) {
+  return chained_max<CHAINS, S_REGS / 2>(init, [&](int v) { return S[4 * (v / 2) + 2 * h + v % 2]; });
+}
+
+template <int CHAINS, int S_REGS, typename F>
+__device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
+  return chained_map_sum<CHAINS, S_REGS / 2>([&](int v) -> float& { return S[4 * (v / 2) + 2 * h + v % 2]; }, f);
 }
 
 // The epilogue for a wgmma O accumulator (the Hopper kernels): O * out_factor / l in T (out_factor:
@@ -324,6 +337,12 @@ __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWo
   }
 }
 
+// Independent chains of the row max and row sum in the mma.sync kernels' softmax (chained_max): 1
+// was the ladder's reduction until session 5 (its max folded value pairs).
+#ifndef FA_LADDER_SOFTMAX_CHAINS
+#define FA_LADDER_SOFTMAX_CHAINS 4
+#endif
+
 // One online-softmax step over a fresh S tile (raw scores), in place: S becomes the unnormalised
 // P = exp(scale * (s - m_new)). row_max is kept in raw units, row_sum per thread (its own columns
 // only; the quad reduction waits for the epilogue). Rescales O by exp(scale * (m_old - m_new)).
@@ -339,10 +358,9 @@ __device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
                                                int mt) {
 #pragma unroll
   for (int r = 0; r < 2; r++) {  // rows g and g + 8
-    float m = row_max[mt][r];
-#pragma unroll
-    for (int nt = 0; nt < KV_TILES; nt++)
-      m = fmaxf(m, fmaxf(S[mt][nt][2 * r], S[mt][nt][2 * r + 1]));
+    // Value v = 2 nt + c of the row is S[mt][nt][2r + c].
+    float m = chained_max<FA_LADDER_SOFTMAX_CHAINS, 2 * KV_TILES>(
+        row_max[mt][r], [&](int v) { return S[mt][v / 2][2 * r + v % 2]; });
     // The 4 lanes of a quad hold one row between them.
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
@@ -352,17 +370,11 @@ __device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
         m == -INFINITY ? 0.f : (EXACT_ROW_MAX ? __fmul_rn(m, scale_log2) : m * scale_log2);
     const float alpha = rescale_factor(row_max[mt][r], m, m_scaled, scale_log2);
     row_max[mt][r] = m;
-    float sum = 0.f;
-#pragma unroll
-    for (int nt = 0; nt < KV_TILES; nt++)
-#pragma unroll
-      for (int c = 0; c < 2; c++) {
-        const float x = EXACT_ROW_MAX ? __fmul_rn(S[mt][nt][2 * r + c], scale_log2) - m_scaled
-                                      : fmaf(S[mt][nt][2 * r + c], scale_log2, -m_scaled);
-        const float e = fast_exp2(x);
-        S[mt][nt][2 * r + c] = e;
-        sum += e;
-      }
+    const float sum = chained_map_sum<FA_LADDER_SOFTMAX_CHAINS, 2 * KV_TILES>(
+        [&](int v) -> float& { return S[mt][v / 2][2 * r + v % 2]; },
+        [&](float s) {
+          return fast_exp2(EXACT_ROW_MAX ? __fmul_rn(s, scale_log2) - m_scaled : fmaf(s, scale_log2, -m_scaled));
+        });
     row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
 #pragma unroll
     for (int nd = 0; nd < D_TILES; nd++) {

@@ -109,12 +109,6 @@
 #ifndef FA_HOPPER_SOFTMAX_CHAINS
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
-// 1: O *= alpha(t-1) runs between the issues of S(t) and P(t-1) V(t-1), under S(t) on the tensor
-// cores (FlashAttention-3's order), instead of between P V's retirement and the next issue.
-// Eager rescale only (d64, d128): the lazy one's branch must not sit between wgmmas.
-#ifndef FA_HOPPER_RESCALE_UNDER_S
-#define FA_HOPPER_RESCALE_UNDER_S 1
-#endif
 
 namespace fa {
 
@@ -131,7 +125,6 @@ struct HopperTiles {
   static constexpr int STAGES =
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
-  static constexpr bool RESCALE_UNDER_S = FA_HOPPER_RESCALE_UNDER_S && LAZY_RESCALE == 0;
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
@@ -236,10 +229,10 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
   }
 }
 
-// Second half: O *= alpha, then (or, under RESCALE_UNDER_S, in the next iteration between the
-// S and the P V issues) P = S as wgmma A fragments. O may only change while no P V is in flight.
-// No wgmma may be in flight around the warp-uniform branch of the lazy rescale (ptxas would
-// serialise them), which is why the lazy rescale never runs under S.
+// Second half, once P V of the previous tile has retired: O *= alpha, then P = S as wgmma A
+// fragments (pack_p). No wgmma is in flight here, so the warp-uniform branch of the lazy rescale
+// cannot serialise any. (O *= alpha under the next S, FlashAttention-3's order, measured no gain:
+// docs/perf-notes-hopper.md, session 5.)
 template <typename C>
 __device__ __forceinline__ void rescale_o(float (&O)[C::O_REGS], const float (&alpha)[2]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -349,7 +342,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
-    if (!C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
+    rescale_o<C>(O, alpha);
     pack_p<T, C>(S, P);
   }
   for (int tile = 1; tile < n; tile++) {
@@ -361,10 +354,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     turns.wait_turn();
     sm90::wgmma_fence();
     issue_s<T, C>(S, q_smem, k_smem(s));
-    if (C::RESCALE_UNDER_S) {  // O *= alpha(t-1) while S(t) runs, then a fence for the changed O
-      rescale_o<C>(O, alpha);
-      sm90::wgmma_fence();
-    }
     issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
     turns.pass_turn();
     sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
@@ -376,13 +365,12 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     sm90::mbar_arrive(bars.v_empty(prev));
-    if (!C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
+    rescale_o<C>(O, alpha);
     pack_p<T, C>(S, P);
   }
   if (n > 0) {  // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (C::RESCALE_UNDER_S) rescale_o<C>(O, alpha);
     sm90::wgmma_fence();
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();

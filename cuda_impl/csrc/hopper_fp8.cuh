@@ -8,14 +8,6 @@
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 
-// 1: overlapped_tiles multiplies O by alpha(t-1) between the issues of S(t) and P(t-1) V(t-1), under
-// S(t) on the tensor cores (FlashAttention-3's order); 0: after P V has retired, before the next
-// issue, on the consumer's critical path. The fp8 and block-scaled kernels both use it, through
-// their tile struct's RESCALE_UNDER_S (off where it would spill: fp8 d64's 160-register consumers).
-#ifndef FA_HOPPER_FP8_RESCALE_UNDER_S
-#define FA_HOPPER_FP8_RESCALE_UNDER_S 1
-#endif
-
 namespace fa::sm90 {
 
 // K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (64 or 128), 8-row
@@ -161,9 +153,12 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
   }
 }
 
-// O *= alpha, per row of the accumulator layout (alpha[0]: row g, alpha[1]: row g + 8).
+// O *= alpha, per row of the accumulator layout (alpha[0]: row g, alpha[1]: row g + 8). Under a lazy
+// rescale (C::LAZY_RESCALE > 0) a warp whose rows all kept their max skips it; no wgmma is in
+// flight here (P V has retired), so the warp-uniform branch serialises none.
 template <typename C>
 __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
+  if (C::LAZY_RESCALE > 0 && !__any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
   for (int j = 0; j < C::O_REGS / 4; j++) {
     O[4 * j] *= alpha[0];
@@ -177,7 +172,7 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
 // P(t-1) V(t-1) are issued together, softmax(t) runs while P V does, stage t-1 is released after its
 // P V, two P buffers take turns. issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each,
 // between turn_begin() and turn_end() (ping-pong with the other consumer; no-ops without);
-// softmax(S, tile, P) fills P and alpha, O's rescale factors; issue_pv fences O itself.
+// softmax(S, tile, P) fills P and alpha, O's rescale factors.
 template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename TurnBegin,
           typename TurnEnd>
 __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<C::STAGES>& bars,
@@ -193,7 +188,6 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
     sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
     turn_begin();
     issue_qk(S, s);
-    if (C::RESCALE_UNDER_S) rescale<C>(O, alpha);  // alpha(tile - 1), under S(tile)
     issue_pv(P_prev, prev);
     turn_end();
     sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
@@ -202,12 +196,11 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::mbar_arrive(bars.kv_empty(prev));
-    if (!C::RESCALE_UNDER_S) rescale<C>(O, alpha);
+    rescale<C>(O, alpha);
   };
   const auto finish = [&](const uint32_t (&P_last)[P_STEPS][4]) {
     const int last = (n_kv_tiles - 1) % C::STAGES;
     sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
-    if (C::RESCALE_UNDER_S) rescale<C>(O, alpha);
     turn_begin();
     issue_pv(P_last, last);
     turn_end();
