@@ -40,7 +40,6 @@ ALL_ALT_BUILDS = {
     "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
     "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
     "chains2": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum: the session-4 kernel
-    "lazy8": ("-DFA_HOPPER_FP8_LAZY_RESCALE=8",),  # O rescaled only when a row max grows by > 2^8
 }
 
 

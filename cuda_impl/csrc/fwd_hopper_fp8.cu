@@ -43,12 +43,6 @@
 #ifndef FA_HOPPER_FP8_SOFTMAX_CHAINS
 #define FA_HOPPER_FP8_SOFTMAX_CHAINS 4
 #endif
-// Lazy rescale, as the bf16 kernel's at d256: a row keeps its old max while a tile's max exceeds it
-// by at most this many log2 units, so p reaches 2^that (e4m3 holds up to 448: at most 8) and a warp
-// whose rows all kept theirs skips the 64 FMUL (d128) of O *= alpha. 0: rescale on every new max.
-#ifndef FA_HOPPER_FP8_LAZY_RESCALE
-#define FA_HOPPER_FP8_LAZY_RESCALE 0
-#endif
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
@@ -79,7 +73,6 @@ struct Fp8Tiles {
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_FP8_SOFTMAX_CHAINS;
-  static constexpr int LAZY_RESCALE = FA_HOPPER_FP8_LAZY_RESCALE;  // log2 units; 0: eager
   static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
   static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
   static constexpr int Q_BYTES = BLOCK_Q * DIM;
@@ -135,9 +128,6 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, row_max[h]);
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-    if (C::LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
-        (m - row_max[h]) * scale_log2 <= float(C::LAZY_RESCALE))
-      m = row_max[h];  // small growth: keep the old max, alpha = 1
     // A row with no visible key so far keeps max -inf; subtracting 0 keeps exp2 at 0, not NaN.
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);

@@ -57,7 +57,6 @@ struct MxTiles {
   using T = std::conditional_t<FORMAT == FA_MX_FORMAT_MXFP8, __nv_bfloat16, __half>;
   static constexpr int DIM = DIM_;
   static constexpr int CONSUMERS = 2;
-  static constexpr int LAZY_RESCALE = 0;  // hopper_fp8::rescale: O rescaled on every new row max
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;

@@ -153,12 +153,9 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
   }
 }
 
-// O *= alpha, per row of the accumulator layout (alpha[0]: row g, alpha[1]: row g + 8). Under a lazy
-// rescale (C::LAZY_RESCALE > 0) a warp whose rows all kept their max skips it; no wgmma is in
-// flight here (P V has retired), so the warp-uniform branch serialises none.
+// O *= alpha, per row of the accumulator layout (alpha[0]: row g, alpha[1]: row g + 8).
 template <typename C>
 __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alpha)[2]) {
-  if (C::LAZY_RESCALE > 0 && !__any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) return;
 #pragma unroll
   for (int j = 0; j < C::O_REGS / 4; j++) {
     O[4 * j] *= alpha[0];
