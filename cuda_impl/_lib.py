@@ -119,21 +119,49 @@ def _strides(t: torch.Tensor):
     return (ctypes.c_int64 * 3)(*t.stride()[:3])
 
 
+_checked_structs: set[tuple[int, str]] = set()
+
+
 def _check_struct(lib: ctypes.CDLL, size_fn: str, struct, source: str) -> None:
+    """The C side's sizeof(struct) against ctypes', once per library."""
+    if (id(lib), size_fn) in _checked_structs:
+        return
     fn = getattr(lib, size_fn)
     fn.restype = ctypes.c_int
     if fn() != ctypes.sizeof(struct):
         raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ")
+    _checked_structs.add((id(lib), size_fn))
+
+
+_typed_entries: dict[tuple[int, str], object] = {}
+# torch's current stream of a device as a raw handle, without building a torch.cuda.Stream (Triton's
+# launcher reads it the same way); the public call where this torch build lacks it.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
+
+
+def _typed_entry(lib: ctypes.CDLL, name: str, struct):
+    """The C entry `name`, typed once per library (the loaded libraries live as long as the process)."""
+    key = (id(lib), name)
+    if key not in _typed_entries:
+        fn = getattr(lib, name)
+        fn.restype = ctypes.c_int
+        fn.argtypes = [ctypes.POINTER(struct), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+        _typed_entries[key] = fn
+    return _typed_entries[key]
 
 
 def _call(lib: ctypes.CDLL, name: str, struct, params, device, what: str) -> None:
-    fn = getattr(lib, name)
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(struct), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    """Launch on torch's current stream of `device`, made the current device for the launch if it is not."""
+    fn = _typed_entry(lib, name, struct)
     err = ctypes.create_string_buffer(_ERR_LEN)
-    with torch.cuda.device(device):
-        stream = torch.cuda.current_stream(device).cuda_stream
-        rc = fn(ctypes.byref(params), ctypes.c_void_p(stream), err, _ERR_LEN)
+    current = torch.cuda.current_device()
+    index = current if device.index is None else device.index
+    if index == current:
+        rc = fn(ctypes.byref(params), ctypes.c_void_p(_raw_stream(index)), err, _ERR_LEN)
+    else:
+        with torch.cuda.device(index):
+            rc = fn(ctypes.byref(params), ctypes.c_void_p(_raw_stream(index)), err, _ERR_LEN)
     if rc != 0:
         raise RuntimeError(f"cuda_impl {what}: {err.value.decode(errors='replace')}")
 

@@ -1,5 +1,10 @@
 """The torch.library custom ops "cuda_fa::fwd" (16-bit), "cuda_fa::fwd_fp8" (e4m3 with descales) and
-"cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage), with fake implementations for torch.compile."""
+"cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage), with fake implementations for torch.compile.
+
+`fwd`, `fwd_fp8` and `fwd_mx` are what cuda_impl.attention calls: in plain eager use they run the
+implementation directly, since torch's custom-op dispatch is about half of a call's host time
+(scripts/bench_api_overhead_gpu.py); whenever a torch machinery has to see the op (torch.compile or
+export tracing, jit tracing, fake tensors, dispatch or function modes, autograd) they go through it."""
 
 from __future__ import annotations
 
@@ -8,8 +13,16 @@ import torch
 from cuda_impl import _lib
 
 
-@torch.library.custom_op("cuda_fa::fwd", mutates_args=(), device_types="cuda")
-def fwd(
+def _eager(tensors) -> bool:
+    """Plain tensors that need no autograd, outside every tracing machinery and torch mode."""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+        return False
+    return all(t is None or (type(t) is torch.Tensor and not t.requires_grad) for t in tensors)
+
+
+def _fwd_impl(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, variant: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, Hq, Sq, D) in q's dtype, lse (B, Hq, Sq) float32). Inputs are validated by the caller."""
@@ -19,13 +32,19 @@ def fwd(
     return out, lse
 
 
-@fwd.register_fake
+_fwd_op = torch.library.custom_op("cuda_fa::fwd", mutates_args=(), device_types="cuda")(_fwd_impl)
+
+
+@_fwd_op.register_fake
 def _fwd_fake(q, k, v, causal, scale, variant):
     return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("cuda_fa::fwd_fp8", mutates_args=(), device_types="cuda")
-def fwd_fp8(
+def fwd(q, k, v, causal: bool, scale: float, variant: str):
+    return (_fwd_impl if _eager((q, k, v)) else _fwd_op)(q, k, v, causal, scale, variant)
+
+
+def _fwd_fp8_impl(
     q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor, k_descale: torch.Tensor,
     v_descale: torch.Tensor, causal: bool, scale: float, variant: str,
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,13 +55,20 @@ def fwd_fp8(
     return out, lse
 
 
-@fwd_fp8.register_fake
+_fwd_fp8_op = torch.library.custom_op("cuda_fa::fwd_fp8", mutates_args=(), device_types="cuda")(_fwd_fp8_impl)
+
+
+@_fwd_fp8_op.register_fake
 def _fwd_fp8_fake(q, k, vt, q_descale, k_descale, v_descale, causal, scale, variant):
     return q.new_empty(q.shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
-@torch.library.custom_op("cuda_fa::fwd_mx", mutates_args=(), device_types="cuda")
-def fwd_mx(
+def fwd_fp8(q, k, vt, q_descale, k_descale, v_descale, causal: bool, scale: float, variant: str):
+    args = (q, k, vt, q_descale, k_descale, v_descale)
+    return (_fwd_fp8_impl if _eager(args) else _fwd_fp8_op)(*args, causal, scale, variant)
+
+
+def _fwd_mx_impl(
     fmt: str, q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor, vt: torch.Tensor,
     vt_scale: torch.Tensor, q_ts: torch.Tensor | None, k_ts: torch.Tensor | None, v_ts: torch.Tensor | None,
     head_dim: int, seqlen_k: int, causal: bool, scale: float,
@@ -58,7 +84,17 @@ def fwd_mx(
     return out, lse
 
 
-@fwd_mx.register_fake
+_fwd_mx_op = torch.library.custom_op("cuda_fa::fwd_mx", mutates_args=(), device_types="cuda")(_fwd_mx_impl)
+
+
+@_fwd_mx_op.register_fake
 def _fwd_mx_fake(fmt, q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts, head_dim, seqlen_k, causal, scale):
     shape = (*q.shape[:-1], head_dim)
     return q.new_empty(shape, dtype=torch.bfloat16), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+def fwd_mx(fmt, q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts, head_dim: int, seqlen_k: int,
+           causal: bool, scale: float):
+    tensors = (q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts)
+    impl = _fwd_mx_impl if _eager(tensors) else _fwd_mx_op
+    return impl(fmt, *tensors, head_dim, seqlen_k, causal, scale)

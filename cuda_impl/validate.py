@@ -7,6 +7,7 @@ check needs real storage and lives next to the launch (cuda_impl._lib.launch_for
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -36,6 +37,16 @@ def format_of(q) -> str:
     if q.dtype not in DTYPE_FORMATS:
         raise TypeError(f"dtype: cuda_impl supports bfloat16 and float16, got {q.dtype}")
     return DTYPE_FORMATS[q.dtype]
+
+
+@functools.lru_cache(maxsize=None)
+def _capability_of_index(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
+
+
+def capability(device: torch.device) -> tuple[int, int]:
+    """The compute capability of a CUDA device, queried once per device (every call checks it)."""
+    return _capability_of_index(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def arch_problem(variant: str, spec: dict, capability: tuple[int, int]) -> str | None:
@@ -109,13 +120,13 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
         raise ValueError(f"device: tensors must be on a CUDA device, got {q.device}")
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"device: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
-    capability = torch.cuda.get_device_capability(q.device)
-    if not any(build.target_runs_on(t, capability) for t in build.ARCH_TARGETS):
+    cc = capability(q.device)
+    if not any(build.target_runs_on(t, cc) for t in build.ARCH_TARGETS):
         raise ValueError(
             f"arch: the library holds cubins for sm_{', sm_'.join(build.ARCH_TARGETS)}; "
-            f"this GPU is sm_{capability[0]}{capability[1]}"
+            f"this GPU is sm_{cc[0]}{cc[1]}"
         )
-    if problem := arch_problem(variant, spec, capability):
+    if problem := arch_problem(variant, spec, cc):
         raise ValueError(problem)
 
 
@@ -227,7 +238,7 @@ def _check_device_and_arch(tensors, what: str, variant: str, spec: dict) -> None
         raise ValueError(f"device: tensors must be on a CUDA device, got {device}")
     if any(t.device != device for t in tensors):
         raise ValueError(f"device: {what} must be on one device, got {sorted({str(t.device) for t in tensors})}")
-    if problem := arch_problem(variant, spec, torch.cuda.get_device_capability(device)):
+    if problem := arch_problem(variant, spec, capability(device)):
         raise ValueError(problem)
 
 

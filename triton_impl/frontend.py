@@ -2,6 +2,8 @@
 
 Ops: `triton_fa::fwd` (16-bit), `triton_fa::fwd_fp8` (fp8 with descales) and `triton_fa::fwd_blocked`
 (MXFP8 / NVFP4 data and block scales; nvfp4's tensor scales as 0-dim tensors, None for mxfp8).
+`attention` runs their implementations directly in plain eager use and through the ops wherever a torch
+machinery (compile, export, tracing, fake tensors, modes, autograd) has to see them (`_eager`).
 Kernels (and Triton itself) are imported only when a kernel runs, so `import triton_impl` works on a
 machine without Triton or a GPU. Both ops always produce the LSE (B*H*Sq floats, negligible next
 to the output); `attention` drops it unless asked.
@@ -98,8 +100,24 @@ def _check_runnable(op, variant, tensors, tma_tensors):
 
 # ---------------------------------------------------------------- custom ops
 
-@torch.library.custom_op("triton_fa::fwd", mutates_args=())
-def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
+def _eager(tensors) -> bool:
+    """True when a call may skip torch's custom-op dispatch (a large share of a call's host time,
+    scripts/bench_api_overhead_gpu.py): plain tensors that need no autograd, outside torch.compile,
+    export and jit tracing, fake tensors and torch dispatch or function modes, which must see the op.
+    (cuda_impl.ops applies the same rule; the two backends do not import each other.)"""
+    if torch.compiler.is_compiling() or torch.jit.is_tracing():
+        return False
+    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
+        return False
+    return all(t is None or (type(t) is torch.Tensor and not t.requires_grad) for t in tensors)
+
+
+def _run(op, impl, tensors, *args):
+    """op(*tensors, *args), or the implementation directly where `_eager` allows."""
+    return (impl if _eager(tensors) else op)(*tensors, *args)
+
+
+def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
             variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     _check_runnable("fwd", variant, (q, k, v), dict(q=q, k=k, v=v) if variant in _TMA_VARIANTS else {})
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -110,13 +128,15 @@ def _fwd_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
     return out, lse
 
 
+_fwd_op = torch.library.custom_op("triton_fa::fwd", mutates_args=())(_fwd)
+
+
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, causal, scale, variant):
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
-@torch.library.custom_op("triton_fa::fwd_fp8", mutates_args=())
-def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor,
+def _fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor,
                 k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool, scale: float,
                 variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     _check_runnable("fwd_fp8", variant, (q, k, vt, q_descale, k_descale, v_descale), dict(q=q, k=k))
@@ -128,14 +148,16 @@ def _fwd_fp8_op(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: t
     return out, lse
 
 
+_fwd_fp8_op = torch.library.custom_op("triton_fa::fwd_fp8", mutates_args=())(_fwd_fp8)
+
+
 @_fwd_fp8_op.register_fake
 def _fwd_fp8_fake(q, k, vt, q_descale, k_descale, v_descale, causal, scale, variant):
     return (q.new_empty(q.shape, dtype=torch.bfloat16),
             q.new_empty(q.shape[:3], dtype=torch.float32))
 
 
-@torch.library.custom_op("triton_fa::fwd_blocked", mutates_args=())
-def _fwd_blocked_op(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor,
+def _fwd_blocked(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scale: torch.Tensor,
                     vt: torch.Tensor, vt_scale: torch.Tensor, q_tensor_scale: Optional[torch.Tensor],
                     k_tensor_scale: Optional[torch.Tensor], v_tensor_scale: Optional[torch.Tensor], causal: bool,
                     scale: float, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -151,6 +173,9 @@ def _fwd_blocked_op(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_s
             kernels.launch(VARIANTS[variant]["formats"][0], q, q_scale, k, k_scale, vt, vt_scale, tensor_scales,
                            out, lse, causal, scale)
     return out, lse
+
+
+_fwd_blocked_op = torch.library.custom_op("triton_fa::fwd_blocked", mutates_args=())(_fwd_blocked)
 
 
 def _blocked_outputs(q, variant):
@@ -260,7 +285,7 @@ def _attention_16bit(q, k, v, causal, scale, variant):
     variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant)
     _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
     scale = _resolve_scale(scale, q.shape[-1])
-    return torch.ops.triton_fa.fwd(q, k, v, bool(causal), scale, variant)
+    return _run(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
 
 
 def _attention_quantized(q, k, v, causal, scale, variant):
@@ -292,7 +317,7 @@ def _attention_quantized(q, k, v, causal, scale, variant):
                              f"got {t.scale.dtype} {tuple(t.scale.shape)}")
         descales.append(t.scale.contiguous())
     scale = _resolve_scale(scale, q.data.shape[-1])
-    return torch.ops.triton_fa.fwd_fp8(q.data, k.data, vt, *descales, bool(causal), scale, variant)
+    return _run(_fwd_fp8_op, _fwd_fp8, (q.data, k.data, vt, *descales), bool(causal), scale, variant)
 
 
 def _attention_blocked(q, k, v, causal, scale, variant):
@@ -319,6 +344,6 @@ def _attention_blocked(q, k, v, causal, scale, variant):
         raise NotImplementedError(importlib.import_module("triton_impl.kernels.nvfp4_dot_scaled").LIMITATION)
     scale = _resolve_scale(scale, q.logical_shape[-1])
     tensor_scales = [t.tensor_scale.reshape(()) if q.fmt == "nvfp4" else None for t in (q, k, v)]
-    return torch.ops.triton_fa.fwd_blocked(q.data.contiguous(), q.scale.contiguous(), k.data.contiguous(),
-                                           k.scale.contiguous(), v.data.contiguous(), v.scale.contiguous(),
-                                           *tensor_scales, bool(causal), scale, variant)
+    tensors = (q.data.contiguous(), q.scale.contiguous(), k.data.contiguous(), k.scale.contiguous(),
+               v.data.contiguous(), v.scale.contiguous(), *tensor_scales)
+    return _run(_fwd_blocked_op, _fwd_blocked, tensors, bool(causal), scale, variant)
