@@ -10,6 +10,7 @@ project oracle (compare.oracle.check) on the cases the pipeline can get wrong.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 
 import re
 
@@ -124,12 +125,6 @@ def quantized(d=64, sq=40, sk=40, hq=2, hkv=2, fmt="fp8"):
     return formats.quantize_attention_inputs(q, k, v, fmt)
 
 
-def _replace(t, **kw):
-    fields = dict(fmt=t.fmt, data=t.data, scale=t.scale, tensor_scale=t.tensor_scale, shape=t.shape,
-                  transposed=t.transposed, block=t.block)
-    return formats.QuantTensor(**{**fields, **kw})
-
-
 @pytest.mark.parametrize(
     "make, error, match",
     [
@@ -139,7 +134,7 @@ def _replace(t, **kw):
         # V not transposed: P @ V would need an MN-major fp8 operand, which wgmma cannot read
         (lambda: (*quantized()[:2], formats.quantize(torch.randn(1, 2, 40, 64), "fp8")), ValueError, "layout"),
         (lambda: (quantized()[0], torch.randn(1, 2, 40, 64), quantized()[2]), TypeError, "QuantTensor"),
-        (lambda: (*quantized()[:2], _replace(quantized()[2], scale=torch.ones(1, 2, dtype=torch.float64))),
+        (lambda: (*quantized()[:2], dataclasses.replace(quantized()[2], scale=torch.ones(1, 2, dtype=torch.float64))),
          ValueError, "descale"),
         (lambda: quantized(), ValueError, "device"),  # CPU tensors
     ],

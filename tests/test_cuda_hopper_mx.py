@@ -15,6 +15,7 @@ GPU part (skipped without one): compare.oracle.check on the cases the pipeline c
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 from fractions import Fraction
 
 import pytest
@@ -278,12 +279,6 @@ def quantized(fmt="mxfp8", d=64, sq=40, sk=40, hq=2, hkv=2):
     return formats.quantize_attention_inputs(q, k, v, fmt)
 
 
-def _replace(t, **kw):
-    fields = dict(fmt=t.fmt, data=t.data, scale=t.scale, tensor_scale=t.tensor_scale, shape=t.shape,
-                  transposed=t.transposed, block=t.block)
-    return formats.QuantTensor(**{**fields, **kw})
-
-
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize(
     "make, error, match",
@@ -294,9 +289,9 @@ def _replace(t, **kw):
         (lambda f: (*quantized(f)[:2], formats.quantize(torch.randn(1, 2, 40, 64), f)), ValueError, "layout"),
         (lambda f: (quantized(f)[0], torch.randn(1, 2, 40, 64), quantized(f)[2]), TypeError, "QuantTensor"),
         (lambda f: (quantized(f)[0], *quantized("fp8")[1:]), TypeError, "format"),
-        (lambda f: (*quantized(f)[:2], _replace(quantized(f)[2], scale=quantized(f)[2].scale.float())),
+        (lambda f: (*quantized(f)[:2], dataclasses.replace(quantized(f)[2], scale=quantized(f)[2].scale.float())),
          TypeError, "block scales"),
-        (lambda f: (*quantized(f)[:2], _replace(quantized(f)[2], data=quantized(f)[2].data[..., :-16])),
+        (lambda f: (*quantized(f)[:2], dataclasses.replace(quantized(f)[2], data=quantized(f)[2].data[..., :-16])),
          ValueError, "padded"),
         (lambda f: quantized(f), ValueError, "device"),  # CPU tensors
     ],
@@ -310,7 +305,7 @@ def test_bad_input_is_refused_before_launch(fmt, make, error, match):
 def test_nvfp4_needs_its_tensor_scale():
     q, k, v = quantized("nvfp4")
     with pytest.raises(ValueError, match="tensor scale"):
-        cuda_impl.attention(q, k, _replace(v, tensor_scale=None), variant="hopper-nvfp4")
+        cuda_impl.attention(q, k, dataclasses.replace(v, tensor_scale=None), variant="hopper-nvfp4")
 
 
 def test_wrong_variant_for_the_format_is_refused():

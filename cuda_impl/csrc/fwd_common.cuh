@@ -444,21 +444,41 @@ inline int report(char* err, int err_len, const char* what, const char* detail) 
   return 1;
 }
 
-// Raise the kernel's dynamic shared-memory limit (needed past 48 KB), launch on `stream`, and
-// turn any CUDA error into a message.
-template <typename Kernel>
-int launch_fwd(Kernel kernel, int block_q, int threads, int smem_bytes, const FwdParams& p,
-               cudaStream_t stream, char* err, int err_len) {
+// Raise the kernel's dynamic shared-memory limit (needed past 48 KB), launch grid x threads on
+// `stream` with `args`, and turn any CUDA error into a message.
+template <typename Kernel, typename... Args>
+int launch_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, char* err,
+                  int err_len, const Args&... args) {
   cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess)
     return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
-  const dim3 grid((p.seqlen_q + block_q - 1) / block_q, p.heads_q, p.batch);
-  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  kernel<<<grid, threads, smem_bytes, stream>>>(args...);
   e = cudaGetLastError();
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
   return 0;
+}
+
+// One CTA per (query tile of block_q rows, head, batch).
+inline dim3 q_tile_grid(const FwdParams& p, int block_q) {
+  return dim3((p.seqlen_q + block_q - 1) / block_q, p.heads_q, p.batch);
+}
+
+template <typename Kernel>
+int launch_fwd(Kernel kernel, int block_q, int threads, int smem_bytes, const FwdParams& p,
+               cudaStream_t stream, char* err, int err_len) {
+  return launch_kernel(kernel, q_tile_grid(p, block_q), threads, smem_bytes, stream, err, err_len, p);
+}
+
+// The Hopper kernels run on sm_90 only (wgmma, setmaxnreg and TMA as compiled for sm_90a);
+// `message` names the variant.
+inline int check_sm90(const char* message, char* err, int err_len) {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0 ? 0 : report(err, err_len, "arch", message);
 }
 
 // Checks the C caller could get wrong even after Python validated (the library is usable alone).

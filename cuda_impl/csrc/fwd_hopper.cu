@@ -490,16 +490,6 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
   return 0;
 }
 
-int check_device(char* err, int err_len) {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0)
-    return report(err, err_len, "arch", "variant hopper runs on sm_90 (H100/H200) only");
-  return 0;
-}
-
 template <typename T, int DIM, int BLOCK_KV>
 int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   using C = HopperTiles<DIM, BLOCK_KV>;
@@ -513,12 +503,6 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
                           C::BLOCK_KV, p.dtype, err, err_len))
     return rc;
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  const auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
   const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   if (items > INT32_MAX)
     return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
@@ -532,10 +516,8 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
   const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
-  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(p, map_q, map_k, map_v);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
-  return 0;
+  return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
+                       err, err_len, p, map_q, map_k, map_v);
 }
 
 }  // namespace hopper_host
@@ -543,7 +525,7 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
-    if (int rc = fa::hopper_host::check_device(err, err_len)) return rc;
+    if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
     if constexpr (DIM == 256) {
       return fa::hopper_host::launch<T, DIM, FA_HOPPER_D256_BLOCK_KV>(*p, stream, err, err_len);
     } else {

@@ -296,27 +296,8 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  const auto kernel = fwd_hopper_fp8_kernel<DIM>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
-  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
-  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(fp, map_q, map_k, map_vt);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
-  return 0;
-}
-
-int check_device(char* err, int err_len) {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0)
-    return report(err, err_len, "arch", "variant hopper-fp8 runs on sm_90 (H100/H200) only");
-  return 0;
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+                       stream, err, err_len, fp, map_q, map_k, map_vt);
 }
 
 }  // namespace hopper_fp8_host
@@ -334,7 +315,7 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     return report(err, err_len, "descale", "q, k and v descales are required");
   if (p.head_dim != 64 && p.head_dim != 128)
     return report(err, err_len, "head_dim", "supported: 64, 128");
-  if (int rc = hopper_fp8_host::check_device(err, err_len)) return rc;
+  if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
   return p.head_dim == 64 ? hopper_fp8_host::launch<64>(*fp, stream, err, err_len)
                           : hopper_fp8_host::launch<128>(*fp, stream, err, err_len);
 }

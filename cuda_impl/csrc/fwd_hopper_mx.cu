@@ -267,16 +267,6 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
 
 namespace hopper_mx_host {
 
-int check_device(char* err, int err_len) {
-  int device = 0, major = 0, minor = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
-  if (major != 9 || minor != 0)
-    return report(err, err_len, "arch", "variants hopper-mxfp8/nvfp4 run on sm_90 (H100/H200) only");
-  return 0;
-}
-
 // The 16-bit tensors as byte maps: element strides x 2, rows of `inner` elements.
 int encode_map16(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
                  int heads, int rows, int inner, int box_rows, char* err, int err_len) {
@@ -300,17 +290,8 @@ int launch(const MxFwdParams& mp, cudaStream_t stream, char* err, int err_len) {
   if (int rc = encode_map16(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k, DIM,
                             err, err_len))
     return rc;
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  const auto kernel = fwd_hopper_mx_kernel<FORMAT, DIM>;
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
-  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
-  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(mp, map_q, map_k, map_vt);
-  e = cudaGetLastError();
-  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
-  return 0;
+  return launch_kernel(fwd_hopper_mx_kernel<FORMAT, DIM>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+                       stream, err, err_len, mp, map_q, map_k, map_vt);
 }
 
 }  // namespace hopper_mx_host
@@ -333,7 +314,7 @@ extern "C" int cuda_fa_fwd_hopper_mx(const MxFwdParams* mp, cudaStream_t stream,
     return report(err, err_len, "tensor scale", "nvfp4 needs q, k and v tensor scales");
   if (p.head_dim != 64 && p.head_dim != 128)
     return report(err, err_len, "head_dim", "supported: 64, 128");
-  if (int rc = hopper_mx_host::check_device(err, err_len)) return rc;
+  if (int rc = check_sm90("variants hopper-mxfp8/nvfp4 run on sm_90 (H100/H200) only", err, err_len)) return rc;
   if (mp->format == FA_MX_FORMAT_MXFP8)
     return p.head_dim == 64 ? hopper_mx_host::launch<FA_MX_FORMAT_MXFP8, 64>(*mp, stream, err, err_len)
                             : hopper_mx_host::launch<FA_MX_FORMAT_MXFP8, 128>(*mp, stream, err, err_len);
