@@ -216,7 +216,8 @@ def stage_sanitize() -> int:
     from compare import oracle
 
     failures = 0
-    for params in [(1, 4, 2, 200, 333, 64, True, "normal", None), (1, 4, 2, 300, 170, 128, True, "normal", None)]:
+    for params in [(1, 4, 2, 200, 333, 64, True, "normal", None), (1, 4, 2, 300, 170, 128, True, "normal", None),
+                   (1, 4, 2, 300, 333, 128, False, "normal", None)]:  # 192-key tiles
         verdict = oracle.check(runner(), make_case(*params), device="cuda")
         failures += not verdict.passed
         log(f"{'PASS' if verdict.passed else 'FAIL'} sanitize {params}: {verdict.summary()}")
@@ -244,7 +245,7 @@ def run_stage(stage: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="two small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="three small launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("--profile-once", action="store_true", help="two launches at 16k d128, for ncu")
     parser.add_argument("--build-only", nargs="*", metavar="NAME", choices=["all", *ALL_ALT_BUILDS],
