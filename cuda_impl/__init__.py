@@ -8,7 +8,8 @@ quantizers that produce compare.formats containers (cuda_impl.quant).
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason(),
 quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.build into a torch-free shared
-library and launched through the custom op "cuda_fa::fwd" on torch's current stream.
+library and launched on torch's current stream, through the custom ops "cuda_fa::fwd" / "fwd_fp8" /
+"fwd_mx" whenever torch has to see them (torch.compile, tracing, fake tensors; cuda_impl.ops).
 Importing this package needs neither a GPU nor nvcc; both are asked for at call time.
 """
 

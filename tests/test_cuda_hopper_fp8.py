@@ -31,13 +31,8 @@ def fp8_sass(fa_library) -> dict:
     return {key: ins for key, ins in sass.dump_sass(fa_library).items() if "fwd_hopper_fp8_kernel" in key[1]}
 
 
-# (head_dim, keys per KV tile): d64 and causal d128 take 128 keys, non-causal d128 192.
-SHAPES = [(64, 128), (128, 128), (128, 192)]
-
-
-def kernel(functions: dict, arch: str, head_dim: int, block_kv: int) -> list[str]:
-    (found,) = [ins for (a, fn), ins in functions.items()
-                if a == arch and f"kernelILi{head_dim}ELi{block_kv}E" in fn]
+def kernel(functions: dict, arch: str, head_dim: int) -> list[str]:
+    (found,) = [ins for (a, fn), ins in functions.items() if a == arch and f"kernelILi{head_dim}E" in fn]
     return found
 
 
@@ -48,35 +43,33 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     assert {(r["kernel"], r["arch"]) for r in rows} >= {
-        (f"fwd_hopper_fp8_kernel<fp8,{d},{kv}>", "sm_90a") for d, kv in SHAPES
+        (f"fwd_hopper_fp8_kernel<fp8,{d}>", "sm_90a") for d in SPEC["head_dims"]
     }
     for r in rows:
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
         if r["arch"] == "sm_90a":  # 384 threads (512 at d64: three consumers), one CTA per SM
-            threads = 512 if ",64," in r["kernel"] else 384
+            threads = 512 if r["kernel"].endswith(",64>") else 384
             assert r["registers"] * threads <= 65536, r
     log = (spec.build_dir / "fwd_hopper_fp8.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
     assert "C7513" not in log and "wgmma" not in log.lower(), f"ptxas serialised the wgmmas:\n{log}"
 
 
-@pytest.mark.parametrize("head_dim, block_kv", SHAPES)
-def test_sm90a_machine_code(fp8_sass, head_dim, block_kv):
-    instructions = kernel(fp8_sass, "sm_90", head_dim, block_kv)
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_sm90a_machine_code(fp8_sass, head_dim):
+    instructions = kernel(fp8_sass, "sm_90", head_dim)
     ops = sass.opcode_counts(instructions)
     qgmma = [i for i in instructions if i.startswith("QGMMA")]
     qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
     pv = [i for i in qgmma if i not in qk]
-    # Q K^T: head_dim / 32 k-steps of m64n{block_kv}k32 per issue; P V: block_kv / 32 k-steps, A from
-    # registers.
-    assert qk and all(f"64x{block_kv}x32.F32.E4M3.E4M3" in i for i in qk)
+    # Q K^T: head_dim / 32 k-steps of m64n128k32 per issue; P V: 128 / 32 k-steps, A from registers.
+    assert qk and all("64x128x32.F32.E4M3.E4M3" in i for i in qk)
     assert len(qk) % (head_dim // 32) == 0
     assert pv and all(f"64x{head_dim}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
-    assert len(pv) % (block_kv // 32) == 0
+    assert len(pv) % 4 == 0
     # The overlap: S(t+1) is waited for while P(t) V(t) may still run.
     assert ops["WARPGROUP.DEPBAR.LE"] > 0 and any("gsb0, 0x1" in i for i in instructions)
-    # Q, K and V^T boxes, and the 64-key tail box of a 192-key V^T tile
-    assert ops["UTMALDG.4D"] == (4 if block_kv == 192 else 3), "TMA tile loads"
+    assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
     assert ops["SHFL.IDX"] >= 16, "the P permutation's shuffles are missing"
     assert ops["USETMAXREG.DEALLOC.CTAPOOL"] == 1 and ops["USETMAXREG.TRY_ALLOC.CTAPOOL"] == 1
@@ -89,7 +82,7 @@ def test_sm90a_machine_code(fp8_sass, head_dim, block_kv):
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
-    ops = sass.opcode_counts(kernel(fp8_sass, "sm_80", 128, 192))
+    ops = sass.opcode_counts(kernel(fp8_sass, "sm_80", 128))
     assert not any(op.startswith(("QGMMA", "UTMALDG", "SYNCS")) for op in ops)
 
 

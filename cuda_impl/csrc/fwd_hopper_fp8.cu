@@ -43,13 +43,6 @@
 #ifndef FA_HOPPER_FP8_SOFTMAX_CHAINS
 #define FA_HOPPER_FP8_SOFTMAX_CHAINS 4
 #endif
-// Keys per KV tile of non-causal d128: 192 (FlashAttention-3's fp8 d128 tile for a V stored
-// transposed) spreads the per-tile costs of the softmax chain over 1.5x the keys; 128 is the
-// ablation. Causal and d64 always take 128. A 192-key V^T tile is two TMA boxes: keys 0-127 with
-// the 128-byte swizzle and keys 128-191 with the 64-byte one (a box row spans at most the swizzle).
-#ifndef FA_HOPPER_FP8_D128_BLOCK_KV
-#define FA_HOPPER_FP8_D128_BLOCK_KV 192
-#endif
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
@@ -69,7 +62,7 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-template <int DIM_, int BLOCK_KV_ = 128>
+template <int DIM_>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
@@ -77,11 +70,7 @@ struct Fp8Tiles {
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
-  static constexpr int BLOCK_KV = BLOCK_KV_;
-  static_assert(BLOCK_KV == 128 || (BLOCK_KV == 192 && DIM == 128), "128 keys, or 192 at d128");
-  // V^T tile: a panel of DIM rows x 128 keys (128-byte swizzle), then, for 192 keys, a panel of DIM
-  // rows x 64 keys (64-byte swizzle).
-  static constexpr int V_TAIL_OFFSET = DIM * 128;
+  static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_FP8_SOFTMAX_CHAINS;
   static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
@@ -95,8 +84,7 @@ struct Fp8Tiles {
   static constexpr int BARRIERS = 1 + 3 * STAGES;
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
-  // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers; 192-key
-  // tiles: S 96 + two P 24 + O 64 of the 240.
+  // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
   static constexpr int S_REGS = BLOCK_KV / 2;
@@ -111,7 +99,7 @@ namespace hopper_fp8 {
 template <typename C>
 __device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
                         const CUtensorMap* map_q, const CUtensorMap* map_k,
-                        const CUtensorMap* map_vt, const CUtensorMap* map_vt_tail) {
+                        const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
   sm90::tma_load_4d(smem, map_q, bars.q_full(), 0, w.q_start, w.head_q, w.batch);
@@ -124,9 +112,6 @@ __device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bar
     sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
     sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
-    if constexpr (C::BLOCK_KV > 128)
-      sm90::tma_load_4d(k_smem + C::K_BYTES + C::V_TAIL_OFFSET, map_vt_tail, bars.v_full(s), kv_start + 128, 0,
-                        w.head_kv, w.batch);
   }
 }
 
@@ -161,24 +146,20 @@ __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem,
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < C::K_STEPS_QK; kk++)
-    sm90::qgmma_ss<C::BLOCK_KV>(S, sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem + kk * 32),
-                                sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem + kk * 32), kk > 0);
+    sm90::qgmma_ss_n128(S, sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem + kk * 32),
+                        sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem + kk * 32), kk > 0);
   sm90::wgmma_commit();
 }
 
-// O += P V of one tile, issued: k-step kk is keys 32kk.., 32 bytes into every V^T row of the first
-// panel (kk < 4), then of the 64-key tail panel.
+// O += P V of one tile, issued: k-step kk is keys 32kk.., 32 bytes into every V^T row.
 template <typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::K_STEPS_PV][4],
                                          uint32_t v_smem) {
   sm90::fence_regs(O);
   sm90::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < C::K_STEPS_PV; kk++) {
-    const uint64_t desc = kk < 4 ? sm90::desc_kmajor<128>(v_smem + kk * 32)
-                                 : sm90::desc_kmajor<64>(v_smem + C::V_TAIL_OFFSET + (kk - 4) * 32);
-    sm90::qgmma_rs<C::DIM>(O, P[kk], desc);
-  }
+  for (int kk = 0; kk < C::K_STEPS_PV; kk++)
+    sm90::qgmma_rs<C::DIM>(O, P[kk], sm90::desc_kmajor<128>(v_smem + kk * 32));
   sm90::wgmma_commit();
 }
 
@@ -245,21 +226,20 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
 }  // namespace hopper_fp8
 #endif  // FA_SM90A
 
-template <int DIM, int BLOCK_KV>
-__global__ void __launch_bounds__(Fp8Tiles<DIM, BLOCK_KV>::THREADS, 1)
+template <int DIM>
+__global__ void __launch_bounds__(Fp8Tiles<DIM>::THREADS, 1)
     fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_k,
-                          const __grid_constant__ CUtensorMap map_vt,
-                          const __grid_constant__ CUtensorMap map_vt_tail) {
+                          const __grid_constant__ CUtensorMap map_vt) {
 #if FA_SM90A
-  using C = Fp8Tiles<DIM, BLOCK_KV>;
+  using C = Fp8Tiles<DIM>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
   const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
 
   hopper_fp8::run_roles<C>(
-      bars, [&] { hopper_fp8::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt, &map_vt_tail); },
+      bars, [&] { hopper_fp8::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt); },
       [&](int consumer) { hopper_fp8::consume<C>(p, w, smem, bars, consumer); });
 #endif
 }
@@ -301,30 +281,23 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
   return 0;
 }
 
-template <int DIM, int BLOCK_KV>
+template <int DIM>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
-  using C = Fp8Tiles<DIM, BLOCK_KV>;
+  using C = Fp8Tiles<DIM>;
   const FwdParams& p = fp.base;
-  CUtensorMap map_q, map_k, map_vt, map_vt_tail;
+  CUtensorMap map_q, map_k, map_vt;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
                           C::BLOCK_Q, err, err_len))
     return rc;
   if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, DIM,
                           C::BLOCK_KV, err, err_len))
     return rc;
-  // V^T: rows are head_dim, the inner (contiguous) axis is the key; 128 keys per box, and the
-  // 64-key tail box of a 192-key tile through its own 64-byte-swizzle map.
-  if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k, 128, DIM,
-                          err, err_len))
+  // V^T: rows are head_dim, the inner (contiguous) axis is the key.
+  if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
+                          C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  map_vt_tail = map_vt;
-  if (BLOCK_KV > 128) {
-    if (int rc = encode_map(&map_vt_tail, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k, 64, DIM,
-                            err, err_len))
-      return rc;
-  }
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, BLOCK_KV>, q_tile_grid(p, C::BLOCK_Q), C::THREADS,
-                       C::SMEM_BYTES, stream, err, err_len, fp, map_q, map_k, map_vt, map_vt_tail);
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+                       stream, err, err_len, fp, map_q, map_k, map_vt);
 }
 
 }  // namespace hopper_fp8_host
@@ -343,7 +316,6 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
   if (p.head_dim != 64 && p.head_dim != 128)
     return report(err, err_len, "head_dim", "supported: 64, 128");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-  if (p.head_dim == 64) return hopper_fp8_host::launch<64, 128>(*fp, stream, err, err_len);
-  return p.causal ? hopper_fp8_host::launch<128, 128>(*fp, stream, err, err_len)
-                  : hopper_fp8_host::launch<128, FA_HOPPER_FP8_D128_BLOCK_KV>(*fp, stream, err, err_len);
+  return p.head_dim == 64 ? hopper_fp8_host::launch<64>(*fp, stream, err, err_len)
+                          : hopper_fp8_host::launch<128>(*fp, stream, err, err_len);
 }

@@ -21,26 +21,16 @@ __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
          static_cast<uint64_t>(8 * SWIZZLE >> 4) << 32 | layout << 62;
 }
 
-// D (64 x N, fp32) = A (64 x 32 e4m3, shared, K-major) * B (32 x N e4m3, shared, K-major) [+ D],
-// N = 128 or 192 keys. fp8 wgmma has no transpose bits: both operands must be K-major.
-template <int N>
-__device__ __forceinline__ void qgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, bool accumulate) {
-  static_assert(N == 128 || N == 192, "qgmma_ss: N = 128 or 192");
-  if constexpr (N == 128) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
-        ", %64, %65, acc, 1, 1;\n}\n"
-        : FA_ACC64(d)
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
-  } else {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %98, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3.e4m3 " FA_OPS96
-        ", %96, %97, acc, 1, 1;\n}\n"
-        : FA_ACC96(d)
-        : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
-  }
+// D (64 x 128, fp32) = A (64 x 32 e4m3, shared, K-major) * B (32 x 128 e4m3, shared, K-major)
+// [+ D]. fp8 wgmma has no transpose bits: both operands must be K-major.
+__device__ __forceinline__ void qgmma_ss_n128(float (&d)[64], uint64_t desc_a, uint64_t desc_b,
+                                              bool accumulate) {
+  asm volatile(
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
+      ", %64, %65, acc, 1, 1;\n}\n"
+      : FA_ACC64(d)
+      : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
 }
 
 // D (64 x N, fp32) += A (64 x 32 e4m3, registers: qgmma_a_fragment's layout) * B (32 x N e4m3,
