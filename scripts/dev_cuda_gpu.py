@@ -43,7 +43,6 @@ SIXTEEN_BIT = [name for name, spec in cuda_impl.VARIANTS.items() if "bf16" in sp
 ALT_BUILDS = {
     "rows16": ("-DFA_V5_D128_WARP_ROWS=16",),
     "kv32": ("-DFA_V5_D128_BLOCK_KV=32", "-DFA_V5_D128_STAGES=4"),
-    "chains1": ("-DFA_LADDER_SOFTMAX_CHAINS=1",),  # one row max / row sum chain (before session 5)
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal

@@ -39,7 +39,8 @@ STAGE_TIMEOUT_S = {"correctness": 90, "timing": 150}
 ALL_ALT_BUILDS = {
     "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
     "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
-    "chains2": ("-DFA_HOPPER_FP8_SOFTMAX_CHAINS=2",),  # two chains of row max / row sum: the session-4 kernel
+    "chains4": ("-DFA_HOPPER_FP8_D128_SOFTMAX_CHAINS=4",),  # d128 with four chains of row max / row sum
+    "d64-chains2": ("-DFA_HOPPER_FP8_D64_SOFTMAX_CHAINS=2",),  # d64 with two (before session 5)
 }
 
 

@@ -337,12 +337,6 @@ __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWo
   }
 }
 
-// Independent chains of the row max and row sum in the mma.sync kernels' softmax (chained_max): 1
-// was the ladder's reduction until session 5 (its max folded value pairs).
-#ifndef FA_LADDER_SOFTMAX_CHAINS
-#define FA_LADDER_SOFTMAX_CHAINS 4
-#endif
-
 // One online-softmax step over a fresh S tile (raw scores), in place: S becomes the unnormalised
 // P = exp(scale * (s - m_new)). row_max is kept in raw units, row_sum per thread (its own columns
 // only; the quad reduction waits for the epilogue). Rescales O by exp(scale * (m_old - m_new)).
@@ -358,9 +352,10 @@ __device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
                                                int mt) {
 #pragma unroll
   for (int r = 0; r < 2; r++) {  // rows g and g + 8
-    // Value v = 2 nt + c of the row is S[mt][nt][2r + c].
-    float m = chained_max<FA_LADDER_SOFTMAX_CHAINS, 2 * KV_TILES>(
-        row_max[mt][r], [&](int v) { return S[mt][v / 2][2 * r + v % 2]; });
+    float m = row_max[mt][r];
+#pragma unroll
+    for (int nt = 0; nt < KV_TILES; nt++)
+      m = fmaxf(m, fmaxf(S[mt][nt][2 * r], S[mt][nt][2 * r + 1]));
     // The 4 lanes of a quad hold one row between them.
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
@@ -370,11 +365,17 @@ __device__ __forceinline__ void softmax_update(float (&S)[M_TILES][KV_TILES][4],
         m == -INFINITY ? 0.f : (EXACT_ROW_MAX ? __fmul_rn(m, scale_log2) : m * scale_log2);
     const float alpha = rescale_factor(row_max[mt][r], m, m_scaled, scale_log2);
     row_max[mt][r] = m;
-    const float sum = chained_map_sum<FA_LADDER_SOFTMAX_CHAINS, 2 * KV_TILES>(
-        [&](int v) -> float& { return S[mt][v / 2][2 * r + v % 2]; },
-        [&](float s) {
-          return fast_exp2(EXACT_ROW_MAX ? __fmul_rn(s, scale_log2) - m_scaled : fmaf(s, scale_log2, -m_scaled));
-        });
+    float sum = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < KV_TILES; nt++)
+#pragma unroll
+      for (int c = 0; c < 2; c++) {
+        const float x = EXACT_ROW_MAX ? __fmul_rn(S[mt][nt][2 * r + c], scale_log2) - m_scaled
+                                      : fmaf(S[mt][nt][2 * r + c], scale_log2, -m_scaled);
+        const float e = fast_exp2(x);
+        S[mt][nt][2 * r + c] = e;
+        sum += e;
+      }
     row_sum[mt][r] = row_sum[mt][r] * alpha + sum;
 #pragma unroll
     for (int nd = 0; nd < D_TILES; nd++) {

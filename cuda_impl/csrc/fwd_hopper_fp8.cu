@@ -38,10 +38,14 @@
 #endif
 // Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
 // warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
-// Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max); 2 was
-// the first measured step (+2-3% at 16k over one chain, docs/perf-notes-hopper.md, fp8).
-#ifndef FA_HOPPER_FP8_SOFTMAX_CHAINS
-#define FA_HOPPER_FP8_SOFTMAX_CHAINS 4
+// Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max), per
+// head_dim: two at d128 (one -> two measured +2-3% at 16k; four measured 2-4% slower at 4k-16k
+// through the driver), four at d64 (+1-2% over two; docs/perf-notes-hopper.md, fp8 and session 5).
+#ifndef FA_HOPPER_FP8_D128_SOFTMAX_CHAINS
+#define FA_HOPPER_FP8_D128_SOFTMAX_CHAINS 2
+#endif
+#ifndef FA_HOPPER_FP8_D64_SOFTMAX_CHAINS
+#define FA_HOPPER_FP8_D64_SOFTMAX_CHAINS 4
 #endif
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
@@ -72,7 +76,7 @@ struct Fp8Tiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
-  static constexpr int SOFTMAX_CHAINS = FA_HOPPER_FP8_SOFTMAX_CHAINS;
+  static constexpr int SOFTMAX_CHAINS = DIM == 64 ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS : FA_HOPPER_FP8_D128_SOFTMAX_CHAINS;
   static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
   static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
   static constexpr int Q_BYTES = BLOCK_Q * DIM;
