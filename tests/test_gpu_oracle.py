@@ -8,10 +8,17 @@ from compare import backends, cli, oracle
 pytestmark = pytest.mark.gpu
 
 
+# Registered to record a refusal as a result (issue 3: Triton 3.6 cannot lower tl.dot_scaled with NVFP4's
+# e4m3 scales on sm_90): every case must raise it, which strict xfail checks.
+REFUSED = {"triton:nvfp4-dot-scaled": NotImplementedError}
+
+
 def _cases():
     for name, backend in sorted(backends.registry().items()):
+        marks = ([pytest.mark.xfail(raises=REFUSED[name], strict=True, reason="refused by design")]
+                 if name in REFUSED else [])
         for case in cli.matrix_cases(backend, "full", None):
-            yield pytest.param(name, case, id=f"{name}-{case.shape_str().replace(' ', '-')}")
+            yield pytest.param(name, case, id=f"{name}-{case.shape_str().replace(' ', '-')}", marks=marks)
 
 
 @pytest.mark.parametrize("name,case", list(_cases()))
