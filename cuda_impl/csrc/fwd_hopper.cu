@@ -229,24 +229,22 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, then P = S as wgmma A
-// fragments (pack_p). No wgmma is in flight here, so the warp-uniform branch of the lazy rescale
-// cannot serialise any. (O *= alpha under the next S, FlashAttention-3's order, measured no gain:
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
+// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
+// No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
+// (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
 // docs/perf-notes-hopper.md, session 5.)
-template <typename C>
-__device__ __forceinline__ void rescale_o(float (&O)[C::O_REGS], const float (&alpha)[2]) {
+template <typename T, typename C>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
+                                                 const float (&alpha)[2],
+                                                 uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
     for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
-}
-
-// Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order (row g keys
-// 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
-template <typename T, typename C>
-__device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P)[C::BLOCK_KV / 16][4]) {
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
@@ -342,8 +340,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
-    rescale_o<C>(O, alpha);
-    pack_p<T, C>(S, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
   }
   for (int tile = 1; tile < n; tile++) {
     const int s = stage(tile), prev = stage(tile - 1);
@@ -365,8 +362,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     sm90::mbar_arrive(bars.v_empty(prev));
-    rescale_o<C>(O, alpha);
-    pack_p<T, C>(S, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
   }
   if (n > 0) {  // the last tile's P V
     const int s = stage(n - 1);
