@@ -88,6 +88,11 @@
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
+// Heads per group of the work order (fwd_common.cuh work_item); 0: as many as fill half of L2
+// (l2_head_group). 1 walks the query tiles of one head before the next, FlashAttention-4's grid order.
+#ifndef FA_HOPPER_HEAD_GROUP
+#define FA_HOPPER_HEAD_GROUP 0
+#endif
 // A consumer frees Q for the next item as soon as its last S has retired, so that the next Q
 // loads under the last softmax, the last P V and the O stores; 0 frees it after the last P V
 // (before session 4), which left the Q load's latency at every item boundary.
@@ -399,8 +404,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  const int head_group =
-      FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q : l2_head_group(p);
+  const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
+                         : FA_HOPPER_HEAD_GROUP > 0                ? FA_HOPPER_HEAD_GROUP
+                                                                   : l2_head_group(p);
   const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
