@@ -65,8 +65,7 @@ ALT_FLAGS = {
     "eager-rescale": ("-DFA_HOPPER_LAZY_RESCALE=0",),  # O rescaled on every new row max (before session 3)
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
     "d64-2wg": ("-DFA_HOPPER_D64_CONSUMERS=2",),  # d64 with two consumer warpgroups (before session 4)
-    "group1": ("-DFA_HOPPER_HEAD_GROUP=1",),  # query tiles of one head first (FlashAttention-4's order)
-    "fa4-grid": ("-DFA_HOPPER_HEAD_GROUP=1", "-DFA_HOPPER_PERSISTENT=0"),  # ... and one CTA per item
+    "l2-groups": ("-DFA_HOPPER_D128_HEAD_GROUP=0",),  # d128 items in groups of heads filling half of L2 (before session 5)
     # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
 }

@@ -88,10 +88,12 @@
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
-// Heads per group of the work order (fwd_common.cuh work_item); 0: as many as fill half of L2
-// (l2_head_group). 1 walks the query tiles of one head before the next, FlashAttention-4's grid order.
-#ifndef FA_HOPPER_HEAD_GROUP
-#define FA_HOPPER_HEAD_GROUP 0
+// Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
+// head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
+// l2_head_group (3 heads at 16k; docs/perf-notes-hopper.md, session 5); 0 is that ablation. d64 and
+// d256 keep l2_head_group (d256 makes groups of 1 from 8k up; d64 is not measured cleanly yet).
+#ifndef FA_HOPPER_D128_HEAD_GROUP
+#define FA_HOPPER_D128_HEAD_GROUP 1
 #endif
 // A consumer frees Q for the next item as soon as its last S has retired, so that the next Q
 // loads under the last softmax, the last P V and the O stores; 0 frees it after the last P V
@@ -404,9 +406,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
-                         : FA_HOPPER_HEAD_GROUP > 0                ? FA_HOPPER_HEAD_GROUP
-                                                                   : l2_head_group(p);
+  const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal      ? p.batch * p.heads_q
+                         : DIM == 128 && FA_HOPPER_D128_HEAD_GROUP > 0 ? FA_HOPPER_D128_HEAD_GROUP
+                                                                       : l2_head_group(p);
   const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
