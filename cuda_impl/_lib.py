@@ -96,41 +96,33 @@ _loaded: dict[tuple[str, ...], ctypes.CDLL] = {}
 _load_lock = threading.Lock()
 
 
+# Every parameter block shared with the C side: (its sizeof function, the ctypes mirror, the source).
+_STRUCTS = (("cuda_fa_params_size", FwdParams, "fwd_common.cuh"),
+            ("cuda_fa_fp8_params_size", Fp8FwdParams, "fwd_hopper_fp8.cu"),
+            ("cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu"),
+            ("cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu"))
+
+
 def load(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
-    """The library (built on first use when not cached), with its entry points typed."""
+    """The library (built on first use when not cached), its parameter blocks checked against the C side."""
     with _load_lock:
         if extra_flags not in _loaded:
             lib = ctypes.CDLL(str(build.build_library(library_spec(extra_flags))))
-            lib.cuda_fa_params_size.restype = ctypes.c_int
-            if lib.cuda_fa_params_size() != ctypes.sizeof(FwdParams):
-                raise RuntimeError("cuda_impl: FwdParams in _lib.py and csrc/fwd_common.cuh differ")
+            for size_fn, struct, source in _STRUCTS:
+                fn = getattr(lib, size_fn)
+                fn.restype = ctypes.c_int
+                if fn() != ctypes.sizeof(struct):
+                    raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ")
             _loaded[extra_flags] = lib
         return _loaded[extra_flags]
 
 
 def entry_point(lib: ctypes.CDLL, variant: str):
-    fn = getattr(lib, f"cuda_fa_fwd_{variant}")
-    fn.restype = ctypes.c_int
-    fn.argtypes = [ctypes.POINTER(FwdParams), ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-    return fn
+    return _typed_entry(lib, f"cuda_fa_fwd_{variant}", FwdParams)
 
 
 def _strides(t: torch.Tensor):
     return (ctypes.c_int64 * 3)(*t.stride()[:3])
-
-
-_checked_structs: set[tuple[int, str]] = set()
-
-
-def _check_struct(lib: ctypes.CDLL, size_fn: str, struct, source: str) -> None:
-    """The C side's sizeof(struct) against ctypes', once per library."""
-    if (id(lib), size_fn) in _checked_structs:
-        return
-    fn = getattr(lib, size_fn)
-    fn.restype = ctypes.c_int
-    if fn() != ctypes.sizeof(struct):
-        raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ")
-    _checked_structs.add((id(lib), size_fn))
 
 
 _typed_entries: dict[tuple[int, str], object] = {}
@@ -206,7 +198,6 @@ def launch_forward_fp8(
         base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
     )
     lib = load(extra_flags)
-    _check_struct(lib, "cuda_fa_fp8_params_size", Fp8FwdParams, "fwd_hopper_fp8.cu")
     _call(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}", Fp8FwdParams, params, q.device, variant)
 
 
@@ -217,7 +208,6 @@ def dequantize_blocked(fmt: str, data: torch.Tensor, scales: torch.Tensor, *,
     elements = data.shape[-1] * (2 if fmt == "nvfp4" else 1)
     out = torch.empty((*data.shape[:-1], elements), dtype=MX_TILE_DTYPES[fmt], device=data.device)
     lib = load(extra_flags)
-    _check_struct(lib, "cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu")
     params = DequantParams(data=data.data_ptr(), scales=scales.data_ptr(), out=out.data_ptr(), n=out.numel(),
                            format=MX_FORMAT_CODES[fmt])
     _call(lib, "cuda_fa_dequant_blocked", DequantParams, params, data.device, f"dequant {fmt}")
@@ -237,5 +227,4 @@ def launch_forward_mx(
     params = MxFwdParams(base=base, q_tensor_scale=ts[0], k_tensor_scale=ts[1], v_tensor_scale=ts[2],
                          format=MX_FORMAT_CODES[fmt])
     lib = load(extra_flags)
-    _check_struct(lib, "cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu")
     _call(lib, "cuda_fa_fwd_hopper_mx", MxFwdParams, params, q.device, f"hopper-{fmt}")

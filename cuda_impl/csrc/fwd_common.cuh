@@ -255,18 +255,19 @@ __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams&
   }
 }
 
-// Row reductions in CHAINS independent chains (value v goes to chain v % CHAINS; the chains meet in a
-// tree), so that the dependent latency is N / CHAINS operations instead of N: the row max and the
-// row sum sit between "S is ready" and the next MMA on every consumer's critical path.
-// chained_max: fmaxf over get(0) .. get(N - 1) and init.
-template <int CHAINS, int N, typename Get>
-__device__ __forceinline__ float chained_max(float init, Get&& get) {
+// Row reductions over one thread's part of a wgmma accumulator row: half h (row row0 + 8h) is
+// registers 4j + 2h + c, value v = 2j + c. Value v goes to chain v % CHAINS and the chains meet in a
+// tree, so the dependent latency is S_REGS / (2 CHAINS) operations instead of S_REGS / 2: the row max
+// and the row sum sit between "S is ready" and the next GEMM issue on every consumer's critical path.
+// wgmma_row_max: fmaxf over the row half's values and init.
+template <int CHAINS, int S_REGS>
+__device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, float init) {
   static_assert(CHAINS > 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
   float m[CHAINS];
 #pragma unroll
   for (int k = 0; k < CHAINS; k++) m[k] = init;
 #pragma unroll
-  for (int v = 0; v < N; v++) m[v % CHAINS] = fmaxf(m[v % CHAINS], get(v));
+  for (int v = 0; v < S_REGS / 2; v++) m[v % CHAINS] = fmaxf(m[v % CHAINS], S[4 * (v / 2) + 2 * h + v % 2]);
 #pragma unroll
   for (int width = CHAINS / 2; width > 0; width /= 2)
 #pragma unroll
@@ -274,17 +275,16 @@ __device__ __forceinline__ float chained_max(float init, Get&& get) {
   return m[0];
 }
 
-// x = f(x) for x = ref(0) .. ref(N - 1) (references into the caller's registers), returning the
-// sum of the new values.
-template <int CHAINS, int N, typename Ref, typename F>
-__device__ __forceinline__ float chained_map_sum(Ref&& ref, F&& f) {
+// S <- f(S) over row half h, returning the sum of the new values (chained as wgmma_row_max).
+template <int CHAINS, int S_REGS, typename F>
+__device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
   static_assert(CHAINS > 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
   float sum[CHAINS];
 #pragma unroll
   for (int k = 0; k < CHAINS; k++) sum[k] = 0.f;
 #pragma unroll
-  for (int v = 0; v < N; v++) {
-    float& x = ref(v);
+  for (int v = 0; v < S_REGS / 2; v++) {
+    float& x = S[4 * (v / 2) + 2 * h + v % 2];
     x = f(x);
     sum[v % CHAINS] += x;
   }
@@ -293,18 +293,6 @@ __device__ __forceinline__ float chained_map_sum(Ref&& ref, F&& f) {
 #pragma unroll
     for (int k = 0; k < width; k++) sum[k] += sum[k + width];
   return sum[0];
-}
-
-// The same over one thread's part of a wgmma accumulator row: half h (row row0 + 8h) is registers
-// 4j + 2h + c, value v = 2j + c.
-template <int CHAINS, int S_REGS>
-__device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, float init) {
-  return chained_max<CHAINS, S_REGS / 2>(init, [&](int v) { return S[4 * (v / 2) + 2 * h + v % 2]; });
-}
-
-template <int CHAINS, int S_REGS, typename F>
-__device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
-  return chained_map_sum<CHAINS, S_REGS / 2>([&](int v) -> float& { return S[4 * (v / 2) + 2 * h + v % 2]; }, f);
 }
 
 // The epilogue for a wgmma O accumulator (the Hopper kernels): O * out_factor / l in T (out_factor:

@@ -133,6 +133,7 @@ struct HopperTiles {
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
+  static constexpr int HEAD_GROUP = DIM == 128 ? FA_HOPPER_D128_HEAD_GROUP : 0;  // 0: l2_head_group
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
@@ -406,9 +407,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal      ? p.batch * p.heads_q
-                         : DIM == 128 && FA_HOPPER_D128_HEAD_GROUP > 0 ? FA_HOPPER_D128_HEAD_GROUP
-                                                                       : l2_head_group(p);
+  const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
+                         : C::HEAD_GROUP > 0                       ? C::HEAD_GROUP
+                                                                   : l2_head_group(p);
   const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };

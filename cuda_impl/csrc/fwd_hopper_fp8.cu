@@ -36,8 +36,6 @@
 #ifndef FA_HOPPER_FP8_PINGPONG
 #define FA_HOPPER_FP8_PINGPONG 0
 #endif
-// Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
-// warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max), per
 // head_dim: two at d128 (one -> two measured +2-3% at 16k; four measured 2-4% slower at 4k-16k
 // through the driver), four at d64 (+1-2% over two; docs/perf-notes-hopper.md, fp8 and session 5).
@@ -47,6 +45,8 @@
 #ifndef FA_HOPPER_FP8_D64_SOFTMAX_CHAINS
 #define FA_HOPPER_FP8_D64_SOFTMAX_CHAINS 4
 #endif
+// Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
+// warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
