@@ -8,6 +8,8 @@
 #   correctness GPU tests, the full oracle matrix of the SDPA peers and the CUDA kernels, the Hopper
 #               kernels' own scripts, compute-sanitizer on every CUDA kernel.
 # Each step has its own time limit so that a slow or hung one cannot take the others' results with it.
+# GPU_MEASURE_LANES (default "timing correctness") picks the lanes: "correctness" alone re-checks a
+# kernel change without the sweeps; a lane left out leaves its GPU free for another command.
 # GPU_MEASURE_EXTRA, when set, is one more command (bash -c) run at the end of the timing lane, its
 # output in logs/extra.log: a dev script's measurements beside the sweeps of the same call.
 # $OUT receives env.json, quick.csv, seed.csv, quant.csv, summary.txt and logs.tgz (the device tool
@@ -71,13 +73,15 @@ correctness_lane() {
 GPUS=$(nvidia-smi --query-gpu=index --format=csv,noheader | wc -l)
 echo "GPUs: $GPUS" | tee "$LOGS/steps.txt"
 nvidia-smi --query-gpu=index,name,clocks.sm,clocks.max.sm,temperature.gpu --format=csv,noheader >> "$LOGS/steps.txt"
+LANES=${GPU_MEASURE_LANES:-timing correctness}
+lane() { [[ " $LANES " == *" $1 "* ]]; }
 if [ "$GPUS" -ge 2 ]; then
-  (export CUDA_VISIBLE_DEVICES=0; timing_lane) &
-  (export CUDA_VISIBLE_DEVICES=1; correctness_lane) &
+  lane timing && (export CUDA_VISIBLE_DEVICES=0; timing_lane) &
+  lane correctness && (export CUDA_VISIBLE_DEVICES=1; correctness_lane) &
   wait
 else
-  timing_lane
-  correctness_lane
+  lane timing && timing_lane
+  lane correctness && correctness_lane
 fi
 
 {
@@ -88,12 +92,13 @@ fi
   grep -HE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/sanitize-*.log "$LOGS"/ladder-*.log \
     "$LOGS"/ladder/*.txt 2>/dev/null | tail -16
   [ -f "$LOGS/extra.log" ] && { echo "== extra"; tail -40 "$LOGS/extra.log"; }
-  echo "== quantizers"
-  tail -12 "$LOGS/quant-bench.log"
-  echo "== quick"
-  sed -n '/^TFLOP/,$p' "$LOGS/quick.log"
-  echo "== seed"
-  sed -n '/^TFLOP/,$p' "$LOGS/seed.log"
+  if lane correctness; then echo "== quantizers"; tail -12 "$LOGS/quant-bench.log"; fi
+  if lane timing; then
+    echo "== quick"
+    sed -n '/^TFLOP/,$p' "$LOGS/quick.log"
+    echo "== seed"
+    sed -n '/^TFLOP/,$p' "$LOGS/seed.log"
+  fi
 } > "$OUT/summary.txt"
 tar czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"
 cat "$OUT/summary.txt"

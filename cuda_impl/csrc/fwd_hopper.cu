@@ -91,9 +91,13 @@
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
 // l2_head_group (3 heads at 16k; docs/perf-notes-hopper.md, session 5); 0 is that ablation. d64 and
-// d256 keep l2_head_group (d256 makes groups of 1 from 8k up; d64 is not measured cleanly yet).
+// d256 keep l2_head_group (d256 makes groups of 1 from 8k up); FA_HOPPER_D64_HEAD_GROUP=1 is d64's
+// FA4-order build, being measured.
 #ifndef FA_HOPPER_D128_HEAD_GROUP
 #define FA_HOPPER_D128_HEAD_GROUP 1
+#endif
+#ifndef FA_HOPPER_D64_HEAD_GROUP
+#define FA_HOPPER_D64_HEAD_GROUP 0
 #endif
 // A consumer frees Q for the next item as soon as its last S has retired, so that the next Q
 // loads under the last softmax, the last P V and the O stores; 0 frees it after the last P V
@@ -133,7 +137,9 @@ struct HopperTiles {
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
-  static constexpr int HEAD_GROUP = DIM == 128 ? FA_HOPPER_D128_HEAD_GROUP : 0;  // 0: l2_head_group
+  static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
+                                    : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
+                                                : 0;  // 0: l2_head_group
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
