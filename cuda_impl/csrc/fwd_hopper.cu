@@ -91,8 +91,8 @@
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
 // l2_head_group (3 heads at 16k; docs/perf-notes-hopper.md, session 5); 0 is that ablation. d64 and
-// d256 keep l2_head_group (d256 makes groups of 1 from 8k up); FA_HOPPER_D64_HEAD_GROUP=1 is d64's
-// FA4-order build, being measured.
+// d256 keep l2_head_group (d256 makes groups of 1 from 8k up); at d64, FA4's order (1, build
+// d64-group1) measured +1% at 16k and 4k and -3% causal over 5 rounds (session 6), so 0 stays.
 #ifndef FA_HOPPER_D128_HEAD_GROUP
 #define FA_HOPPER_D128_HEAD_GROUP 1
 #endif
