@@ -41,6 +41,7 @@ ALL_ALT_BUILDS = {
     "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
     "chains4": ("-DFA_HOPPER_FP8_D128_SOFTMAX_CHAINS=4",),  # d128 with four chains of row max / row sum
     "d64-chains2": ("-DFA_HOPPER_FP8_D64_SOFTMAX_CHAINS=2",),  # d64 with two (before session 5)
+    "k-in-order": ("-DFA_HOPPER_FP8_PERMUTED_K=0",),  # K tiles in key order, P moved by shuffles (before session 6)
 }
 
 
@@ -72,6 +73,9 @@ CORRECTNESS_CASES = [
     (1, 4, 2, 1000, 1500, 128, False, "shifted", 0.2),
     (1, 8, 8, 2048, 2048, 128, True, "large", 0.05),
     (1, 16, 16, 4096, 4096, 128, True, "normal", None),
+    # key-permuted K (contiguous, sk % 16 == 0) with a partial last tile that runs into the next head
+    (2, 4, 2, 300, 1040, 128, True, "normal", None),
+    (2, 4, 2, 300, 1040, 64, False, "shifted", 0.3),
 ]
 ALT_CASES = CORRECTNESS_CASES
 BENCH_CASES = [  # b, h, s, d, causal
@@ -216,7 +220,9 @@ def stage_sanitize() -> int:
 
     failures = 0
     for params in [(1, 4, 2, 200, 333, 64, True, "normal", None), (1, 4, 2, 300, 170, 128, True, "normal", None),
-                   (1, 4, 2, 300, 333, 128, False, "normal", None)]:
+                   (1, 4, 2, 300, 333, 128, False, "normal", None),
+                   (2, 4, 2, 300, 1040, 128, True, "normal", None),  # key-permuted K tiles
+                   (2, 4, 2, 200, 320, 64, False, "normal", None)]:
         verdict = oracle.check(runner(), make_case(*params), device="cuda")
         failures += not verdict.passed
         log(f"{'PASS' if verdict.passed else 'FAIL'} sanitize {params}: {verdict.summary()}")
@@ -244,7 +250,7 @@ def run_stage(stage: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="three small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="five small launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("--profile-once", action="store_true", help="two launches at 16k d128, for ncu")
     parser.add_argument("--build-only", nargs="*", metavar="NAME", choices=["all", *ALL_ALT_BUILDS],

@@ -240,17 +240,27 @@ __device__ __forceinline__ void mask_scores(float (&S)[M_TILES][KV_TILES][4], co
       }
 }
 
+// Key (from the tile's first) of wgmma accumulator register i of lane quad position t: column
+// 8 * (i / 4) + 2 * t + i % 2 of S. With PERMUTED_KEYS the K tile's rows were loaded in the order
+// of fwd_hopper_fp8.cu's permuted map, where column c = e + 2t + 8 g0 + 16 g (e = c % 2) holds key
+// e + 2 g0 + 4t + 16 g: each lane's S values are then the keys its e4m3 A fragment needs.
+template <bool PERMUTED_KEYS>
+__device__ __forceinline__ int wgmma_key(int i, int t) {
+  if constexpr (PERMUTED_KEYS) return i % 2 + 2 * (i / 4 % 2) + 4 * t + 16 * (i / 8);
+  return 8 * (i / 4) + 2 * t + i % 2;
+}
+
 // The same for a wgmma accumulator (the Hopper kernels): S_REGS registers of one 64 x N tile, where
-// register i holds row row0 + 8 * ((i / 2) % 2) (row0 is this thread's first row) and key column
-// 8 * (i / 4) + 2 * (lane % 4) + i % 2.
-template <int S_REGS>
+// register i holds row row0 + 8 * ((i / 2) % 2) (row0 is this thread's first row) and key
+// wgmma_key<PERMUTED_KEYS>(i, lane % 4).
+template <bool PERMUTED_KEYS = false, int S_REGS>
 __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams& p, const CtaWork& w,
                                             int row0, int kv_start) {
-  const int col0 = kv_start + (threadIdx.x % 4) * 2;
+  const int t = threadIdx.x % 4;
 #pragma unroll
   for (int i = 0; i < S_REGS; i++) {
     const int row = row0 + ((i / 2) % 2) * 8;
-    const int col = col0 + (i / 4) * 8 + i % 2;
+    const int col = kv_start + wgmma_key<PERMUTED_KEYS>(i, t);
     if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
   }
 }

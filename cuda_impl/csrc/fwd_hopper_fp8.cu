@@ -7,8 +7,13 @@
 // - both products are QGMMA (wgmma .e4m3, k32, fp32 accumulate); fp8 wgmma reads shared
 //   operands K-major only, which is why V arrives transposed: a V^T tile (DIM rows x BLOCK_KV
 //   keys) is the K-major B operand of P @ V, the same way a K tile is for Q @ K^T;
-// - P = e4m3(p) with no scale (compare.formats.quantize_p); the accumulator -> A-fragment
-//   permutation is sm90::qgmma_a_fragment (byte permutes and 2 shuffles per row and k-step);
+// - P = e4m3(p) with no scale (compare.formats.quantize_p). The fp32 accumulator of S gives each
+//   lane other keys than the e4m3 A fragment of P V needs. When K's rows form one flat sequence over
+//   (batch, head, key) and seqlen_k % 16 == 0 (what compare.formats produces, for most lengths), a
+//   5-D tensor map loads each K tile's rows key-permuted (fwd_common.cuh wgmma_key) so that every
+//   lane's scores are its own P keys and P is only packed (sm90::qgmma_a_fragment_permuted); else K
+//   loads in order and sm90::qgmma_a_fragment moves the keys (byte permutes and 2 shuffles per row
+//   and k-step). FA_HOPPER_FP8_PERMUTED_K=0 always takes the second path (ablation);
 // - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
 //   the final 1 / l;
 // - S(t + 1) = Q K^T is issued before P(t) V(t) and softmax(t + 1) runs while P(t) V(t) is on
@@ -50,6 +55,9 @@
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
+#ifndef FA_HOPPER_FP8_PERMUTED_K
+#define FA_HOPPER_FP8_PERMUTED_K 1
+#endif
 
 extern "C" {
 // Mirrored by cuda_impl/_lib.py (Fp8FwdParams). base.v is V^T with base.v_stride its (batch,
@@ -66,9 +74,10 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-template <int DIM_>
+template <int DIM_, bool PERMUTED_K_>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
+  static constexpr bool PERMUTED_K = PERMUTED_K_;  // K tiles key-permuted (5-D map): P needs no shuffles
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
   static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -101,7 +110,7 @@ struct Fp8Tiles {
 namespace hopper_fp8 {
 
 template <typename C>
-__device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+__device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
                         const CUtensorMap* map_q, const CUtensorMap* map_k,
                         const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
@@ -113,7 +122,11 @@ __device__ void produce(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bar
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     const int kv_start = tile * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
-    sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
+    if constexpr (C::PERMUTED_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
+      sm90::tma_load_5d(k_smem, map_k, bars.k_full(s), 0, 0, 0, 0,
+                        ((w.batch * p.heads_kv + w.head_kv) * p.seqlen_k + kv_start) / 16);
+    else
+      sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
     sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
   }
@@ -141,7 +154,12 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 #pragma unroll
-  for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
+  for (int kk = 0; kk < C::K_STEPS_PV; kk++) {
+    if constexpr (C::PERMUTED_K)
+      sm90::qgmma_a_fragment_permuted(S + 16 * kk, P[kk]);
+    else
+      sm90::qgmma_a_fragment(S + 16 * kk, P[kk]);
+  }
 }
 
 // S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
@@ -198,7 +216,7 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
   };
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::K_STEPS_PV][4]) {
     const int kv_start = tile * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
   };
 
@@ -230,20 +248,20 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
 }  // namespace hopper_fp8
 #endif  // FA_SM90A
 
-template <int DIM>
-__global__ void __launch_bounds__(Fp8Tiles<DIM>::THREADS, 1)
+template <int DIM, bool PERMUTED_K>
+__global__ void __launch_bounds__(Fp8Tiles<DIM, PERMUTED_K>::THREADS, 1)
     fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_vt) {
 #if FA_SM90A
-  using C = Fp8Tiles<DIM>;
+  using C = Fp8Tiles<DIM, PERMUTED_K>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
   const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
 
   hopper_fp8::run_roles<C>(
-      bars, [&] { hopper_fp8::produce<C>(w, smem, bars, &map_q, &map_k, &map_vt); },
+      bars, [&] { hopper_fp8::produce<C>(p.base, w, smem, bars, &map_q, &map_k, &map_vt); },
       [&](int consumer) { hopper_fp8::consume<C>(p, w, smem, bars, consumer); });
 #endif
 }
@@ -259,22 +277,17 @@ namespace hopper_fp8_host {
 // 4-D e4m3 map (inner, rows, heads, batch) with byte strides (rows, heads, batch); one box is
 // `box_inner` bytes (= the swizzle span) x box_rows rows. Out-of-range elements read as zeros.
 // Strides of size-1 dimensions are never stepped over and are replaced by valid ones.
-int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
-               int heads, int rows, int inner, int box_inner, int box_rows, char* err,
-               int err_len) {
+// An e4m3 map of `rank` dimensions (sizes and box innermost first, byte strides of dimensions 1..)
+// whose innermost box row of `box[0]` bytes is also its swizzle span (64 or 128).
+int encode_e4m3(CUtensorMap* map, const void* ptr, int rank, const cuuint64_t* sizes,
+                const cuuint64_t* bytes, const cuuint32_t* box, char* err, int err_len) {
   const auto encode = hopper_host::encode_tiled();
   if (encode == nullptr)
     return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
-  cuuint64_t sizes[4] = {cuuint64_t(inner), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
-  cuuint64_t bytes[3];
-  bytes[0] = rows > 1 ? stride[2] : (inner + 15) / 16 * 16;
-  bytes[1] = heads > 1 ? stride[1] : bytes[0] * rows;
-  bytes[2] = batch > 1 ? stride[0] : bytes[1] * heads;
-  cuuint32_t box[4] = {cuuint32_t(box_inner), cuuint32_t(box_rows), 1, 1};
-  cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 4, const_cast<void*>(ptr), sizes,
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, const_cast<void*>(ptr), sizes,
                             bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            box_inner == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                            box[0] == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     char detail[112];
@@ -285,22 +298,58 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
   return 0;
 }
 
-template <int DIM>
+int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
+               int heads, int rows, int inner, int box_inner, int box_rows, char* err,
+               int err_len) {
+  const cuuint64_t sizes[4] = {cuuint64_t(inner), cuuint64_t(rows), cuuint64_t(heads), cuuint64_t(batch)};
+  cuuint64_t bytes[3];
+  bytes[0] = rows > 1 ? stride[2] : (inner + 15) / 16 * 16;
+  bytes[1] = heads > 1 ? stride[1] : bytes[0] * rows;
+  bytes[2] = batch > 1 ? stride[0] : bytes[1] * heads;
+  const cuuint32_t box[4] = {cuuint32_t(box_inner), cuuint32_t(box_rows), 1, 1};
+  return encode_e4m3(map, ptr, 4, sizes, bytes, box, err, err_len);
+}
+
+// K's rows form one sequence r = (batch * heads_kv + head) * seqlen_k + key of stride k_stride[2]
+// (size-1 axes impose nothing), cut into whole 16-key blocks: what the permuted map needs.
+bool k_rows_flat(const FwdParams& p) {
+  const int64_t row = p.k_stride[2], head = p.k_stride[1], batch = p.k_stride[0];
+  return p.seqlen_k % 16 == 0 && (p.heads_kv == 1 || head == p.seqlen_k * row) &&
+         (p.batch == 1 || batch == int64_t(p.heads_kv) * p.seqlen_k * row);
+}
+
+// K tiles with their rows permuted (fwd_common.cuh wgmma_key<true>): within each 16-key block,
+// shared row e + 2t + 8 g0 (e, g0 in 0..1, t in 0..3) takes key e + 2 g0 + 4t. Axes innermost
+// first: head_dim bytes, e (stride 1 row), t (4 rows), g0 (2 rows), 16-key block of all rows;
+// TMA writes a box in that order. Rows past the last read as zeros; rows past a head's seqlen_k
+// are the next head's keys, masked like any key past seqlen_k.
+template <typename C>
+int encode_permuted_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_len) {
+  const int64_t row = p.k_stride[2];
+  const cuuint64_t blocks = cuuint64_t(p.batch) * p.heads_kv * p.seqlen_k / 16;
+  const cuuint64_t sizes[5] = {C::DIM, 2, 4, 2, blocks};
+  const cuuint64_t bytes[4] = {cuuint64_t(row), cuuint64_t(4 * row), cuuint64_t(2 * row), cuuint64_t(16 * row)};
+  const cuuint32_t box[5] = {C::DIM, 2, 4, 2, C::BLOCK_KV / 16};
+  return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
+}
+
+template <int DIM, bool PERMUTED_K>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
-  using C = Fp8Tiles<DIM>;
+  using C = Fp8Tiles<DIM, PERMUTED_K>;
   const FwdParams& p = fp.base;
   CUtensorMap map_q, map_k, map_vt;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
                           C::BLOCK_Q, err, err_len))
     return rc;
-  if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, DIM,
-                          C::BLOCK_KV, err, err_len))
+  if (int rc = PERMUTED_K ? encode_permuted_k_map<C>(&map_k, p, err, err_len)
+                          : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
+                                       DIM, C::BLOCK_KV, err, err_len))
     return rc;
   // V^T: rows are head_dim, the inner (contiguous) axis is the key.
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, PERMUTED_K>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
                        stream, err, err_len, fp, map_q, map_k, map_vt);
 }
 
@@ -320,6 +369,10 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
   if (p.head_dim != 64 && p.head_dim != 128)
     return report(err, err_len, "head_dim", "supported: 64, 128");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-  return p.head_dim == 64 ? hopper_fp8_host::launch<64>(*fp, stream, err, err_len)
-                          : hopper_fp8_host::launch<128>(*fp, stream, err, err_len);
+  const bool permuted = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
+  if (p.head_dim == 64)
+    return permuted ? hopper_fp8_host::launch<64, true>(*fp, stream, err, err_len)
+                    : hopper_fp8_host::launch<64, false>(*fp, stream, err, err_len);
+  return permuted ? hopper_fp8_host::launch<128, true>(*fp, stream, err, err_len)
+                  : hopper_fp8_host::launch<128, false>(*fp, stream, err, err_len);
 }

@@ -73,6 +73,16 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The same for a 5-D map (fwd_hopper_fp8.cu's key-permuted K tiles).
+__device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                            int c0, int c1, int c2, int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5, %6}], [%7];\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4), "r"(bar)
+      : "memory");
+}
+
 // --- named barriers (ids 1..15; 0 is __syncthreads) ------------------------------------------
 // `threads` counts every participant of one phase, arrivers and waiters together (a multiple of
 // 32). bar.arrive does not wait, so one warpgroup can hand a turn to another without stalling.

@@ -112,6 +112,19 @@ __device__ __forceinline__ void qgmma_a_fragment(const float* acc, uint32_t (&a)
   }
 }
 
+// The same when the K tile was loaded key-permuted (fwd_common.cuh wgmma_key<true>): accumulator
+// blocks 0 and 1 hold this lane's keys 4t..4t+3 of the 32, blocks 2 and 3 keys 16+4t..: packing
+// is all that is left, no shuffles.
+__device__ __forceinline__ void qgmma_a_fragment_permuted(const float* acc, uint32_t (&a)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    a[h] = __byte_perm(pack_e4m3x2(acc[2 * h], acc[2 * h + 1]), pack_e4m3x2(acc[4 + 2 * h], acc[4 + 2 * h + 1]),
+                       0x5410);
+    a[2 + h] = __byte_perm(pack_e4m3x2(acc[8 + 2 * h], acc[8 + 2 * h + 1]),
+                           pack_e4m3x2(acc[12 + 2 * h], acc[12 + 2 * h + 1]), 0x5410);
+  }
+}
+
 }  // namespace fa::sm90
 
 #if FA_SM90A
