@@ -42,6 +42,7 @@ ALL_ALT_BUILDS = {
     "chains4": ("-DFA_HOPPER_FP8_D128_SOFTMAX_CHAINS=4",),  # d128 with four chains of row max / row sum
     "d64-chains2": ("-DFA_HOPPER_FP8_D64_SOFTMAX_CHAINS=2",),  # d64 with two (before session 5)
     "k-in-order": ("-DFA_HOPPER_FP8_PERMUTED_K=0",),  # K tiles in key order, P moved by shuffles (before session 6)
+    "k-5d-in-order": ("-DFA_HOPPER_FP8_PERMUTED_K=2",),  # flat K through the 5-D map in key order, shuffles
 }
 
 
@@ -215,7 +216,7 @@ def stage_timing() -> int:
     return 0
 
 
-def stage_sanitize() -> int:
+def stage_sanitize(build: str | None) -> int:
     from compare import oracle
 
     failures = 0
@@ -223,7 +224,7 @@ def stage_sanitize() -> int:
                    (1, 4, 2, 300, 333, 128, False, "normal", None),
                    (2, 4, 2, 300, 1040, 128, True, "normal", None),  # key-permuted K tiles
                    (2, 4, 2, 200, 320, 64, False, "normal", None)]:
-        verdict = oracle.check(runner(), make_case(*params), device="cuda")
+        verdict = oracle.check(runner(ALL_ALT_BUILDS[build] if build else ()), make_case(*params), device="cuda")
         failures += not verdict.passed
         log(f"{'PASS' if verdict.passed else 'FAIL'} sanitize {params}: {verdict.summary()}")
     return 1 if failures else 0
@@ -252,6 +253,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sanitize", action="store_true", help="five small launches, for compute-sanitizer")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
+    parser.add_argument("--build", choices=list(ALL_ALT_BUILDS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--profile-once", action="store_true", help="two launches at 16k d128, for ncu")
     parser.add_argument("--build-only", nargs="*", metavar="NAME", choices=["all", *ALL_ALT_BUILDS],
                         help="(dev machine) build the default library and the ALT_BUILDS named ('all': every one)")
@@ -264,7 +266,7 @@ def main() -> int:
             log(f"built {build.build_library(_lib.library_spec(flags))}")
         return 0
     if args.sanitize:
-        return stage_sanitize()
+        return stage_sanitize(args.build)
     if args.profile_once:
         return profile_once()
     if args.stage:

@@ -13,7 +13,8 @@
 //   5-D tensor map loads each K tile's rows key-permuted (fwd_common.cuh wgmma_key) so that every
 //   lane's scores are its own P keys and P is only packed (sm90::qgmma_a_fragment_permuted); else K
 //   loads in order and sm90::qgmma_a_fragment moves the keys (byte permutes and 2 shuffles per row
-//   and k-step). FA_HOPPER_FP8_PERMUTED_K=0 always takes the second path (ablation);
+//   and k-step). Ablations: FA_HOPPER_FP8_PERMUTED_K=0 always takes the second path, =2 loads flat K
+//   through the 5-D map in key order (the map's own cost) and moves P's keys with shuffles;
 // - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
 //   the final 1 / l;
 // - S(t + 1) = Q K^T is issued before P(t) V(t) and softmax(t + 1) runs while P(t) V(t) is on
@@ -55,6 +56,8 @@
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
+// 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
+// through the 5-D map in key order (ablation).
 #ifndef FA_HOPPER_FP8_PERMUTED_K
 #define FA_HOPPER_FP8_PERMUTED_K 1
 #endif
@@ -74,10 +77,11 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-template <int DIM_, bool PERMUTED_K_>
+template <int DIM_, bool FLAT_K_>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
-  static constexpr bool PERMUTED_K = PERMUTED_K_;  // K tiles key-permuted (5-D map): P needs no shuffles
+  static constexpr bool FLAT_K = FLAT_K_;  // K through the 5-D map (hopper_fp8_host::k_rows_flat)
+  static constexpr bool PERMUTED_K = FLAT_K && FA_HOPPER_FP8_PERMUTED_K == 1;  // ... key-permuted: no shuffles
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
   static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -122,7 +126,7 @@ __device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Bar
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     const int kv_start = tile * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
-    if constexpr (C::PERMUTED_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
+    if constexpr (C::FLAT_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
       sm90::tma_load_5d(k_smem, map_k, bars.k_full(s), 0, 0, 0, 0,
                         ((w.batch * p.heads_kv + w.head_kv) * p.seqlen_k + kv_start) / 16);
     else
@@ -248,13 +252,13 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
 }  // namespace hopper_fp8
 #endif  // FA_SM90A
 
-template <int DIM, bool PERMUTED_K>
-__global__ void __launch_bounds__(Fp8Tiles<DIM, PERMUTED_K>::THREADS, 1)
+template <int DIM, bool FLAT_K>
+__global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K>::THREADS, 1)
     fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_vt) {
 #if FA_SM90A
-  using C = Fp8Tiles<DIM, PERMUTED_K>;
+  using C = Fp8Tiles<DIM, FLAT_K>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -318,30 +322,31 @@ bool k_rows_flat(const FwdParams& p) {
          (p.batch == 1 || batch == int64_t(p.heads_kv) * p.seqlen_k * row);
 }
 
-// K tiles with their rows permuted (fwd_common.cuh wgmma_key<true>): within each 16-key block,
-// shared row e + 2t + 8 g0 (e, g0 in 0..1, t in 0..3) takes key e + 2 g0 + 4t. Axes innermost
-// first: head_dim bytes, e (stride 1 row), t (4 rows), g0 (2 rows), 16-key block of all rows;
-// TMA writes a box in that order. Rows past the last read as zeros; rows past a head's seqlen_k
-// are the next head's keys, masked like any key past seqlen_k.
+// Flat K tiles with their rows permuted (fwd_common.cuh wgmma_key<true>): within each 16-key
+// block, shared row e + 2t + 8 g0 (e, g0 in 0..1, t in 0..3) takes key e + 2 g0 + 4t. Axes
+// innermost first: head_dim bytes, e (stride 1 row), t (4 rows), g0 (2 rows), 16-key block of all
+// rows; TMA writes a box in that order (without C::PERMUTED_K: strides 1, 2, 8 rows, key order).
+// Rows past the last read as zeros; rows past a head's seqlen_k are the next head's keys, masked
+// like any key past seqlen_k.
 template <typename C>
-int encode_permuted_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_len) {
-  const int64_t row = p.k_stride[2];
+int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_len) {
+  const cuuint64_t row = p.k_stride[2];
   const cuuint64_t blocks = cuuint64_t(p.batch) * p.heads_kv * p.seqlen_k / 16;
   const cuuint64_t sizes[5] = {C::DIM, 2, 4, 2, blocks};
-  const cuuint64_t bytes[4] = {cuuint64_t(row), cuuint64_t(4 * row), cuuint64_t(2 * row), cuuint64_t(16 * row)};
+  const cuuint64_t bytes[4] = {row, (C::PERMUTED_K ? 4 : 2) * row, (C::PERMUTED_K ? 2 : 8) * row, 16 * row};
   const cuuint32_t box[5] = {C::DIM, 2, 4, 2, C::BLOCK_KV / 16};
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
 
-template <int DIM, bool PERMUTED_K>
+template <int DIM, bool FLAT_K>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
-  using C = Fp8Tiles<DIM, PERMUTED_K>;
+  using C = Fp8Tiles<DIM, FLAT_K>;
   const FwdParams& p = fp.base;
   CUtensorMap map_q, map_k, map_vt;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
                           C::BLOCK_Q, err, err_len))
     return rc;
-  if (int rc = PERMUTED_K ? encode_permuted_k_map<C>(&map_k, p, err, err_len)
+  if (int rc = FLAT_K ? encode_flat_k_map<C>(&map_k, p, err, err_len)
                           : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
                                        DIM, C::BLOCK_KV, err, err_len))
     return rc;
@@ -349,7 +354,7 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, PERMUTED_K>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
                        stream, err, err_len, fp, map_q, map_k, map_vt);
 }
 
@@ -369,10 +374,10 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
   if (p.head_dim != 64 && p.head_dim != 128)
     return report(err, err_len, "head_dim", "supported: 64, 128");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-  const bool permuted = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
+  const bool flat = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
   if (p.head_dim == 64)
-    return permuted ? hopper_fp8_host::launch<64, true>(*fp, stream, err, err_len)
+    return flat ? hopper_fp8_host::launch<64, true>(*fp, stream, err, err_len)
                     : hopper_fp8_host::launch<64, false>(*fp, stream, err, err_len);
-  return permuted ? hopper_fp8_host::launch<128, true>(*fp, stream, err, err_len)
+  return flat ? hopper_fp8_host::launch<128, true>(*fp, stream, err, err_len)
                   : hopper_fp8_host::launch<128, false>(*fp, stream, err, err_len);
 }
