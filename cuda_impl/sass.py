@@ -74,3 +74,19 @@ def opcode_counts(instructions: list[str]) -> Counter:
         if words:
             counts[words[0]] += 1
     return counts
+
+
+def exps_under_pending_wgmma(instructions: list[str]) -> int:
+    """MUFU.EX2 issued between a `WARPGROUP.DEPBAR.LE gsb0, 0x1` (one wgmma group may still run)
+    and the next wgmma wait, summed over such spans: the softmax work a Hopper kernel overlaps with
+    its own warpgroup's P @ V. ptxas moves a wait written after the softmax ahead of it, which
+    makes this 0 (docs/perf-notes-hopper.md, session 6)."""
+    exps, open_span = 0, False
+    for ins in instructions:
+        words = ins.split()
+        op = (words[1] if words[0].startswith("@") else words[0]) if words else ""
+        if op.startswith("WARPGROUP.DEPBAR"):
+            open_span = "0x1" in ins
+        elif open_span and op == "MUFU.EX2":
+            exps += 1
+    return exps

@@ -115,6 +115,13 @@
 #define FA_HOPPER_LAZY_RESCALE 8
 #endif
 
+// Where P(t-1) V(t-1) is waited for: 1, at the top of step t+1 (after its mbarrier waits), so that
+// softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait ahead of the
+// softmax (ablation: the placement before session 6).
+#ifndef FA_HOPPER_RETIRE_AT_TOP
+#define FA_HOPPER_RETIRE_AT_TOP 1
+#endif
+
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
 // fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
 #ifndef FA_HOPPER_SOFTMAX_CHAINS
@@ -341,8 +348,25 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
+  // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
+  // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
+  // wait to the start of its basic block, so written right after softmax(t) the wait ran before
+  // the softmax, which then never overlapped its own warpgroup's P V (docs/perf-notes-hopper.md,
+  // session 6).
+  const auto retire = [&](int tile) {
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
+    if (tile >= 0) sm90::mbar_arrive(bars.v_empty(stage(tile)));
+    rescale_and_pack<T, C>(S, O, alpha, P);
+    sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
+    sm90::fence_regs(P);
+  };
 
-  if (n > 0) {  // tile 0: S only (O is still zero)
+  // One block for tile 0, the loop and the last P V: with the loop outside it, ptxas saw a path
+  // from the loop (a P V in flight) past a skipped last block and injected a wait (C7517).
+  if (n > 0) {
+    // tile 0: S only (O is still zero)
     sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
     sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
     turns.wait_turn();
@@ -354,33 +378,30 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
-    rescale_and_pack<T, C>(S, O, alpha, P);
-  }
-  for (int tile = 1; tile < n; tile++) {
-    const int s = stage(tile), prev = stage(tile - 1);
-    sm90::mbar_wait(bars.k_full(s), parity(tile));
-    // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
-    // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
-    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-    turns.wait_turn();
-    sm90::wgmma_fence();
-    issue_s<T, C>(S, q_smem, k_smem(s));
-    issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
-    turns.pass_turn();
-    sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
-    sm90::fence_regs(S);
-    sm90::mbar_arrive(bars.k_empty(s));
-    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(tile);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
-    sm90::mbar_arrive(bars.v_empty(prev));
-    rescale_and_pack<T, C>(S, O, alpha, P);
-  }
-  if (n > 0) {  // the last tile's P V
+    if (!FA_HOPPER_RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+    for (int tile = 1; tile < n; tile++) {
+      const int s = stage(tile), prev = stage(tile - 1);
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
+      // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
+      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+      if (FA_HOPPER_RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
+      turns.wait_turn();
+      sm90::wgmma_fence();
+      issue_s<T, C>(S, q_smem, k_smem(s));
+      issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+      turns.pass_turn();
+      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
+      sm90::fence_regs(S);
+      sm90::mbar_arrive(bars.k_empty(s));
+      if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
+      softmax(tile);
+      if (!FA_HOPPER_RETIRE_AT_TOP) retire(tile - 1);
+    }
+    // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
+    if (FA_HOPPER_RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();

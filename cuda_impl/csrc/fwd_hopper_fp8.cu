@@ -138,12 +138,11 @@ __device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Bar
 
 // Online softmax of one raw S tile (scores in q/k-descaled units: scale_log2 carries both
 // descales). Updates row_max / row_sum, returns each row's O rescale factor in alpha (applied
-// by the caller once the P V wgmma that reads O has retired) and writes P as e4m3 A fragments.
-// row_sum adds the unrounded p, as compare.oracle's plain reference does.
+// by the caller once the P V wgmma that reads O has retired) and leaves p in S (pack_p makes the
+// e4m3 A fragments). row_sum adds the unrounded p, as compare.oracle's plain reference does.
 template <typename C>
 __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_max)[2],
-                                             float (&row_sum)[2], float (&alpha)[2],
-                                             uint32_t (&P)[C::K_STEPS_PV][4], float scale_log2) {
+                                             float (&row_sum)[2], float (&alpha)[2], float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, row_max[h]);
@@ -157,6 +156,11 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
         S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
+}
+
+// P = e4m3(p) as the A fragments of P V, from the p that softmax_step left in S.
+template <typename C>
+__device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P)[C::K_STEPS_PV][4]) {
 #pragma unroll
   for (int kk = 0; kk < C::K_STEPS_PV; kk++) {
     if constexpr (C::PERMUTED_K)
@@ -218,16 +222,15 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     if (FA_HOPPER_FP8_PINGPONG && !(consumer == 1 && phase == phases))
       sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
   };
-  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::K_STEPS_PV][4]) {
+  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
-    softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
+    softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
   };
 
   if (w.n_kv_tiles > 0) {
     float S[C::S_REGS];
-    // Two P buffers in turn: P(t) is written while P(t - 1) V(t - 1) still reads the other.
-    uint32_t P0[C::K_STEPS_PV][4], P1[C::K_STEPS_PV][4];
+    uint32_t P[C::K_STEPS_PV][4];
     if (FA_HOPPER_FP8_PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
     sm90::mbar_wait(bars.q_full(), 0);
     sm90::mbar_wait(bars.k_full(0), 0);
@@ -236,12 +239,12 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     gemm_turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
-    masked_softmax(S, 0, P0);  // alpha is 0 or 1 here and O is 0: no rescale needed
+    masked_softmax(S, 0);  // alpha is 0 or 1 here and O is 0: its rescale changes nothing
     overlapped_tiles<C>(
-        w.n_kv_tiles, bars, S, O, alpha, P0, P1,
+        w.n_kv_tiles, bars, S, O, alpha, P,
         [&](float (&scores)[C::S_REGS], int s) { issue_qk<C>(scores, q_smem, k_smem(s)); },
-        [&](const uint32_t (&P)[C::K_STEPS_PV][4], int s) { issue_pv<C>(O, P, k_smem(s) + C::K_BYTES); },
-        masked_softmax, gemm_turn_begin, gemm_turn_end);
+        [&](const uint32_t (&P_in)[C::K_STEPS_PV][4], int s) { issue_pv<C>(O, P_in, k_smem(s) + C::K_BYTES); },
+        masked_softmax, pack_p<C>, gemm_turn_begin, gemm_turn_end);
   }
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum,

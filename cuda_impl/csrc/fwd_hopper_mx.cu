@@ -115,11 +115,11 @@ __device__ void produce(const CtaWork& w, uint32_t smem, hopper_fp8::Barriers<C:
 }
 
 // One online-softmax step on a raw S tile: returns the O rescale factors in alpha, writes the
-// quantized P as 16-bit A fragments. row_max is kept as the rounded scaled score (log2 units).
+// quantized P as 16-bit A fragments (pack_p, from the p left in S). row_max is kept as the rounded
+// scaled score (log2 units).
 template <typename C>
 __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_max)[2],
-                                             float (&row_sum)[2], float (&alpha)[2],
-                                             uint32_t (&P)[C::BLOCK_KV / 16][4], float scale_log2) {
+                                             float (&row_sum)[2], float (&alpha)[2], float scale_log2) {
 #pragma unroll
   for (int h = 0; h < 2; h++) {
     float m0 = -INFINITY, m1 = -INFINITY;  // two chains halve the dependent latency
@@ -146,6 +146,10 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
       }
     row_sum[h] = row_sum[h] * alpha[h] + (sum[0] + sum[1]);
   }
+}
+
+template <typename C>
+__device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if constexpr (C::FORMAT == FA_MX_FORMAT_MXFP8)
     mx::quantize_p_mxfp8(S, P);
   else
@@ -192,11 +196,11 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
           O, P[kk], sm90::desc_sw128(v_smem + (kk / 4) * C::V_PANEL_BYTES + (kk % 4) * 32, 16, 1024));
     sm90::wgmma_commit();
   };
-  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, uint32_t (&P)[C::BLOCK_KV / 16][4]) {
+  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start))
       mask_scores(S, p, w, row0, kv_start);
-    softmax_step<C>(S, row_max, row_sum, alpha, P, scale_log2);
+    softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
   };
   auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
 
@@ -210,7 +214,8 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
       issue_qk(S, s);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(S);
-      masked_softmax(S, tile, P);
+      masked_softmax(S, tile);
+      pack_p<C>(S, P);
       hopper_fp8::rescale<C>(O, alpha);
       sm90::mbar_wait(bars.v_full(s), parity(tile));
       issue_pv(P, s);
@@ -221,15 +226,15 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
   } else if (w.n_kv_tiles > 0) {
     // Tile 0, then the same overlapped loop as fwd_hopper_fp8.cu (hopper_fp8::overlapped_tiles).
     float S[C::S_REGS];
-    uint32_t P0[C::BLOCK_KV / 16][4], P1[C::BLOCK_KV / 16][4];
+    uint32_t P[C::BLOCK_KV / 16][4];
     sm90::mbar_wait(bars.k_full(0), 0);
     issue_qk(S, 0);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
-    masked_softmax(S, 0, P0);  // O is 0: no rescale
+    masked_softmax(S, 0);  // O is 0: its rescale changes nothing
     const auto no_turns = [] {};
-    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, bars, S, O, alpha, P0, P1, issue_qk, issue_pv, masked_softmax,
-                                    no_turns, no_turns);
+    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, bars, S, O, alpha, P, issue_qk, issue_pv, masked_softmax,
+                                    pack_p<C>, no_turns, no_turns);
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.
   store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,

@@ -8,6 +8,13 @@
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 
+// Where P(t-1) V(t-1) is waited for: 1, at the top of step t+1 (after its mbarrier waits), so that
+// softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait ahead of the
+// softmax (ablation: the placement before session 6).
+#ifndef FA_HOPPER_FP8_RETIRE_AT_TOP
+#define FA_HOPPER_FP8_RETIRE_AT_TOP 1
+#endif
+
 namespace fa::sm90 {
 
 // K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (64 or 128), 8-row
@@ -178,57 +185,59 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
   }
 }
 
-// KV tiles 1 .. n-1 and the last P V of a consumer whose tile 0 is done (its P in P0): S(t) and
-// P(t-1) V(t-1) are issued together, softmax(t) runs while P V does, stage t-1 is released after its
-// P V, two P buffers take turns. issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each,
-// between turn_begin() and turn_end() (ping-pong with the other consumer; no-ops without);
-// softmax(S, tile, P) fills P and alpha, O's rescale factors.
-template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename TurnBegin,
-          typename TurnEnd>
+// KV tiles 1 .. n-1 and the last P V of a consumer whose tile 0 has had its softmax (S holds its p).
+// Step t waits for K(t) and V(t-1), retires P(t-2) V(t-2) (wait, free its stage, O *= alpha,
+// P = pack(S): P(t-1)), issues S(t) and P(t-1) V(t-1), waits for S(t) alone and runs softmax(t)
+// while P V is on the tensor cores. The retire sits at the top of the next step, after its mbarrier
+// waits, and not right after softmax(t): ptxas hoists a wgmma wait to the start of its basic block,
+// so a wait written after the softmax ran before it and the softmax never overlapped its own P V
+// (docs/perf-notes-hopper.md, session 6; FA_HOPPER_FP8_RETIRE_AT_TOP=0 writes it there again, the
+// ablation). One P buffer: it is rewritten only after its P V retired.
+// issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each, between turn_begin() and turn_end()
+// (ping-pong with the other consumer; no-ops without); softmax(S, tile) leaves p in S and sets
+// alpha, O's rescale factors; pack(S, P) writes P's A fragments.
+template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename Pack,
+          typename TurnBegin, typename TurnEnd>
 __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<C::STAGES>& bars,
                                                  float (&S)[C::S_REGS], float (&O)[C::O_REGS],
-                                                 const float (&alpha)[2], uint32_t (&P0)[P_STEPS][4],
-                                                 uint32_t (&P1)[P_STEPS][4], IssueQK&& issue_qk,
-                                                 IssuePV&& issue_pv, Softmax&& softmax,
-                                                 TurnBegin&& turn_begin, TurnEnd&& turn_end) {
+                                                 const float (&alpha)[2], uint32_t (&P)[P_STEPS][4],
+                                                 IssueQK&& issue_qk, IssuePV&& issue_pv, Softmax&& softmax,
+                                                 Pack&& pack, TurnBegin&& turn_begin, TurnEnd&& turn_end) {
   const auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
-  const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
+  const auto retire = [&](int tile) {  // P(tile) V(tile) is done (tile < 0: none was issued)
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::fence_regs(P);
+    if (tile >= 0) sm90::mbar_arrive(bars.kv_empty(tile % C::STAGES));
+    rescale<C>(O, alpha);
+    pack(S, P);
+    sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
+    sm90::fence_regs(P);
+  };
+  if (!FA_HOPPER_FP8_RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+  for (int tile = 1; tile < n_kv_tiles; tile++) {
     const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
     sm90::mbar_wait(bars.k_full(s), parity(tile));
     sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    if (FA_HOPPER_FP8_RETIRE_AT_TOP) retire(tile - 2);
     turn_begin();
     issue_qk(S, s);
-    issue_pv(P_prev, prev);
+    issue_pv(P, prev);
     turn_end();
     sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
     sm90::fence_regs(S);
-    softmax(S, tile, P_next);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.kv_empty(prev));
-    rescale<C>(O, alpha);
-  };
-  const auto finish = [&](const uint32_t (&P_last)[P_STEPS][4]) {
-    const int last = (n_kv_tiles - 1) % C::STAGES;
-    sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
-    turn_begin();
-    issue_pv(P_last, last);
-    turn_end();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.kv_empty(last));
-  };
-  int tile = 1;
-  for (; tile + 1 < n_kv_tiles; tile += 2) {
-    step(tile, P0, P1);
-    step(tile + 1, P1, P0);
+    softmax(S, tile);
+    if (!FA_HOPPER_FP8_RETIRE_AT_TOP) retire(tile - 1);
   }
-  if (tile < n_kv_tiles) {
-    step(tile, P0, P1);
-    finish(P1);
-  } else {
-    finish(P0);
-  }
+  const int last = (n_kv_tiles - 1) % C::STAGES;
+  sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
+  if (FA_HOPPER_FP8_RETIRE_AT_TOP) retire(n_kv_tiles - 2);
+  turn_begin();
+  issue_pv(P, last);
+  turn_end();
+  sm90::wgmma_wait<0>();
+  sm90::fence_regs(O);
+  sm90::mbar_arrive(bars.kv_empty(last));
 }
 
 }  // namespace fa::hopper_fp8
