@@ -10,7 +10,7 @@
 
 // Where P(t-1) V(t-1) is waited for: 1, at the top of step t+1 (after its mbarrier waits), so that
 // softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait ahead of the
-// softmax (ablation: the placement before session 6).
+// softmax (ablation: the loop before session 6, two P buffers).
 #ifndef FA_HOPPER_FP8_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_RETIRE_AT_TOP 1
 #endif
@@ -191,7 +191,7 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
 // while P V is on the tensor cores. The retire sits at the top of the next step, after its mbarrier
 // waits, and not right after softmax(t): ptxas hoists a wgmma wait to the start of its basic block,
 // so a wait written after the softmax ran before it and the softmax never overlapped its own P V
-// (docs/perf-notes-hopper.md, session 6; FA_HOPPER_FP8_RETIRE_AT_TOP=0 writes it there again, the
+// (docs/perf-notes-hopper.md, session 6; FA_HOPPER_FP8_RETIRE_AT_TOP=0 is the loop before, the
 // ablation). One P buffer: it is rewritten only after its P V retired.
 // issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each, between turn_begin() and turn_end()
 // (ping-pong with the other consumer; no-ops without); softmax(S, tile) leaves p in S and sets
@@ -214,30 +214,73 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  if (!FA_HOPPER_FP8_RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
-  for (int tile = 1; tile < n_kv_tiles; tile++) {
-    const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
-    sm90::mbar_wait(bars.k_full(s), parity(tile));
-    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-    if (FA_HOPPER_FP8_RETIRE_AT_TOP) retire(tile - 2);
+  if constexpr (!FA_HOPPER_FP8_RETIRE_AT_TOP) {
+    // The loop before session 6 (ablation): P(t) packed right after softmax(t) into the other of two
+    // P buffers, then the wait for P(t-1) V(t-1), which ptxas moves ahead of the softmax.
+    uint32_t P1[P_STEPS][4];
+    pack(S, P);
+    const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
+      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+      turn_begin();
+      issue_qk(S, s);
+      issue_pv(P_prev, prev);
+      turn_end();
+      sm90::wgmma_wait<1>();
+      sm90::fence_regs(S);
+      softmax(S, tile);
+      pack(S, P_next);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(prev));
+      rescale<C>(O, alpha);
+    };
+    const auto finish = [&](const uint32_t (&P_last)[P_STEPS][4]) {
+      const int last = (n_kv_tiles - 1) % C::STAGES;
+      sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
+      turn_begin();
+      issue_pv(P_last, last);
+      turn_end();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty(last));
+    };
+    int tile = 1;
+    for (; tile + 1 < n_kv_tiles; tile += 2) {
+      step(tile, P, P1);
+      step(tile + 1, P1, P);
+    }
+    if (tile < n_kv_tiles) {
+      step(tile, P, P1);
+      finish(P1);
+    } else {
+      finish(P);
+    }
+  } else {
+    for (int tile = 1; tile < n_kv_tiles; tile++) {
+      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+      retire(tile - 2);
+      turn_begin();
+      issue_qk(S, s);
+      issue_pv(P, prev);
+      turn_end();
+      sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
+      sm90::fence_regs(S);
+      softmax(S, tile);
+    }
+    const int last = (n_kv_tiles - 1) % C::STAGES;
+    sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
+    retire(n_kv_tiles - 2);
     turn_begin();
-    issue_qk(S, s);
-    issue_pv(P, prev);
+    issue_pv(P, last);
     turn_end();
-    sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
-    sm90::fence_regs(S);
-    softmax(S, tile);
-    if (!FA_HOPPER_FP8_RETIRE_AT_TOP) retire(tile - 1);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    sm90::mbar_arrive(bars.kv_empty(last));
   }
-  const int last = (n_kv_tiles - 1) % C::STAGES;
-  sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
-  if (FA_HOPPER_FP8_RETIRE_AT_TOP) retire(n_kv_tiles - 2);
-  turn_begin();
-  issue_pv(P, last);
-  turn_end();
-  sm90::wgmma_wait<0>();
-  sm90::fence_regs(O);
-  sm90::mbar_arrive(bars.kv_empty(last));
 }
 
 }  // namespace fa::hopper_fp8
