@@ -337,7 +337,7 @@ def stage_driver() -> int:
     return 0
 
 
-def stage_sanitize() -> int:
+def stage_sanitize(build: str | None) -> int:
     ref = reference_module()
     failures = 0
     for shape in [
@@ -348,7 +348,7 @@ def stage_sanitize() -> int:
         (1, 2, 1, 200, 333, 256, "fp16", False),
         (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
     ]:
-        ok, detail = check_shape(ref, *shape)
+        ok, detail = check_shape(ref, *shape, flags=ALT_FLAGS[build] if build else ())
         failures += not ok
         log(f"{'PASS' if ok else 'FAIL'} sanitize {shape}: {detail}")
     return 1 if failures else 0
@@ -361,6 +361,7 @@ def run_stage(stage: str, *builds: str) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sanitize", action="store_true", help="six small launches, for compute-sanitizer")
+    parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -381,7 +382,7 @@ def main() -> int:
             log(f"built {name}: {build.build_library(_lib.library_spec(BUILDS[name]))}")
         return 0
     if args.sanitize:
-        return stage_sanitize()
+        return stage_sanitize(args.build)
     if args.driver:
         return run_stage("driver")
     if args.stage:
