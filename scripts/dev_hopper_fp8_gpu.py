@@ -43,8 +43,10 @@ ALL_ALT_BUILDS = {
     "d64-chains2": ("-DFA_HOPPER_FP8_D64_SOFTMAX_CHAINS=2",),  # d64 with two (before session 5)
     "k-in-order": ("-DFA_HOPPER_FP8_PERMUTED_K=0",),  # K tiles in key order, P moved by shuffles (before session 6)
     "k-5d-in-order": ("-DFA_HOPPER_FP8_PERMUTED_K=2",),  # flat K through the 5-D map in key order, shuffles
-    # P(t-1) V(t-1) waited for right after softmax(t), where ptxas hoists the wait ahead of the softmax (before session 6)
-    "retire-late": ("-DFA_HOPPER_FP8_RETIRE_AT_TOP=0",),
+    # where P(t-1) V(t-1) is waited for (session 6): d64 right after softmax(t), where ptxas hoists the wait ahead of
+    # the softmax (the loop before session 6); d128 at the top of the next step, so that softmax(t) runs under it
+    "d64-retire-late": ("-DFA_HOPPER_FP8_D64_RETIRE_AT_TOP=0",),
+    "d128-retire-top": ("-DFA_HOPPER_FP8_D128_RETIRE_AT_TOP=1",),
 }
 
 

@@ -66,9 +66,11 @@ ALT_FLAGS = {
     "late-q": ("-DFA_HOPPER_EARLY_Q_RELEASE=0",),  # Q freed after the last P V (before session 4)
     "d64-2wg": ("-DFA_HOPPER_D64_CONSUMERS=2",),  # d64 with two consumer warpgroups (before session 4)
     "l2-groups": ("-DFA_HOPPER_D128_HEAD_GROUP=0",),  # d128 items in groups of heads filling half of L2 (before session 5)
-    "d64-group1": ("-DFA_HOPPER_D64_HEAD_GROUP=1",),
-    # P(t-1) V(t-1) waited for right after softmax(t), where ptxas hoists the wait ahead of the softmax (before session 6)
-    "retire-late": ("-DFA_HOPPER_RETIRE_AT_TOP=0",),  # d64 in FA4's order: all query tiles of one head, then the next
+    "d64-group1": ("-DFA_HOPPER_D64_HEAD_GROUP=1",),  # d64 in FA4's order: all query tiles of one head, then the next
+    # where P(t-1) V(t-1) is waited for (session 6): d256 right after softmax(t), where ptxas hoists the wait ahead
+    # of the softmax (as before session 6); d64 and d128 at the top of the next step, so softmax(t) runs under it
+    "d256-retire-late": ("-DFA_HOPPER_D256_RETIRE_AT_TOP=0",),
+    "retire-top": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1"),
     # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
 }

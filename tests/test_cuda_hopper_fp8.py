@@ -69,9 +69,11 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k):
     assert len(qk) % (head_dim // 32) == 0
     assert pv and all(f"64x{head_dim}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
     assert len(pv) % 4 == 0
-    # The overlap: S(t) is waited for alone and softmax(t)'s exps run while P(t-1) V(t-1) may still.
+    # S(t) is waited for alone; at d64 (retire at the top of the next step) softmax(t)'s exps run
+    # while P(t-1) V(t-1) may still.
     assert ops["WARPGROUP.DEPBAR.LE"] > 0 and any("gsb0, 0x1" in i for i in instructions)
-    assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
+    if head_dim == 64:
+        assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
     if permuted_k:  # K rows arrive key-permuted through a 5-D map; P is packed in place

@@ -115,11 +115,18 @@
 #define FA_HOPPER_LAZY_RESCALE 8
 #endif
 
-// Where P(t-1) V(t-1) is waited for: 1, at the top of step t+1 (after its mbarrier waits), so that
-// softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait ahead of the
-// softmax (ablation: the placement before session 6).
-#ifndef FA_HOPPER_RETIRE_AT_TOP
-#define FA_HOPPER_RETIRE_AT_TOP 1
+// Where P(t-1) V(t-1) is waited for, per head_dim: 1, at the top of step t+1 (after its mbarrier
+// waits), so that softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait
+// ahead of the softmax (the placement before session 6). Measured (docs/perf-notes-hopper.md, session
+// 6): d256 +3-10% at the top; d64 and d128 1-4% faster with the wait where ptxas puts it.
+#ifndef FA_HOPPER_D64_RETIRE_AT_TOP
+#define FA_HOPPER_D64_RETIRE_AT_TOP 0
+#endif
+#ifndef FA_HOPPER_D128_RETIRE_AT_TOP
+#define FA_HOPPER_D128_RETIRE_AT_TOP 0
+#endif
+#ifndef FA_HOPPER_D256_RETIRE_AT_TOP
+#define FA_HOPPER_D256_RETIRE_AT_TOP 1
 #endif
 
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
@@ -144,6 +151,9 @@ struct HopperTiles {
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
+  static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
+                                        : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
+                                                     : FA_HOPPER_D256_RETIRE_AT_TOP;
   static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
                                     : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
                                                 : 0;  // 0: l2_head_group
@@ -378,14 +388,14 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_arrive(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
-    if (!FA_HOPPER_RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+    if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     for (int tile = 1; tile < n; tile++) {
       const int s = stage(tile), prev = stage(tile - 1);
       sm90::mbar_wait(bars.k_full(s), parity(tile));
       // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
       // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
       sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      if (FA_HOPPER_RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
+      if (C::RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
       turns.wait_turn();
       sm90::wgmma_fence();
       issue_s<T, C>(S, q_smem, k_smem(s));
@@ -396,12 +406,12 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       sm90::mbar_arrive(bars.k_empty(s));
       if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
       softmax(tile);
-      if (!FA_HOPPER_RETIRE_AT_TOP) retire(tile - 1);
+      if (!C::RETIRE_AT_TOP) retire(tile - 1);
     }
     // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (FA_HOPPER_RETIRE_AT_TOP) retire(n - 2);
+    if (C::RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();

@@ -61,6 +61,15 @@
 #ifndef FA_HOPPER_FP8_PERMUTED_K
 #define FA_HOPPER_FP8_PERMUTED_K 1
 #endif
+// Where P(t-1) V(t-1) is waited for, per head_dim (hopper_fp8::overlapped_tiles): 1, at the top of
+// the next step, so that softmax(t) runs under it; 0, the loop before session 6. Measured
+// (docs/perf-notes-hopper.md, session 6): d64 +5-7% at the top, d128 4-8% slower there.
+#ifndef FA_HOPPER_FP8_D64_RETIRE_AT_TOP
+#define FA_HOPPER_FP8_D64_RETIRE_AT_TOP 1
+#endif
+#ifndef FA_HOPPER_FP8_D128_RETIRE_AT_TOP
+#define FA_HOPPER_FP8_D128_RETIRE_AT_TOP 0
+#endif
 
 extern "C" {
 // Mirrored by cuda_impl/_lib.py (Fp8FwdParams). base.v is V^T with base.v_stride its (batch,
@@ -90,6 +99,7 @@ struct Fp8Tiles {
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
   static constexpr int SOFTMAX_CHAINS = DIM == 64 ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS : FA_HOPPER_FP8_D128_SOFTMAX_CHAINS;
+  static constexpr bool RETIRE_AT_TOP = DIM == 64 ? FA_HOPPER_FP8_D64_RETIRE_AT_TOP : FA_HOPPER_FP8_D128_RETIRE_AT_TOP;
   static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
   static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
   static constexpr int Q_BYTES = BLOCK_Q * DIM;

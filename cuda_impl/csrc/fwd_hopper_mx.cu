@@ -62,6 +62,7 @@ struct MxTiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;
   static constexpr bool OVERLAP = FA_HOPPER_MX_OVERLAP;
+  static constexpr bool RETIRE_AT_TOP = false;  // OVERLAP: hopper_fp8::overlapped_tiles' loop before session 6
   // d128: Q 32 KB + 2 x (K 32 KB + V^T 32 KB) = 160 KB, as fwd_hopper.cu; d64: 3 stages. The
   // overlap holds two stages per consumer (K of t, V^T of t - 1): 3 at d128 (224 KB).
   static constexpr int STAGES = DIM == 64 || OVERLAP ? 3 : 2;

@@ -8,13 +8,6 @@
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 
-// Where P(t-1) V(t-1) is waited for: 1, at the top of step t+1 (after its mbarrier waits), so that
-// softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait ahead of the
-// softmax (ablation: the loop before session 6, two P buffers).
-#ifndef FA_HOPPER_FP8_RETIRE_AT_TOP
-#define FA_HOPPER_FP8_RETIRE_AT_TOP 1
-#endif
-
 namespace fa::sm90 {
 
 // K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (64 or 128), 8-row
@@ -191,8 +184,9 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
 // while P V is on the tensor cores. The retire sits at the top of the next step, after its mbarrier
 // waits, and not right after softmax(t): ptxas hoists a wgmma wait to the start of its basic block,
 // so a wait written after the softmax ran before it and the softmax never overlapped its own P V
-// (docs/perf-notes-hopper.md, session 6; FA_HOPPER_FP8_RETIRE_AT_TOP=0 is the loop before, the
-// ablation). One P buffer: it is rewritten only after its P V retired.
+// (docs/perf-notes-hopper.md, session 6). One P buffer: it is rewritten only after its P V retired.
+// Without C::RETIRE_AT_TOP, the loop before session 6: P(t) packed right after softmax(t) into the
+// other of two P buffers, then the wait for P(t-1) V(t-1), which ptxas moves ahead of the softmax.
 // issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each, between turn_begin() and turn_end()
 // (ping-pong with the other consumer; no-ops without); softmax(S, tile) leaves p in S and sets
 // alpha, O's rescale factors; pack(S, P) writes P's A fragments.
@@ -214,9 +208,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  if constexpr (!FA_HOPPER_FP8_RETIRE_AT_TOP) {
-    // The loop before session 6 (ablation): P(t) packed right after softmax(t) into the other of two
-    // P buffers, then the wait for P(t-1) V(t-1), which ptxas moves ahead of the softmax.
+  if constexpr (!C::RETIRE_AT_TOP) {
     uint32_t P1[P_STEPS][4];
     pack(S, P);
     const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
