@@ -71,6 +71,9 @@ ALT_FLAGS = {
     # of the softmax (as before session 6); d64 and d128 at the top of the next step, so softmax(t) runs under it
     "d256-retire-late": ("-DFA_HOPPER_D256_RETIRE_AT_TOP=0",),
     "retire-top": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1"),
+    # the softmax under the own P V at d64 / d128 without the ping-pong that covered it with the other consumer's GEMMs
+    "retire-top-no-pingpong": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1",
+                               "-DFA_HOPPER_PINGPONG=0"),
     # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
 }
