@@ -12,11 +12,14 @@
 // rows. Q and K feed wgmma K-major, V MN-major (the descriptor's transpose bit), so no operand
 // is ever rearranged in shared memory.
 //
-// Each consumer overlaps its own GEMMs with its softmax (FlashAttention-3's intra-warpgroup
-// overlap): in iteration t it issues S(t) = Q K(t)^T and then O += P(t-1) V(t-1), waits only
-// for S(t), runs the softmax of tile t while P V still runs on the tensor cores, and waits for
-// P V before rescaling O and packing P(t). The consumers also take turns issuing those GEMMs
-// (round robin on named barriers), so one's softmax overlaps the others' GEMMs.
+// Each consumer issues its two GEMMs together (FlashAttention-3's intra-warpgroup overlap): in
+// iteration t it issues S(t) = Q K(t)^T and then O += P(t-1) V(t-1), waits only for S(t) and
+// runs the softmax of tile t; it waits for P V before rescaling O and packing P(t) ("retire").
+// Written right after the softmax, that wait is moved ahead of it by ptxas, so the softmax runs
+// after P V; at the top of the next iteration (RETIRE_AT_TOP, d256) it stays behind the
+// softmax, which then runs under P V (docs/perf-notes-hopper.md, session 6, has both measured).
+// The consumers also take turns issuing those GEMMs (round robin on named barriers), so one's
+// softmax overlaps the others' GEMMs.
 //
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
@@ -26,10 +29,10 @@
 //   k_full[s], v_full[s]  count 1: producer arrive.expect_tx(tile bytes) + TMA for tile t;
 //                      consumers wait parity r.
 //   k_empty[s]         count CONSUMER_THREADS (every consumer thread): arrival once S(t) has retired;
-//   v_empty[s]         count CONSUMER_THREADS: arrival once P(t) V(t) has retired. The producer waits
-//                      parity r ^ 1 on each before refilling that half of stage s with tile t
-//                      (the first round passes on the fresh barrier's parity), so K(t + STAGES)
-//                      loads while V(t) is still being read.
+//   v_empty[s]         count CONSUMER_THREADS: arrival once P(t) V(t) has retired (its retire).
+//                      The producer waits parity r ^ 1 on each before refilling that half of
+//                      stage s with tile t (the first round passes on the fresh barrier's
+//                      parity), so K(t + STAGES) loads while V(t) is still being read.
 //   named barriers PINGPONG_BAR + c, 256 threads: consumer c waits (bar.sync) for its turn to
 //                      issue the GEMMs of one iteration; consumer c - 1's bar.arrive right after
 //                      its own issue hands the turn over (round robin). Consumer 0 arrives once on
