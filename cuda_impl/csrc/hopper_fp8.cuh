@@ -208,70 +208,59 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  if constexpr (!C::RETIRE_AT_TOP) {
-    uint32_t P1[P_STEPS][4];
-    pack(S, P);
-    const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
-      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
-      sm90::mbar_wait(bars.k_full(s), parity(tile));
-      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      turn_begin();
-      issue_qk(S, s);
-      issue_pv(P_prev, prev);
-      turn_end();
-      sm90::wgmma_wait<1>();
-      sm90::fence_regs(S);
-      softmax(S, tile);
-      pack(S, P_next);
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(prev));
-      rescale<C>(O, alpha);
-    };
-    const auto finish = [&](const uint32_t (&P_last)[P_STEPS][4]) {
-      const int last = (n_kv_tiles - 1) % C::STAGES;
-      sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
-      turn_begin();
-      issue_pv(P_last, last);
-      turn_end();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty(last));
-    };
-    int tile = 1;
-    for (; tile + 1 < n_kv_tiles; tile += 2) {
-      step(tile, P, P1);
-      step(tile + 1, P1, P);
-    }
-    if (tile < n_kv_tiles) {
-      step(tile, P, P1);
-      finish(P1);
-    } else {
-      finish(P);
-    }
-  } else {
-    for (int tile = 1; tile < n_kv_tiles; tile++) {
-      const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
-      sm90::mbar_wait(bars.k_full(s), parity(tile));
-      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      retire(tile - 2);
-      turn_begin();
-      issue_qk(S, s);
-      issue_pv(P, prev);
-      turn_end();
-      sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
-      sm90::fence_regs(S);
-      softmax(S, tile);
-    }
+  // Step `tile`: wait for K(tile) and V(tile - 1), run before_issue(), issue S(tile) and
+  // P_prev V(tile - 1), wait for S(tile) alone, softmax(tile).
+  const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], auto&& before_issue) {
+    const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+    sm90::mbar_wait(bars.k_full(s), parity(tile));
+    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    before_issue();
+    turn_begin();
+    issue_qk(S, s);
+    issue_pv(P_prev, prev);
+    turn_end();
+    sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
+    sm90::fence_regs(S);
+    softmax(S, tile);
+  };
+  // The last tile's P V, issued alone after before_issue().
+  const auto last_pv = [&](const uint32_t (&P_last)[P_STEPS][4], auto&& before_issue) {
     const int last = (n_kv_tiles - 1) % C::STAGES;
     sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
-    retire(n_kv_tiles - 2);
+    before_issue();
     turn_begin();
-    issue_pv(P, last);
+    issue_pv(P_last, last);
     turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::mbar_arrive(bars.kv_empty(last));
+  };
+  const auto nothing = [] {};
+  if constexpr (!C::RETIRE_AT_TOP) {
+    uint32_t P1[P_STEPS][4];
+    pack(S, P);
+    const auto old_step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
+      step(tile, P_prev, nothing);
+      pack(S, P_next);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(O);
+      sm90::mbar_arrive(bars.kv_empty((tile - 1) % C::STAGES));
+      rescale<C>(O, alpha);
+    };
+    int tile = 1;
+    for (; tile + 1 < n_kv_tiles; tile += 2) {
+      old_step(tile, P, P1);
+      old_step(tile + 1, P1, P);
+    }
+    if (tile < n_kv_tiles) {
+      old_step(tile, P, P1);
+      last_pv(P1, nothing);
+    } else {
+      last_pv(P, nothing);
+    }
+  } else {
+    for (int tile = 1; tile < n_kv_tiles; tile++) step(tile, P, [&] { retire(tile - 2); });
+    last_pv(P, [&] { retire(n_kv_tiles - 2); });
   }
 }
 
