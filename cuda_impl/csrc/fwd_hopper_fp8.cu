@@ -17,17 +17,20 @@
 //   through the 5-D map in key order (the map's own cost) and moves P's keys with shuffles;
 // - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
 //   the final 1 / l;
-// - S(t + 1) = Q K^T is issued before P(t) V(t) and softmax(t + 1) runs while P(t) V(t) is on
-//   the tensor cores: fp8 halves the GEMM time, so the softmax must hide behind GEMMs of its
-//   own warpgroup, not only behind the other consumer's.
+// - S(t + 1) = Q K^T and P(t) V(t) are issued together; softmax(t + 1) runs under P(t) V(t)
+//   where the wait for P V sits at the top of the next step (Fp8Tiles::RETIRE_AT_TOP, d64), not
+//   where ptxas moves a wait written right after the softmax (d128: measured faster there;
+//   hopper_fp8::overlapped_tiles, docs/perf-notes-hopper.md, session 6).
 //
 // Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx;
-// kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after P(t) V(t) has
-// retired, which happens in iteration t + 1 (or after the loop for the last tile). Each of the
-// n tiles is still released exactly once by every consumer thread, so the argument of
-// fwd_hopper.cu carries over; a consumer holds at most two stages (K(t+1) and V(t)), hence
-// STAGES >= 3 so that the producer can run one tile ahead. With -DFA_HOPPER_FP8_PINGPONG=1 the
-// consumers also take turns on named barriers 1 and 2 (see consume: equal arrivals and syncs).
+// kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after
+// P(t) V(t) has retired: in step t + 1, or at the top of step t + 2 with RETIRE_AT_TOP (after the
+// loop for the last tiles). Each of the n tiles is still released exactly once by every consumer
+// thread, so the argument of fwd_hopper.cu carries over. A consumer holds at most three stages (K
+// of step t, V(t - 1) and, until its retire at the top of step t, V(t - 2)); step t waits for K(t),
+// whose stage was freed at the top of step t - 1 at the latest, so STAGES >= 3 cannot deadlock and
+// 4 lets the producer run ahead. With -DFA_HOPPER_FP8_PINGPONG=1 the consumers also take turns on
+// named barriers 1 and 2 (see consume: equal arrivals and syncs).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include "fwd_common.cuh"
@@ -100,7 +103,7 @@ struct Fp8Tiles {
   static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
   static constexpr int SOFTMAX_CHAINS = DIM == 64 ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS : FA_HOPPER_FP8_D128_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP = DIM == 64 ? FA_HOPPER_FP8_D64_RETIRE_AT_TOP : FA_HOPPER_FP8_D128_RETIRE_AT_TOP;
-  static_assert(STAGES >= 3, "a consumer holds two stages at once (K of t+1, V of t)");
+  static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see the header)");
   static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
   static constexpr int Q_BYTES = BLOCK_Q * DIM;
   static constexpr int K_BYTES = BLOCK_KV * DIM;
