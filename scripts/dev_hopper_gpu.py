@@ -72,6 +72,8 @@ ALT_FLAGS = {
     "d256-retire-late": ("-DFA_HOPPER_D256_RETIRE_AT_TOP=0",),
     "retire-top": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1"),
     # the softmax under the own P V at d64 / d128 without the ping-pong that covered it with the other consumer's GEMMs
+    # 128-key d128 tiles (S 64 + P 32 + O 64 registers instead of 88 + 44 + 64) with the softmax under its own P V
+    "kv128-retire-top": ("-DFA_HOPPER_D128_BLOCK_KV=128", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1"),
     "retire-top-no-pingpong": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1",
                                "-DFA_HOPPER_PINGPONG=0"),
     # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
