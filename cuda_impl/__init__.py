@@ -51,7 +51,8 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
-    "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64), S(t+1) issued before softmax(t), "
+    "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64), S(t) issued with P(t-1)V(t-1) "
+    "(softmax(t) under that P V at d256), "
     "persistent CTAs (non-causal), 176-key tiles (non-causal d128), 80-key tiles (d256)",
 }
 
@@ -63,7 +64,8 @@ VARIANTS["hopper-fp8"] = {
     "max_cc": (9, 0),  # wgmma .e4m3 / setmaxnreg: sm_90a cubin only
     "ceiling": "wgmma",  # compare.backends maps wgmma + fp8 to the wgmma.e4m3 ceiling
     "description": "sm_90a fp8 e4m3: hopper's TMA ring and warpgroups, QGMMA for both products, V^T K-major, "
-    "P in e4m3 (no scale), per-head descales, S(t+1) issued before softmax(t), 3 consumers at d64",
+    "P in e4m3 (no scale), per-head descales, S(t+1) issued with P(t)V(t), 3 consumers at d64; "
+    "K tiles loaded key-permuted (P packed without shuffles) when K is contiguous and Sk % 16 == 0",
 }
 
 _MX_DESCRIPTION = (
@@ -119,7 +121,8 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     """Softmax(scale * q k^T) v for q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16/fp16 CUDA tensors,
     or, for variants hopper-fp8 / hopper-mxfp8 / hopper-nvfp4, compare.formats.QuantTensor in that
     format (q, k (B, H, S, D), v stored transposed (B, Hkv, D, Sk), as quantize_attention_inputs
-    makes them): output bf16.
+    makes them): output bf16. hopper-fp8 is a few percent faster when k.data is contiguous and
+    Sk % 16 == 0 (its K tiles then load key-permuted); other strides and lengths give the same results.
 
     causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key
     give 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype,
