@@ -331,10 +331,13 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
 }
 
 // K's rows form one sequence r = (batch * heads_kv + head) * seqlen_k + key of stride k_stride[2]
-// (size-1 axes impose nothing), cut into whole 16-key blocks: what the permuted map needs.
+// (size-1 axes impose nothing), cut into whole 16-key blocks: what the permuted map needs. The
+// kernel computes r in 32 bits (a TMA coordinate is 32-bit anyway).
 bool k_rows_flat(const FwdParams& p) {
   const int64_t row = p.k_stride[2], head = p.k_stride[1], batch = p.k_stride[0];
-  return p.seqlen_k % 16 == 0 && (p.heads_kv == 1 || head == p.seqlen_k * row) &&
+  const int64_t rows = int64_t(p.batch) * p.heads_kv * p.seqlen_k;
+  return rows < (int64_t(1) << 31) && p.seqlen_k % 16 == 0 &&
+         (p.heads_kv == 1 || head == p.seqlen_k * row) &&
          (p.batch == 1 || batch == int64_t(p.heads_kv) * p.seqlen_k * row);
 }
 
