@@ -121,7 +121,7 @@
 // Where P(t-1) V(t-1) is waited for, per head_dim: 1, at the top of step t+1 (after its mbarrier
 // waits), so that softmax(t) runs under it; 0, right after softmax(t), where ptxas moves the wait
 // ahead of the softmax (the placement before session 6). Measured (docs/perf-notes-hopper.md, session
-// 6): d256 +3-10% at the top; d64 and d128 1-4% faster with the wait where ptxas puts it.
+// 6): d256 +2-10% at the top (three calls); d64 and d128 0-4% faster with the wait where ptxas puts it.
 #ifndef FA_HOPPER_D64_RETIRE_AT_TOP
 #define FA_HOPPER_D64_RETIRE_AT_TOP 0
 #endif
@@ -404,7 +404,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       issue_s<T, C>(S, q_smem, k_smem(s));
       issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
       turns.pass_turn();
-      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V runs under the softmax
+      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
       sm90::fence_regs(S);
       sm90::mbar_arrive(bars.k_empty(s));
       if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
