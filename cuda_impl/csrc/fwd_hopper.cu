@@ -505,34 +505,43 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
+// One tiled TMA map of `rank` dimensions (sizes and box innermost first, byte strides of dimensions
+// 1..), elementwise boxes, no interleave, zeros out of range; a failure becomes a message. The fp8
+// and block-scaled kernels build their byte maps on it too.
+int encode_tiled_map(CUtensorMap* map, CUtensorMapDataType dtype, int rank, const void* ptr,
+                     const cuuint64_t* sizes, const cuuint64_t* bytes, const cuuint32_t* box,
+                     CUtensorMapSwizzle swizzle, char* err, int err_len) {
+  const auto encode = encode_tiled();
+  if (encode == nullptr)
+    return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
+  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
+  const CUresult r = encode(map, dtype, rank, const_cast<void*>(ptr), sizes, bytes, box, unit,
+                            CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                            CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    char detail[112];
+    snprintf(detail, sizeof(detail), "cuTensorMapEncodeTiled failed (CUresult %d): strides must "
+             "be positive multiples of 16 bytes", int(r));
+    return report(err, err_len, "tma", detail);
+  }
+  return 0;
+}
+
 // 4-D map (head_dim, seq, heads, batch) over a strided (B, H, S, D) tensor; one box is 64
 // columns (128 bytes, the swizzle span) x box_rows rows of one (batch, head). Rows past
 // `seqlen` come back as zeros. Strides of size-1 dimensions are never stepped over, so they are
 // replaced by a valid multiple of 16 bytes (a broadcast stride of 0 would be refused).
 int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
                int heads, int seqlen, int dim, int box_rows, int dtype, char* err, int err_len) {
-  const auto encode = encode_tiled();
-  if (encode == nullptr)
-    return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
-  cuuint64_t sizes[4] = {cuuint64_t(dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
+  const cuuint64_t sizes[4] = {cuuint64_t(dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
   cuuint64_t bytes[3];
   bytes[0] = seqlen > 1 ? stride[2] * 2 : dim * 2;
   bytes[1] = heads > 1 ? stride[1] * 2 : bytes[0] * seqlen;
   bytes[2] = batch > 1 ? stride[0] * 2 : bytes[1] * heads;
-  cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
-  cuuint32_t unit[4] = {1, 1, 1, 1};
-  const CUresult r = encode(
-      map, dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      4, const_cast<void*>(ptr), sizes, bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    char detail[96];
-    snprintf(detail, sizeof(detail), "cuTensorMapEncodeTiled failed (CUresult %d): strides must "
-             "be multiples of 16 bytes", int(r));
-    return report(err, err_len, "tma", detail);
-  }
-  return 0;
+  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  return encode_tiled_map(
+      map, dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, ptr,
+      sizes, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B, err, err_len);
 }
 
 template <typename T, int DIM, int BLOCK_KV>

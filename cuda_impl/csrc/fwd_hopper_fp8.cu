@@ -289,35 +289,25 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K>::THREADS, 1)
 // --- host ------------------------------------------------------------------------------------
 
 namespace hopper_host {
-PFN_cuTensorMapEncodeTiled_v12000 encode_tiled();  // fwd_hopper.cu
+int encode_tiled_map(CUtensorMap* map, CUtensorMapDataType dtype, int rank, const void* ptr,
+                     const cuuint64_t* sizes, const cuuint64_t* bytes, const cuuint32_t* box,
+                     CUtensorMapSwizzle swizzle, char* err, int err_len);  // fwd_hopper.cu
 }  // namespace hopper_host
 
 namespace hopper_fp8_host {
 
+// A byte map of `rank` dimensions whose innermost box row of `box[0]` bytes is also its swizzle
+// span (64 or 128).
+int encode_e4m3(CUtensorMap* map, const void* ptr, int rank, const cuuint64_t* sizes,
+                const cuuint64_t* bytes, const cuuint32_t* box, char* err, int err_len) {
+  return hopper_host::encode_tiled_map(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, ptr, sizes, bytes, box,
+                                       box[0] == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                                       err, err_len);
+}
+
 // 4-D e4m3 map (inner, rows, heads, batch) with byte strides (rows, heads, batch); one box is
 // `box_inner` bytes (= the swizzle span) x box_rows rows. Out-of-range elements read as zeros.
 // Strides of size-1 dimensions are never stepped over and are replaced by valid ones.
-// An e4m3 map of `rank` dimensions (sizes and box innermost first, byte strides of dimensions 1..)
-// whose innermost box row of `box[0]` bytes is also its swizzle span (64 or 128).
-int encode_e4m3(CUtensorMap* map, const void* ptr, int rank, const cuuint64_t* sizes,
-                const cuuint64_t* bytes, const cuuint32_t* box, char* err, int err_len) {
-  const auto encode = hopper_host::encode_tiled();
-  if (encode == nullptr)
-    return report(err, err_len, "driver", "cuTensorMapEncodeTiled not available (driver < 12.0?)");
-  const cuuint32_t unit[5] = {1, 1, 1, 1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, rank, const_cast<void*>(ptr), sizes,
-                            bytes, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                            box[0] == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    char detail[112];
-    snprintf(detail, sizeof(detail), "cuTensorMapEncodeTiled failed (CUresult %d): strides must "
-             "be positive multiples of 16 bytes", int(r));
-    return report(err, err_len, "tma", detail);
-  }
-  return 0;
-}
-
 int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
                int heads, int rows, int inner, int box_inner, int box_rows, char* err,
                int err_len) {
@@ -352,7 +342,8 @@ int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_l
   const cuuint64_t row = p.k_stride[2];
   const cuuint64_t blocks = cuuint64_t(p.batch) * p.heads_kv * p.seqlen_k / 16;
   const cuuint64_t sizes[5] = {C::DIM, 2, 4, 2, blocks};
-  const cuuint64_t bytes[4] = {row, (C::PERMUTED_K ? 4 : 2) * row, (C::PERMUTED_K ? 2 : 8) * row, 16 * row};
+  const cuuint64_t bytes[4] = {row, (C::PERMUTED_K ? 4 : 2) * row, (C::PERMUTED_K ? 2 : 8) * row,
+                               16 * row};
   const cuuint32_t box[5] = {C::DIM, 2, 4, 2, C::BLOCK_KV / 16};
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
@@ -366,8 +357,8 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
                           C::BLOCK_Q, err, err_len))
     return rc;
   if (int rc = FLAT_K ? encode_flat_k_map<C>(&map_k, p, err, err_len)
-                          : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
-                                       DIM, C::BLOCK_KV, err, err_len))
+                      : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, DIM,
+                                   C::BLOCK_KV, err, err_len))
     return rc;
   // V^T: rows are head_dim, the inner (contiguous) axis is the key.
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
