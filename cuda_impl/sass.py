@@ -64,16 +64,17 @@ def parse_sass(text: str) -> dict[tuple[str, str], list[str]]:
     return functions
 
 
+def _opcode(ins: str) -> str:
+    """The full opcode with modifiers ('HMMA.16816.F32.BF16'), its predicate stripped; '' if none."""
+    words = ins.split()
+    if words and words[0].startswith("@"):
+        words = words[1:]
+    return words[0] if words else ""
+
+
 def opcode_counts(instructions: list[str]) -> Counter:
     """Count full opcodes with modifiers ('HMMA.16816.F32.BF16'), predicates stripped."""
-    counts: Counter = Counter()
-    for ins in instructions:
-        words = ins.split()
-        if words and words[0].startswith("@"):
-            words = words[1:]
-        if words:
-            counts[words[0]] += 1
-    return counts
+    return Counter(op for op in map(_opcode, instructions) if op)
 
 
 def exps_under_pending_wgmma(instructions: list[str]) -> int:
@@ -83,8 +84,7 @@ def exps_under_pending_wgmma(instructions: list[str]) -> int:
     makes this 0 (docs/perf-notes-hopper.md, session 6)."""
     exps, open_span = 0, False
     for ins in instructions:
-        words = ins.split()
-        op = (words[1] if words[0].startswith("@") else words[0]) if words else ""
+        op = _opcode(ins)
         if op.startswith("WARPGROUP.DEPBAR"):
             open_span = "0x1" in ins
         elif open_span and op == "MUFU.EX2":
