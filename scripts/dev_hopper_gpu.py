@@ -10,7 +10,7 @@ The default run has two stages (three with --gap), each in a child process with 
 that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
-   and carried): 24 shapes (8 of them d256; 3 with more items than SMs) against float64, each under freshly NaN-poisoned outputs, one line
+   and carried): 26 shapes (9 of them d256; 5 with more items than SMs, 5 in clusters of two CTAs) against float64, each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
@@ -78,6 +78,8 @@ ALT_FLAGS = {
                                "-DFA_HOPPER_PINGPONG=0"),
     # one chain of row max and of row sum instead of four (before session 5, whose max folded pairs)
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
+    # non-causal d128 / d256 one CTA per K/V load, no clusters and no multicast (before session 7)
+    "no-cluster": ("-DFA_HOPPER_D128_CLUSTER=1", "-DFA_HOPPER_D256_CLUSTER=1"),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 
@@ -88,7 +90,7 @@ CORRECTNESS_SHAPES = [
     (1, 4, 4, 300, 97, 128, "bf16", True),  # Sq > Sk: CTAs with no visible key
     (1, 4, 2, 1000, 1500, 128, "bf16", True),  # GQA, several rounds of the ring
     (1, 4, 2, 1000, 1500, 64, "fp16", False),
-    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 176-key tiles: 9 of them, the last 92 keys
+    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 176-key tiles: 9 of them, the last 92 keys; clusters of 2
     (2, 8, 1, 64, 1100, 128, "bf16", False),
     (2, 8, 1, 64, 1100, 128, "fp16", True),  # MQA
     (1, 2, 2, 1536, 640, 64, "bf16", True),  # causal Sq > Sk over many Q tiles
@@ -109,6 +111,9 @@ CORRECTNESS_SHAPES = [
     (8, 16, 4, 300, 500, 128, "bf16", False),
     (4, 32, 8, 256, 1000, 64, "fp16", False),
     (4, 16, 16, 384, 333, 256, "bf16", False),
+    # clusters (even query tiles per head, non-causal): more pairs than clusters, tails on both axes
+    (8, 16, 4, 500, 700, 128, "bf16", False),
+    (8, 8, 2, 500, 333, 256, "fp16", False),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, False),
@@ -354,6 +359,7 @@ def stage_sanitize(build: str | None) -> int:
         (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
         (1, 2, 1, 200, 333, 256, "fp16", False),
         (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
+        (1, 72, 8, 512, 300, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
     ]:
         ok, detail = check_shape(ref, *shape, flags=ALT_FLAGS[build] if build else ())
         failures += not ok

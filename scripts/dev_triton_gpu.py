@@ -117,35 +117,32 @@ def phase_correctness():
 
 # ---------------------------------------------------------------- 2. config sweeps
 
-def C(block_m, block_n, warps, stages, maxnreg=None, ahead=False):
+def C(block_m, block_n, warps, stages, maxnreg=None):
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
     if maxnreg:
         config["maxnreg"] = maxnreg
-    if ahead:  # Q.K^T of the next key block issued before this block's softmax (fa2-tma, fp8)
-        config["S_AHEAD"] = True
     return config
 
 
 SWEEP = {
     ("fa2", 128): [C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 8, 4)],
-    # the current picks first and last (drift check), the S-ahead loop between them
-    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, ahead=True),
-                       C(128, 64, 8, 2, ahead=True), C(128, 64, 8, 3, ahead=True)],
-    ("fp8", 128): [C(64, 128, 4, 3), C(64, 128, 4, 2, 168), C(64, 128, 4, 3, ahead=True),
-                   C(64, 128, 4, 2, ahead=True), C(64, 64, 4, 3, 168, ahead=True), C(64, 64, 4, 4, ahead=True),
-                   C(128, 128, 8, 2, ahead=True)],
+    # capped configs that share an SM without the wgmma serialisation (ptxas C7512) of the two-stage capped
+    # 128x64 / 64x128 ones: one stage, or narrower key tiles (docs/perf-notes-triton.md, session 4)
+    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                       C(128, 64, 8, 1, 128), C(128, 32, 8, 3, 128), C(128, 32, 8, 4, 128)],
+    ("fp8", 128): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                   C(64, 128, 4, 4), C(64, 128, 4, 2, 168), C(64, 128, 4, 1, 168), C(64, 64, 4, 4, 168)],
     ("fa2-tma", 64): [C(128, 64, 4, 3), C(128, 128, 8, 2, 128), C(64, 128, 4, 3), C(128, 64, 8, 3),
                       C(128, 128, 8, 3)],
-    ("fp8", 64): [C(64, 128, 4, 3), C(64, 128, 4, 3, ahead=True), C(64, 128, 4, 2, ahead=True),
-                  C(128, 128, 8, 2, ahead=True)],
+    ("fp8", 64): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(64, 256, 4, 2), C(128, 64, 4, 3)],
     ("fa2-tma", 256): [C(128, 64, 8, 2), C(64, 64, 4, 2), C(128, 32, 8, 3)],
-    ("fp8", 256): [C(128, 128, 8, 2), C(64, 64, 4, 3), C(64, 64, 4, 3, ahead=True), C(64, 64, 4, 2, ahead=True)],
+    ("fp8", 256): [C(64, 64, 4, 3), C(128, 64, 8, 2), C(64, 128, 4, 2), C(128, 128, 8, 2)],
 }
 
 
 def config_name(config):
     name = "{BLOCK_M}x{BLOCK_N} w{num_warps} s{num_stages}".format(**config)
-    return name + (f" r{config['maxnreg']}" if "maxnreg" in config else "") + (" ahead" if config.get("S_AHEAD") else "")
+    return name + (f" r{config['maxnreg']}" if "maxnreg" in config else "")
 
 
 _INPUTS = {}

@@ -50,6 +50,8 @@
 // barrier follows the role split.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
+#include <atomic>
+
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 
@@ -132,6 +134,17 @@
 #define FA_HOPPER_D256_RETIRE_AT_TOP 1
 #endif
 
+// CTAs per cluster for non-causal d128 and d256 (FlashAttention-3's choice for 16-bit inputs from
+// head_dim 128): the two CTAs of a cluster take adjacent query tiles of one head, and each producer
+// loads half of every K and V tile with TMA multicast into both CTAs, which halves the L2-to-SM
+// traffic of K/V. Used when the query tiles per head are even (else, and for causal, 1).
+#ifndef FA_HOPPER_D128_CLUSTER
+#define FA_HOPPER_D128_CLUSTER 2
+#endif
+#ifndef FA_HOPPER_D256_CLUSTER
+#define FA_HOPPER_D256_CLUSTER 2
+#endif
+
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
 // fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
 #ifndef FA_HOPPER_SOFTMAX_CHAINS
@@ -140,9 +153,11 @@
 
 namespace fa {
 
-template <int DIM_, int BLOCK_KV_>
+template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
+  static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
+  static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of CTAs at most");
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_D64_CONSUMERS : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
@@ -165,9 +180,16 @@ struct HopperTiles {
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
   static constexpr int Q_BYTES = PANELS * Q_PANEL_BYTES;
   static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
+  // Rows of K/V one producer loads per tile: all of them, or its share of a multicast tile. A share
+  // starts on a swizzle atom (8 rows), so TMA swizzles it as it would the whole tile.
+  static constexpr int KV_BOX_ROWS = BLOCK_KV / CLUSTER;
+  static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
   static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
+  // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
+  // of a cluster, whose producer writes into this CTA's ring too.
+  static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
@@ -205,10 +227,26 @@ struct Progress {
   int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
 };
 
+// One K or V tile into the ring: the whole tile, or (cluster) this CTA's share of its rows,
+// multicast to the same place in every CTA of the cluster.
+template <typename C>
+__device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                             int kv_start, const CtaWork& w, uint32_t rank) {
+#pragma unroll
+  for (int panel = 0; panel < C::PANELS; panel++) {
+    if constexpr (C::CLUSTER == 1)
+      sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * 64, kv_start, w.head_kv, w.batch);
+    else
+      sm90::tma_load_4d_multicast(dst + panel * C::KV_PANEL_BYTES + rank * C::KV_BOX_ROWS * 128, map, bar,
+                                  panel * 64, kv_start + rank * C::KV_BOX_ROWS, w.head_kv, w.batch,
+                                  (1u << C::CLUSTER) - 1);
+  }
+}
+
 template <typename C>
 __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
                              Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
-                             const CUtensorMap* map_v) {
+                             const CUtensorMap* map_v, uint32_t rank) {
   if (w.n_kv_tiles == 0) return;
   sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
@@ -221,21 +259,27 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
     const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
     const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
     const int kv_start = tile * C::BLOCK_KV;
+    // (cluster: the whole tile's bytes land here, this producer's share and the other's)
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
-#pragma unroll
-    for (int panel = 0; panel < C::PANELS; panel++)
-      sm90::tma_load_4d(k_smem + panel * C::KV_PANEL_BYTES, map_k, bars.k_full(s), panel * 64,
-                        kv_start, w.head_kv, w.batch);
+    load_kv_tile<C>(k_smem, map_k, bars.k_full(s), kv_start, w, rank);
     sm90::mbar_wait(bars.v_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::KV_BYTES);
-#pragma unroll
-    for (int panel = 0; panel < C::PANELS; panel++)
-      sm90::tma_load_4d(k_smem + C::KV_BYTES + panel * C::KV_PANEL_BYTES, map_v,
-                        bars.v_full(s), panel * 64, kv_start, w.head_kv, w.batch);
+    load_kv_tile<C>(k_smem + C::KV_BYTES, map_v, bars.v_full(s), kv_start, w, rank);
   }
   done.kv_tiles += w.n_kv_tiles;
   done.q_loads++;
+}
+
+// Cluster: the other CTA's consumers arrive on this CTA's empty barriers until they have read
+// its last tiles, so the producer waits for the last round of every stage before the CTA may exit.
+template <typename C>
+__device__ void drain_ring(Barriers<C::STAGES> bars, const Progress& done) {
+  for (int j = 0; j < C::STAGES; j++) {
+    const int t = done.kv_tiles + j;
+    sm90::mbar_wait(bars.k_empty(t % C::STAGES), ((t / C::STAGES) & 1) ^ 1);
+    sm90::mbar_wait(bars.v_empty(t % C::STAGES), ((t / C::STAGES) & 1) ^ 1);
+  }
 }
 
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
@@ -335,7 +379,8 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
 
 template <typename T, typename C>
 __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
-                             Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done) {
+                             Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done,
+                             uint32_t rank) {
   const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -350,6 +395,13 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // Stage and phase parity of the item's KV tile `tile` in the ring.
   const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
   const auto parity = [&](int tile) { return uint32_t((done.kv_tiles + tile) / C::STAGES) & 1; };
+  // This CTA is done reading a K or V slot; in a cluster the other CTA's producer, which writes its
+  // share of the slot here too, hears it from one thread per warp (the wgmma reads of the whole warp
+  // retired at the wait before).
+  const auto release = [&](uint32_t bar) {
+    sm90::mbar_arrive(bar);
+    if constexpr (C::CLUSTER > 1) sm90::mbar_arrive_cluster(bar, rank ^ 1, threadIdx.x % 32 == 0);
+  };
   const int n = w.n_kv_tiles;
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
@@ -370,7 +422,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
-    if (tile >= 0) sm90::mbar_arrive(bars.v_empty(stage(tile)));
+    if (tile >= 0) release(bars.v_empty(stage(tile)));
     rescale_and_pack<T, C>(S, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
@@ -388,7 +440,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     turns.pass_turn();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
-    sm90::mbar_arrive(bars.k_empty(stage(0)));
+    release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
     if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
@@ -406,7 +458,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       turns.pass_turn();
       sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
       sm90::fence_regs(S);
-      sm90::mbar_arrive(bars.k_empty(s));
+      release(bars.k_empty(s));
       if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
       softmax(tile);
       if (!C::RETIRE_AT_TOP) retire(tile - 1);
@@ -419,7 +471,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    sm90::mbar_arrive(bars.v_empty(s));
+    release(bars.v_empty(s));
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
@@ -432,13 +484,13 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 }  // namespace hopper
 #endif  // FA_SM90A
 
-template <typename T, int DIM, int BLOCK_KV>
-__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM, BLOCK_KV>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -450,7 +502,11 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
   const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
                          : C::HEAD_GROUP > 0                       ? C::HEAD_GROUP
                                                                    : l2_head_group(p);
+  // A cluster (non-causal only) takes adjacent items, the query tiles 2i and 2i + 1 of one head (the
+  // host launches clusters only for an even number of query tiles per head), round after round.
+  const uint32_t rank = CLUSTER > 1 ? sm90::cluster_ctarank() : 0;
   const auto cta_item = [&](uint32_t round) {  // < 2^32: the host keeps items below 2^31
+    if constexpr (CLUSTER > 1) return (round * (gridDim.x / CLUSTER) + blockIdx.x / CLUSTER) * CLUSTER + rank;
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
   hopper::Progress done;
@@ -461,20 +517,27 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     for (int s = 0; s < C::STAGES; s++) {
       sm90::mbar_init(bars.k_full(s), 1);
       sm90::mbar_init(bars.v_full(s), 1);
-      sm90::mbar_init(bars.k_empty(s), C::CONSUMER_THREADS);
-      sm90::mbar_init(bars.v_empty(s), C::CONSUMER_THREADS);
+      sm90::mbar_init(bars.k_empty(s), C::EMPTY_ARRIVALS);
+      sm90::mbar_init(bars.v_empty(s), C::EMPTY_ARRIVALS);
     }
     sm90::mbar_init_fence();
   }
-  __syncthreads();  // the last CTA-wide barrier: roles diverge below
+  // The last CTA-wide barrier (roles diverge below); in a cluster, the other CTA's barriers are
+  // initialised too before any multicast or remote arrival reaches them.
+  if constexpr (CLUSTER > 1)
+    sm90::cluster_sync();
+  else
+    __syncthreads();
 
   const int group = threadIdx.x / 128;
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0) {
       for (uint32_t round = 0; cta_item(round) < items; round++)
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
-                                smem, bars, done, &map_q, &map_k, &map_v);
+                                smem, bars, done, &map_q, &map_k, &map_v, rank);
+      if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
+    }
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
@@ -482,7 +545,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV>::THREADS, 1)
     for (uint32_t round = 0; cta_item(round) < items; round++)
       hopper::consume_item<T, C>(
           p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
-          done);
+          done, rank);
     turns.finish();
   }
 #endif
@@ -544,18 +607,58 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
       sizes, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B, err, err_len);
 }
 
-template <typename T, int DIM, int BLOCK_KV>
+// Clusters of `cluster` CTAs, at most as many as fit on the device at once when `persistent`
+// (cudaOccupancyMaxActiveClusters: not every SM can take part in a pair), else `clusters`.
+template <typename Kernel, typename... Args>
+int launch_clusters(Kernel kernel, int64_t clusters, bool persistent, int cluster, int threads, int smem_bytes,
+                    cudaStream_t stream, char* err, int err_len, const Args&... args) {
+  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (e != cudaSuccess)
+    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = cluster;
+  attr.val.clusterDim.y = 1;
+  attr.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(cluster);
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem_bytes;
+  config.stream = stream;
+  config.attrs = &attr;
+  config.numAttrs = 1;
+  if (persistent) {
+    int device = 0;
+    cudaGetDevice(&device);
+    static std::atomic<int> fit_on[64];  // per device: the query takes longer than the launch
+    int fit = device < 64 ? fit_on[device].load() : 0;
+    if (fit == 0) {
+      e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
+      if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
+      if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
+      if (device < 64) fit_on[device] = fit;
+    }
+    clusters = std::min<int64_t>(clusters, fit);
+  }
+  config.gridDim = dim3(uint32_t(clusters * cluster));
+  e = cudaLaunchKernelEx(&config, kernel, args...);
+  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
+  return 0;
+}
+
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER = 1>
 int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
-  using C = HopperTiles<DIM, BLOCK_KV>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
   CUtensorMap map_q, map_k, map_v;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM,
                           C::BLOCK_Q, p.dtype, err, err_len))
     return rc;
   if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
-                          C::BLOCK_KV, p.dtype, err, err_len))
+                          C::KV_BOX_ROWS, p.dtype, err, err_len))
     return rc;
   if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
-                          C::BLOCK_KV, p.dtype, err, err_len))
+                          C::KV_BOX_ROWS, p.dtype, err, err_len))
     return rc;
   const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   if (items > INT32_MAX)
@@ -569,9 +672,23 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
+  if constexpr (CLUSTER > 1)
+    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, items / CLUSTER, persistent, CLUSTER,
+                           C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k, map_v);
   const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
-  return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
+  return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV, 1>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, p, map_q, map_k, map_v);
+}
+
+// Non-causal d128 / d256 in clusters of `cluster` CTAs when the query tiles of a head pair up.
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER>
+int launch_non_causal(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
+  constexpr int block_q = HopperTiles<DIM, BLOCK_KV>::BLOCK_Q;
+  if constexpr (CLUSTER > 1) {
+    if (((p.seqlen_q + block_q - 1) / block_q) % CLUSTER == 0)
+      return launch<T, DIM, BLOCK_KV, CLUSTER>(p, stream, err, err_len);
+  }
+  return launch<T, DIM, BLOCK_KV, 1>(p, stream, err, err_len);
 }
 
 }  // namespace hopper_host
@@ -581,11 +698,15 @@ extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char*
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
     if constexpr (DIM == 256) {
+      if (!p->causal)
+        return fa::hopper_host::launch_non_causal<T, DIM, FA_HOPPER_D256_BLOCK_KV, FA_HOPPER_D256_CLUSTER>(
+            *p, stream, err, err_len);
       return fa::hopper_host::launch<T, DIM, FA_HOPPER_D256_BLOCK_KV>(*p, stream, err, err_len);
     } else {
       if constexpr (DIM == 128) {
         if (!p->causal)
-          return fa::hopper_host::launch<T, DIM, FA_HOPPER_D128_BLOCK_KV>(*p, stream, err, err_len);
+          return fa::hopper_host::launch_non_causal<T, DIM, FA_HOPPER_D128_BLOCK_KV, FA_HOPPER_D128_CLUSTER>(
+              *p, stream, err, err_len);
       }
       return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
     }

@@ -42,6 +42,20 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// One arrival on the barrier at the same shared offset in CTA `cta` of the cluster, made by the
+// threads with `pred` set: predicated, not branched, so it may sit between a wgmma and its wait.
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta, bool pred) {
+  asm volatile(
+      "{\n"
+      ".reg .pred p;\n"
+      ".reg .b32 remote;\n"
+      "setp.ne.b32 p, %2, 0;\n"
+      "mapa.shared::cluster.u32 remote, %0, %1;\n"
+      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "}\n" ::"r"(bar), "r"(cta), "r"(uint32_t(pred))
+      : "memory");
+}
+
 // Spin until the phase of parity `parity` has completed. On a fresh barrier (phase 0 running)
 // parity 1 counts as completed: that is what lets a producer pass its first round of "slot
 // empty" waits without any consumer arrival.
@@ -73,6 +87,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+// The same box written to the same shared offset of every CTA in `cta_mask` (cluster ranks), each
+// of whose barriers at offset `bar` counts the bytes that land in it.
+__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar,
+                                                      int c0, int c1, int c2, int c3, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar), "h"(cta_mask)
+      : "memory");
+}
+
 // The same for a 5-D map (fwd_hopper_fp8.cu's key-permuted K tiles).
 __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3, int c4) {
@@ -93,6 +118,20 @@ __device__ __forceinline__ void named_barrier_sync(uint32_t id, uint32_t threads
 
 __device__ __forceinline__ void named_barrier_arrive(uint32_t id, uint32_t threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// --- clusters ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of every CTA in the cluster arrives and waits; memory written before it (barrier
+// initialisation included, after fence.mbarrier_init) is visible to the whole cluster after it.
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 }
 
 // --- register budget per warpgroup ----------------------------------------------------------

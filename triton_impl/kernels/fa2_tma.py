@@ -14,17 +14,6 @@ from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
-@triton.jit
-def _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k, diagonal, v_desc,
-                MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """The online softmax of one key block's scores, then acc += P V."""
-    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
-                                      diagonal, MASKED, CAUSAL)
-    v = v_desc.load([start_n, 0])
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
-    return acc, m_i, l_i
-
-
 # integers that only bound loops or index heads: one binary for all their values
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size", "tune_bucket"])
 def _fa2_fwd_tma(
@@ -33,7 +22,7 @@ def _fa2_fwd_tma(
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_AHEAD: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     if CAUSAL:
@@ -61,28 +50,21 @@ def _fa2_fwd_tma(
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
 
-    if S_AHEAD:
-        # Q.K^T of the next key block is issued before this block's softmax, which then runs under that
-        # wgmma: Triton waits for a dot's result only where it is first used
-        if full_end > 0:
-            qk = tl.dot(q, k_desc.load([0, 0]).T)
-            for start_n in range(0, full_end - BLOCK_N, BLOCK_N):
-                qk_next = tl.dot(q, k_desc.load([start_n + BLOCK_N, 0]).T)
-                acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                            diagonal, v_desc, False, CAUSAL)
-                qk = qk_next
-            acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, full_end - BLOCK_N, offs_n,
-                                        seqlen_k, diagonal, v_desc, False, CAUSAL)
-    else:
-        for start_n in range(0, full_end, BLOCK_N):
-            qk = tl.dot(q, k_desc.load([start_n, 0]).T)
-            acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                        diagonal, v_desc, False, CAUSAL)
+    for start_n in range(0, full_end, BLOCK_N):
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, False, CAUSAL)
+        v = v_desc.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
 
     for start_n in range(full_end, end, BLOCK_N):
-        qk = tl.dot(q, k_desc.load([start_n, 0]).T)
-        acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                    diagonal, v_desc, True, CAUSAL)
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, True, CAUSAL)
+        v = v_desc.load([start_n, 0])
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
 
     out, lse = finish_rows(acc, m_i, l_i)
     o_desc.store([start_m * BLOCK_M, 0], out.to(O.dtype.element_ty))

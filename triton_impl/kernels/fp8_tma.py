@@ -36,20 +36,6 @@ def _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs,
     return vt
 
 
-@triton.jit
-def _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k, diagonal,
-                vt_desc, vt_ptrs, svs, VT_VIA_TMA: tl.constexpr, MASKED: tl.constexpr,
-                CAUSAL: tl.constexpr, EXACT_P_ROUNDING: tl.constexpr):
-    """The online softmax of one key block's scores, then acc += P V^T with P in e4m3."""
-    p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
-                                      diagonal, MASKED, CAUSAL)
-    if EXACT_P_ROUNDING:
-        p = round_to_e4m3_grid(p)
-    vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, MASKED)
-    acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
-    return acc, m_i, l_i
-
-
 # integers that only bound loops or index heads: one binary for all their values
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size", "tune_bucket"])
 def _fp8_fwd(
@@ -59,7 +45,7 @@ def _fp8_fwd(
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr,
     EXACT_P_ROUNDING: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_AHEAD: tl.constexpr = False,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     if CAUSAL:
@@ -99,32 +85,25 @@ def _fp8_fwd(
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
 
-    if S_AHEAD:
-        # Q.K^T of the next key block is issued before this block's softmax, which then runs under that
-        # wgmma: Triton waits for a dot's result only where it is first used
-        if full_end > 0:
-            qk = tl.dot(q, k_desc.load([0, 0]).T)
-            for start_n in range(0, full_end - BLOCK_N, BLOCK_N):
-                qk_next = tl.dot(q, k_desc.load([start_n + BLOCK_N, 0]).T)
-                acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                            diagonal, vt_desc, vt_ptrs, svs, VT_VIA_TMA, False, CAUSAL,
-                                            EXACT_P_ROUNDING)
-                qk = qk_next
-            acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, full_end - BLOCK_N, offs_n,
-                                        seqlen_k, diagonal, vt_desc, vt_ptrs, svs, VT_VIA_TMA, False, CAUSAL,
-                                        EXACT_P_ROUNDING)
-    else:
-        for start_n in range(0, full_end, BLOCK_N):
-            qk = tl.dot(q, k_desc.load([start_n, 0]).T)
-            acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                        diagonal, vt_desc, vt_ptrs, svs, VT_VIA_TMA, False, CAUSAL,
-                                        EXACT_P_ROUNDING)
+    for start_n in range(0, full_end, BLOCK_N):
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, False, CAUSAL)
+        if EXACT_P_ROUNDING:
+            p = round_to_e4m3_grid(p)
+        vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, False)
+        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
 
     for start_n in range(full_end, end, BLOCK_N):
-        qk = tl.dot(q, k_desc.load([start_n, 0]).T)
-        acc, m_i, l_i = _softmax_pv(qk, acc, m_i, l_i, qk_scale, offs_m, start_n, offs_n, seqlen_k,
-                                    diagonal, vt_desc, vt_ptrs, svs, VT_VIA_TMA, True, CAUSAL,
-                                    EXACT_P_ROUNDING)
+        k = k_desc.load([start_n, 0])
+        qk = tl.dot(q, k.T)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, True, CAUSAL)
+        if EXACT_P_ROUNDING:
+            p = round_to_e4m3_grid(p)
+        vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, True)
+        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
 
     out, lse = finish_rows(acc * v_descale, m_i, l_i)
     o_desc.store([start_m * BLOCK_M, 0], out.to(tl.bfloat16))

@@ -48,12 +48,10 @@ def _signature(kernel, variant, dtype):
 
 
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
-    """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg][, S_AHEAD])
-    for sm_<arch>."""
+    """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
-    # the config's upper-case keys are the kernel's tile constexprs (BLOCK_M, BLOCK_N, S_AHEAD, ...)
-    constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, **{k: v for k, v in config.items() if k.isupper()})
+    constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
         constexprs["DOT_PRECISION"] = "tf32"
     if variant == "fp8":
