@@ -144,6 +144,11 @@
 #ifndef FA_HOPPER_D256_CLUSTER
 #define FA_HOPPER_D256_CLUSTER 2
 #endif
+// 0: clusters without multicast (each CTA loads its whole K/V tiles; only the launch and the pairing
+// of query tiles remain), to tell the cost of the cluster launch from that of the shared loads.
+#ifndef FA_HOPPER_CLUSTER_MULTICAST
+#define FA_HOPPER_CLUSTER_MULTICAST 1
+#endif
 
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
 // fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
@@ -182,14 +187,15 @@ struct HopperTiles {
   static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
   // Rows of K/V one producer loads per tile: all of them, or its share of a multicast tile. A share
   // starts on a swizzle atom (8 rows), so TMA swizzles it as it would the whole tile.
-  static constexpr int KV_BOX_ROWS = BLOCK_KV / CLUSTER;
+  static constexpr int MULTICAST = FA_HOPPER_CLUSTER_MULTICAST ? CLUSTER : 1;  // CTAs sharing a load
+  static constexpr int KV_BOX_ROWS = BLOCK_KV / MULTICAST;
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
   static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
-  static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
+  static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (MULTICAST - 1) * CONSUMER_THREADS / 32;
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
@@ -234,7 +240,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* ma
                                              int kv_start, const CtaWork& w, uint32_t rank) {
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++) {
-    if constexpr (C::CLUSTER == 1)
+    if constexpr (C::MULTICAST == 1)
       sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * 64, kv_start, w.head_kv, w.batch);
     else
       sm90::tma_load_4d_multicast(dst + panel * C::KV_PANEL_BYTES + rank * C::KV_BOX_ROWS * 128, map, bar,
@@ -400,7 +406,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // retired at the wait before).
   const auto release = [&](uint32_t bar) {
     sm90::mbar_arrive(bar);
-    if constexpr (C::CLUSTER > 1) sm90::mbar_arrive_cluster(bar, rank ^ 1, threadIdx.x % 32 == 0);
+    if constexpr (C::MULTICAST > 1) sm90::mbar_arrive_cluster(bar, rank ^ 1, threadIdx.x % 32 == 0);
   };
   const int n = w.n_kv_tiles;
   float S[C::S_REGS];
@@ -499,8 +505,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  // (a cluster's two items must be two query tiles of one head: groups of one head)
   const int head_group = FA_HOPPER_CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
-                         : C::HEAD_GROUP > 0                       ? C::HEAD_GROUP
+                         : CLUSTER > 1 || C::HEAD_GROUP > 0        ? max(C::HEAD_GROUP, 1)
                                                                    : l2_head_group(p);
   // A cluster (non-causal only) takes adjacent items, the query tiles 2i and 2i + 1 of one head (the
   // host launches clusters only for an even number of query tiles per head), round after round.
@@ -536,7 +543,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       for (uint32_t round = 0; cta_item(round) < items; round++)
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
                                 smem, bars, done, &map_q, &map_k, &map_v, rank);
-      if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
+      if constexpr (C::MULTICAST > 1) hopper::drain_ring<C>(bars, done);
     }
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
@@ -638,6 +645,7 @@ int launch_clusters(Kernel kernel, int64_t clusters, bool persistent, int cluste
       if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
       if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
       if (device < 64) fit_on[device] = fit;
+      if (getenv("FA_HOPPER_LOG_CLUSTERS")) fprintf(stderr, "clusters that fit at once: %d\n", fit);
     }
     clusters = std::min<int64_t>(clusters, fit);
   }
