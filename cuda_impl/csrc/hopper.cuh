@@ -51,7 +51,7 @@ __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta, 
       ".reg .b32 remote;\n"
       "setp.ne.b32 p, %2, 0;\n"
       "mapa.shared::cluster.u32 remote, %0, %1;\n"
-      "@p mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n"
+      "@p mbarrier.arrive.shared::cluster.b64 _, [remote];\n"
       "}\n" ::"r"(bar), "r"(cta), "r"(uint32_t(pred))
       : "memory");
 }
