@@ -80,7 +80,6 @@ ALT_FLAGS = {
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
     # non-causal d128 / d256 one CTA per K/V load, no clusters and no multicast (before session 7)
     "no-cluster": ("-DFA_HOPPER_D128_CLUSTER=1", "-DFA_HOPPER_D256_CLUSTER=1"),
-    "cluster-no-multicast": ("-DFA_HOPPER_CLUSTER_MULTICAST=0",),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS}
 

@@ -194,7 +194,9 @@ def build_library(spec: LibrarySpec, *, verbose: bool = False) -> Path:
 _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_LADDER_NAME = re.compile(r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?")
+_LADDER_NAME = re.compile(
+    r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?"
+)
 _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)E")
 _MX_NAME = re.compile(r"fwd_hopper_mx_kernelILi(\d)ELi(\d+)E")  # <FA_MX_FORMAT_*, DIM>
 _MX_FORMATS = ("mxfp8", "nvfp4")
@@ -202,7 +204,8 @@ _MX_FORMATS = ("mxfp8", "nvfp4")
 
 def readable_kernel_name(mangled: str) -> str:
     """'_ZN2fa13fwd_v5_kernelI13__nv_bfloat16Li128EEEv9FwdParams' -> 'fwd_v5_kernel<bf16,128>';
-    a second int argument (hopper's BLOCK_KV) is kept: 'fwd_hopper_kernel<bf16,128,176>';
+    a second int argument (hopper's BLOCK_KV) is kept: 'fwd_hopper_kernel<bf16,128,176>', and a third
+    (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128>'; the block-scaled one, named per variant,
     -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
     if m := _FP8_NAME.search(mangled):
@@ -215,6 +218,8 @@ def readable_kernel_name(mangled: str) -> str:
         return mangled
     dtype = "bf16" if "bfloat16" in mangled else "fp16"
     extra = f",{m.group(3)}" if m.group(3) else ""
+    if m.group(4) and m.group(4) != "1":
+        extra += f",cluster{m.group(4)}"
     return f"{m.group(1)}<{dtype},{m.group(2)}{extra}>"
 
 

@@ -20,6 +20,9 @@
 // softmax, which then runs under P V (docs/perf-notes-hopper.md, session 6, has both measured).
 // The consumers also take turns issuing those GEMMs (round robin on named barriers), so one's
 // softmax overlaps the others' GEMMs.
+// Non-causal d128 and d256 run in clusters of two CTAs (FlashAttention-3's launch) when a head's
+// query tiles pair up: the pair takes query tiles 2i and 2i + 1 of one head, and each producer
+// loads half the rows of every K and V tile with TMA multicast into both CTAs' rings.
 //
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
@@ -33,6 +36,13 @@
 //                      The producer waits parity r ^ 1 on each before refilling that half of
 //                      stage s with tile t (the first round passes on the fresh barrier's
 //                      parity), so K(t + STAGES) loads while V(t) is still being read.
+//                      In a cluster, +1 per consumer warp of the other CTA (its lane 0 arrives
+//                      remotely), whose producer writes half of this CTA's slot; k/v_full then
+//                      expect the whole tile's bytes, half from each producer. A CTA's full barrier
+//                      needs its own producer's arrive.expect_tx, which follows that producer's
+//                      empty wait, so no arrival for tile t can reach an empty barrier whose phase
+//                      of tile t - STAGES is still open. Before exiting, the producer waits for the
+//                      last phase of every slot (drain_ring): the other CTA's last remote arrivals.
 //   named barriers PINGPONG_BAR + c, 256 threads: consumer c waits (bar.sync) for its turn to
 //                      issue the GEMMs of one iteration; consumer c - 1's bar.arrive right after
 //                      its own issue hands the turn over (round robin). Consumer 0 arrives once on
@@ -45,7 +55,7 @@
 // consumer waits for k_full before its turn and for v_full of a tile whose K it already holds,
 // so holding the turn never blocks on the other consumer. With n = 0 (causal, Sq > Sk, rows
 // that see no key) nobody loads or waits: the consumers store zeros and lse -inf. Arrivals on
-// the empty barriers for the last STAGES tiles are never waited for, which is harmless. The
+// the empty barriers for the last STAGES tiles are waited for only in a cluster (drain_ring). The
 // producer's other 127 threads, and finally the producer thread, just exit: no CTA-wide
 // barrier follows the role split.
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
@@ -144,11 +154,6 @@
 #ifndef FA_HOPPER_D256_CLUSTER
 #define FA_HOPPER_D256_CLUSTER 2
 #endif
-// 0: clusters without multicast (each CTA loads its whole K/V tiles; only the launch and the pairing
-// of query tiles remain), to tell the cost of the cluster launch from that of the shared loads.
-#ifndef FA_HOPPER_CLUSTER_MULTICAST
-#define FA_HOPPER_CLUSTER_MULTICAST 1
-#endif
 
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
 // fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
@@ -187,15 +192,14 @@ struct HopperTiles {
   static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
   // Rows of K/V one producer loads per tile: all of them, or its share of a multicast tile. A share
   // starts on a swizzle atom (8 rows), so TMA swizzles it as it would the whole tile.
-  static constexpr int MULTICAST = FA_HOPPER_CLUSTER_MULTICAST ? CLUSTER : 1;  // CTAs sharing a load
-  static constexpr int KV_BOX_ROWS = BLOCK_KV / MULTICAST;
+  static constexpr int KV_BOX_ROWS = BLOCK_KV / CLUSTER;
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
   static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
-  static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (MULTICAST - 1) * CONSUMER_THREADS / 32;
+  static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
@@ -240,7 +244,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* ma
                                              int kv_start, const CtaWork& w, uint32_t rank) {
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++) {
-    if constexpr (C::MULTICAST == 1)
+    if constexpr (C::CLUSTER == 1)
       sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * 64, kv_start, w.head_kv, w.batch);
     else
       sm90::tma_load_4d_multicast(dst + panel * C::KV_PANEL_BYTES + rank * C::KV_BOX_ROWS * 128, map, bar,
@@ -406,7 +410,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // retired at the wait before).
   const auto release = [&](uint32_t bar) {
     sm90::mbar_arrive(bar);
-    if constexpr (C::MULTICAST > 1) sm90::mbar_arrive_cluster(bar, rank ^ 1, threadIdx.x % 32 == 0);
+    if constexpr (C::CLUSTER > 1) sm90::mbar_arrive_cluster(bar, rank ^ 1, threadIdx.x % 32 == 0);
   };
   const int n = w.n_kv_tiles;
   float S[C::S_REGS];
@@ -543,7 +547,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       for (uint32_t round = 0; cta_item(round) < items; round++)
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
                                 smem, bars, done, &map_q, &map_k, &map_v, rank);
-      if constexpr (C::MULTICAST > 1) hopper::drain_ring<C>(bars, done);
+      if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
@@ -645,7 +649,6 @@ int launch_clusters(Kernel kernel, int64_t clusters, bool persistent, int cluste
       if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
       if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
       if (device < 64) fit_on[device] = fit;
-      if (getenv("FA_HOPPER_LOG_CLUSTERS")) fprintf(stderr, "clusters that fit at once: %d\n", fit);
     }
     clusters = std::min<int64_t>(clusters, fit);
   }

@@ -44,6 +44,8 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 
 // One arrival on the barrier at the same shared offset in CTA `cta` of the cluster, made by the
 // threads with `pred` set: predicated, not branched, so it may sit between a wgmma and its wait.
+// Default (cta-scope) release, as CUTLASS's ClusterBarrier: .release.cluster put a CGAERRBAR in
+// front of every arrival, which cost 7-16% (docs/perf-notes-hopper.md, session 7).
 __device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar, uint32_t cta, bool pred) {
   asm volatile(
       "{\n"
