@@ -620,9 +620,11 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
 
 // Clusters of `cluster` CTAs, at most as many as fit on the device at once when `persistent`
 // (cudaOccupancyMaxActiveClusters: not every SM can take part in a pair), else `clusters`.
+// `fit_on` caches that count per device for this one kernel: the query takes longer than the launch.
 template <typename Kernel, typename... Args>
-int launch_clusters(Kernel kernel, int64_t clusters, bool persistent, int cluster, int threads, int smem_bytes,
-                    cudaStream_t stream, char* err, int err_len, const Args&... args) {
+int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int64_t clusters, bool persistent, int cluster,
+                    int threads, int smem_bytes, cudaStream_t stream, char* err, int err_len,
+                    const Args&... args) {
   cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
   cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (e != cudaSuccess)
@@ -642,7 +644,6 @@ int launch_clusters(Kernel kernel, int64_t clusters, bool persistent, int cluste
   if (persistent) {
     int device = 0;
     cudaGetDevice(&device);
-    static std::atomic<int> fit_on[64];  // per device: the query takes longer than the launch
     int fit = device < 64 ? fit_on[device].load() : 0;
     if (fit == 0) {
       e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
@@ -683,9 +684,11 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   cudaGetDevice(&device);
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
-  if constexpr (CLUSTER > 1)
-    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, items / CLUSTER, persistent, CLUSTER,
-                           C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k, map_v);
+  if constexpr (CLUSTER > 1) {
+    static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
+    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, items / CLUSTER, persistent,
+                           CLUSTER, C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k, map_v);
+  }
   const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
   return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV, 1>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, p, map_q, map_k, map_v);
