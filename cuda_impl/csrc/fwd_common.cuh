@@ -443,18 +443,23 @@ inline int report(char* err, int err_len, const char* what, const char* detail) 
   return 1;
 }
 
-// Raise the kernel's dynamic shared-memory limit (needed past 48 KB), launch grid x threads on
-// `stream` with `args`, and turn any CUDA error into a message.
+// Before any launch: drop stale errors from earlier calls so they are not blamed on it, and raise
+// the kernel's dynamic shared-memory limit (needed past 48 KB).
+template <typename Kernel>
+int prepare_launch(Kernel kernel, int smem_bytes, char* err, int err_len) {
+  cudaGetLastError();
+  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  return e == cudaSuccess ? 0 : report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+}
+
+// Launch grid x threads on `stream` with `args` (prepare_launch first), and turn any CUDA error into
+// a message.
 template <typename Kernel, typename... Args>
 int launch_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, char* err,
                   int err_len, const Args&... args) {
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  cudaError_t e =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  if (int rc = prepare_launch(kernel, smem_bytes, err, err_len)) return rc;
   kernel<<<grid, threads, smem_bytes, stream>>>(args...);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
   return 0;
 }

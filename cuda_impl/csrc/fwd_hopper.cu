@@ -618,17 +618,14 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
       sizes, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B, err, err_len);
 }
 
-// Clusters of `cluster` CTAs, at most as many as fit on the device at once when `persistent`
+// Clusters of `cluster` CTAs, at most as many as fit on `device` at once when `persistent`
 // (cudaOccupancyMaxActiveClusters: not every SM can take part in a pair), else `clusters`.
 // `fit_on` caches that count per device for this one kernel: the query takes longer than the launch.
 template <typename Kernel, typename... Args>
-int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int64_t clusters, bool persistent, int cluster,
-                    int threads, int smem_bytes, cudaStream_t stream, char* err, int err_len,
+int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int device, int64_t clusters, bool persistent,
+                    int cluster, int threads, int smem_bytes, cudaStream_t stream, char* err, int err_len,
                     const Args&... args) {
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  if (int rc = prepare_launch(kernel, smem_bytes, err, err_len)) return rc;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeClusterDimension;
   attr.val.clusterDim.x = cluster;
@@ -642,11 +639,9 @@ int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int64_t clust
   config.attrs = &attr;
   config.numAttrs = 1;
   if (persistent) {
-    int device = 0;
-    cudaGetDevice(&device);
     int fit = device < 64 ? fit_on[device].load() : 0;
     if (fit == 0) {
-      e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
+      const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
       if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
       if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
       if (device < 64) fit_on[device] = fit;
@@ -654,7 +649,7 @@ int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int64_t clust
     clusters = std::min<int64_t>(clusters, fit);
   }
   config.gridDim = dim3(uint32_t(clusters * cluster));
-  e = cudaLaunchKernelEx(&config, kernel, args...);
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
   return 0;
 }
@@ -680,15 +675,17 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // than one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
   // docs/perf-notes-hopper.md), so causal launches one CTA per item unless
   // FA_HOPPER_CAUSAL_PERSISTENT=1 (a balanced static order; measured no faster, see the notes).
-  int device = 0, sms = 0;
+  int device = 0;
   cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || FA_HOPPER_CAUSAL_PERSISTENT);
   if constexpr (CLUSTER > 1) {
     static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
-    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, items / CLUSTER, persistent,
-                           CLUSTER, C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k, map_v);
+    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, device, items / CLUSTER,
+                           persistent, CLUSTER, C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k,
+                           map_v);
   }
+  int sms = 0;
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
   return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV, 1>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, p, map_q, map_k, map_v);

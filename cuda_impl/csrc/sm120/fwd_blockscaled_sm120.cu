@@ -221,16 +221,8 @@ __global__ void __launch_bounds__(BsTiles<F, DIM>::THREADS)
 template <typename F, int DIM>
 int launch(const BlockScaledParams& bp, cudaStream_t stream, char* err, int err_len) {
   using C = BsTiles<F, DIM>;
-  auto kernel = fwd_blockscaled_kernel<F, DIM>;
-  cudaGetLastError();  // drop stale errors from earlier calls so they are not blamed on us
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM_BYTES);
-  if (e != cudaSuccess)
-    return report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
-  const FwdParams& p = bp.base;
-  const dim3 grid((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q, p.heads_q, p.batch);
-  kernel<<<grid, C::THREADS, C::SMEM_BYTES, stream>>>(bp);
-  e = cudaGetLastError();
-  return e == cudaSuccess ? 0 : report(err, err_len, "kernel launch", cudaGetErrorString(e));
+  return launch_kernel(fwd_blockscaled_kernel<F, DIM>, q_tile_grid(bp.base, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
+                       stream, err, err_len, bp);
 }
 
 }  // namespace fa::bs
