@@ -25,8 +25,9 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs six small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
-items than SMs, so that some persistent CTAs run two) and checks them.
+--sanitize runs seven small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
+items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V) and
+checks them.
 """
 
 from __future__ import annotations
@@ -373,7 +374,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="six small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="seven small launches, for compute-sanitizer")
     parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
