@@ -90,3 +90,75 @@ def round_to_e4m3_grid(p):
     # below 2**-6 e4m3 is subnormal with a fixed step of 2**-9; adding 2**14 rounds to that step
     subnormal = (p + 16384.0) - 16384.0
     return tl.where(p < 0.015625, subnormal, normal)
+
+
+
+@triton.jit
+def softmax_step_unmasked(qk, m_i, l_i, acc, qk_scale, THRESHOLD: tl.constexpr, FOLDS: tl.constexpr):
+    """softmax_step for a tile that needs no mask, with acc's rescale applied here. THRESHOLD < 0: rescale
+    every tile. THRESHOLD >= 0: FlashAttention-4's lazy rescale, skipped unless some row of the block moved
+    its max by more than THRESHOLD (log2 units); otherwise the old max stays the reference of acc, l and
+    p, which keeps out = acc / l exact. THRESHOLD 0 is bit-identical to rescaling every tile (a skipped
+    rescale was by 1); THRESHOLD t lets p reach 2**t. The test is one branch for the whole block (a max
+    across warps). FOLDS: see row_max. Returns p, acc, max, sum."""
+    m_new = tl.maximum(m_i, row_max(qk, FOLDS) * qk_scale)
+    if THRESHOLD < 0:
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    elif tl.max(m_new - m_i, 0) > THRESHOLD:
+        alpha = tl.math.exp2(m_i - m_new)
+        acc = acc * alpha[:, None]
+        l_i = l_i * alpha
+        m_i = m_new
+    p = tl.math.exp2(qk * qk_scale - m_i[:, None])
+    return p, acc, m_i, l_i + row_sum(p, FOLDS)
+
+
+@triton.jit
+def _halves(x):
+    """x (rows, cols) as its column halves [0, cols/2) and [cols/2, cols): in the wgmma accumulator layout
+    the top column bits are register bits, so this moves no data between threads."""
+    rows: tl.constexpr = x.shape[0]
+    cols: tl.constexpr = x.shape[1]
+    return tl.split(tl.permute(tl.reshape(x, (rows, 2, cols // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def _fold_max(x):
+    lo, hi = _halves(x)
+    return tl.maximum(lo, hi)
+
+
+@triton.jit
+def _fold_sum(x):
+    lo, hi = _halves(x)
+    return lo + hi
+
+
+@triton.jit
+def row_max(x, FOLDS: tl.constexpr):
+    """tl.max(x, 1), with the columns first folded in half FOLDS (0-3) times by independent elementwise
+    maxima: Triton's own reduction is one dependent chain per row (32 deep for a 128-key wgmma tile),
+    the folds cut it to 32 / 2**FOLDS + FOLDS with the same instruction count. No fold below 16 columns:
+    there the halved column bit is a lane bit of the accumulator layout (data would move)."""
+    if FOLDS >= 1 and x.shape[1] >= 16:
+        x = _fold_max(x)
+    if FOLDS >= 2 and x.shape[1] >= 16:
+        x = _fold_max(x)
+    if FOLDS >= 3 and x.shape[1] >= 16:
+        x = _fold_max(x)
+    return tl.max(x, 1)
+
+
+@triton.jit
+def row_sum(x, FOLDS: tl.constexpr):
+    """tl.sum(x, 1) with FOLDS column folds first (see row_max)."""
+    if FOLDS >= 1 and x.shape[1] >= 16:
+        x = _fold_sum(x)
+    if FOLDS >= 2 and x.shape[1] >= 16:
+        x = _fold_sum(x)
+    if FOLDS >= 3 and x.shape[1] >= 16:
+        x = _fold_sum(x)
+    return tl.sum(x, 1)
