@@ -118,31 +118,21 @@ def phase_correctness():
 
 # ---------------------------------------------------------------- 2. config sweeps
 
-def C(block_m, block_n, warps, stages, maxnreg=None, threshold=None, folds=None):
-    """A launch config; threshold / folds override tuning.RESCALE_THRESHOLD / ROW_FOLDS (ablations)."""
+def C(block_m, block_n, warps, stages, maxnreg=None):
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
     if maxnreg:
         config["maxnreg"] = maxnreg
-    if threshold is not None:
-        config["RESCALE_THRESHOLD"] = threshold
-    if folds is not None:
-        config["ROW_FOLDS"] = folds
     return config
 
 
-def ablations(block_m, block_n, warps, stages, maxnreg=None):
-    """One tile config under the softmax rules of session 8: the O rescale on every tile (threshold -1) or
-    lazily (0: only when a max moved, exact; 8: FlashAttention-4's), with 0 or 2 column folds."""
-    return [C(block_m, block_n, warps, stages, maxnreg, threshold, folds)
-            for threshold, folds in ((-1, 0), (-1, 2), (0.0, 2), (8.0, 2))]
-
-
 SWEEP = {
-    # d128: the autotuner's candidates under each softmax rule (session 8); the tile sweeps of sessions 2-4
-    # are in docs/perf-notes-triton.md
-    ("fa2", 128): ablations(128, 64, 8, 4) + ablations(128, 128, 8, 3),
-    ("fa2-tma", 128): ablations(128, 64, 8, 2, 128) + ablations(128, 128, 8, 3),
-    ("fp8", 128): ablations(64, 128, 4, 3) + ablations(64, 128, 4, 2, 168),
+    ("fa2", 128): [C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 8, 4)],
+    # capped configs that share an SM without the wgmma serialisation (ptxas C7512) of the two-stage capped
+    # 128x64 / 64x128 ones: one stage, or narrower key tiles (docs/perf-notes-triton.md, session 4)
+    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                       C(128, 64, 8, 1, 128), C(128, 32, 8, 3, 128), C(128, 32, 8, 4, 128)],
+    ("fp8", 128): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                   C(64, 128, 4, 4), C(64, 128, 4, 2, 168), C(64, 128, 4, 1, 168), C(64, 64, 4, 4, 168)],
     ("fa2-tma", 64): [C(128, 64, 4, 3), C(128, 128, 8, 2, 128), C(64, 128, 4, 3), C(128, 64, 8, 3),
                       C(128, 128, 8, 3)],
     ("fp8", 64): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(64, 256, 4, 2), C(128, 64, 4, 3)],
@@ -153,11 +143,7 @@ SWEEP = {
 
 def config_name(config):
     name = "{BLOCK_M}x{BLOCK_N} w{num_warps} s{num_stages}".format(**config)
-    name += f" r{config['maxnreg']}" if "maxnreg" in config else ""
-    if "RESCALE_THRESHOLD" in config:
-        threshold = config["RESCALE_THRESHOLD"]
-        name += " eager" if threshold < 0 else f" lazy{threshold:g}"
-    return name + (f" f{config['ROW_FOLDS']}" if "ROW_FOLDS" in config else "")
+    return name + (f" r{config['maxnreg']}" if "maxnreg" in config else "")
 
 
 _INPUTS = {}

@@ -167,45 +167,12 @@ def test_block_shapes_causal(module, block_m, block_n, seqlens):
     assert_close(out, lse, *reference(q, k, v, True, 0.125), *TOLERANCE[torch.float16])
 
 
-
-def _rising_scores(case, dtype, seed):
-    """Inputs whose scores rise along the keys, so that every key block moves some row's max by more
-    than the lazy-rescale threshold of 8 log2 units: the rescale branch runs after the first block."""
-    q, k, v = _inputs(case, dtype, seed=seed)
-    q = q.abs() + 0.5
-    ramp = torch.linspace(0.0, 6.0, k.shape[2], dtype=torch.float32)[:, None]
-    return q, (k.abs() * 0.1 + ramp).to(dtype), v
-
-
-@interpreted
-@pytest.mark.parametrize("module", ["fa2_pointer", "fa2_tma"])
-@pytest.mark.parametrize("threshold", [-1, 0.0, 8.0])
-@pytest.mark.parametrize("scores", ["normal", "rising"])
-def test_lazy_rescale(module, threshold, scores):
-    """Every O-rescale rule (every block, only when a max moved, when it moved by > 8) gives the same
-    attention, whether the rescale branch is skipped (normal scores) or taken in every block (rising)."""
-    import importlib
-    kernels = importlib.import_module(f"triton_impl.kernels.{module}")
-    case = (1, 2, 1, 40, 96, 64, False)
-    make = _rising_scores if scores == "rising" else lambda c, d, seed: _inputs(c, d, seed=seed)
-    q, k, v = make(case, torch.float32, 11)
-    out = torch.full(q.shape, float("nan"))
-    lse = torch.full(q.shape[:3], float("nan"))
-    kernels.launch(q, k, v, out, lse, False, 0.125,
-                   config=dict(BLOCK_M=16, BLOCK_N=16, RESCALE_THRESHOLD=threshold))
-    assert_close(out, lse, *reference(q, k, v, False, 0.125), *TOLERANCE[torch.float32])
-
-
 # ---------------------------------------------------------------- fp8
 
-def online_quantized_reference(q, k, v, causal, scale, block_n, block_m=None, rescale_threshold=-1):
+def online_quantized_reference(q, k, v, causal, scale, block_n):
     """What the quantized kernels (fp8, and the MXFP8/NVFP4 dequant variants) compute, in fp32:
     formats' dequantized inputs, the online softmax over key blocks of block_n, each block's P
-    quantized by compare.formats.quantize_p(p, q.fmt) against the running max.
-
-    rescale_threshold >= 0: mirror the lazy rescale (common.softmax_step_lazy) for query blocks of block_m
-    rows: on key blocks that need no mask the running max of a query block is replaced only when one
-    of its rows moves by more than the threshold, so P is quantized against a max up to that stale."""
+    quantized by compare.formats.quantize_p(p, q.fmt) against the running max."""
     from compare.formats import quantize_p
     qd, kd, vd = (x.dequantize() for x in (q, k, v))
     group = qd.shape[1] // kd.shape[1]
@@ -217,45 +184,19 @@ def online_quantized_reference(q, k, v, causal, scale, block_n, block_m=None, re
         i = torch.arange(seqlen_q)[:, None]
         j = torch.arange(seqlen_k)[None, :]
         s = s.masked_fill(j > i + seqlen_k - seqlen_q, float("-inf"))
-    lazy = rescale_threshold >= 0
-    block_m = block_m if lazy else seqlen_q
-    outs, lses = [], []
-    for row0 in range(0, seqlen_q, block_m):
-        sb = s[..., row0:row0 + block_m, :]
-        # key blocks below full_end are unmasked for every row of the block (common.key_ranges)
-        seen_by_all = min(seqlen_k, row0 + seqlen_k - seqlen_q + 1) if causal else seqlen_k
-        full_end = max(seen_by_all, 0) // block_n * block_n if lazy else 0
-        m = torch.full(sb.shape[:-1], float("-inf"))
-        l = torch.zeros(sb.shape[:-1])
-        acc = torch.zeros(*sb.shape[:-1], qd.shape[-1])
-        for start in range(0, seqlen_k, block_n):
-            s_blk = sb[..., start:start + block_n]
-            m_new = torch.maximum(m, s_blk.amax(-1))
-            if start + block_n <= full_end:
-                moved = ((m_new - m).amax(-1, keepdim=True) > rescale_threshold)
-                alpha = torch.where(moved, torch.exp2(m - m_new), 1.0)
-                m = torch.where(moved, m_new, m)
-                p = torch.exp2(s_blk - m[..., None])
-            else:
-                shift = torch.where(m_new == float("-inf"), 0.0, m_new)
-                p = torch.exp2(s_blk - shift[..., None])
-                alpha = torch.exp2(m - shift)
-                m = m_new
-            l = l * alpha + p.sum(-1)
-            acc = acc * alpha[..., None] + quantize_p(p, q.fmt) @ vd[..., start:start + block_n, :]
-        outs.append(torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0))
-        lses.append((m + torch.log2(l)) / log2e)
-    return torch.cat(outs, -2), torch.cat(lses, -1)
-
-def fp8_attention(q, k, vt, causal, scale, config):
-    """The fp8 kernel with an explicit launch config: compare.formats.QuantTensor inputs (v transposed)."""
-    from triton_impl.kernels import fp8_tma
-    out = torch.empty(q.data.shape, dtype=torch.bfloat16)
-    lse = torch.empty(q.data.shape[:3])
-    fp8_tma.launch(q.data, k.data, vt.data, q.scale.contiguous(), k.scale.contiguous(), vt.scale.contiguous(),
-                   out, lse, causal, scale, config=config)
-    return out, lse
-
+    m = torch.full(s.shape[:-1], float("-inf"))
+    l = torch.zeros(s.shape[:-1])
+    acc = torch.zeros(*s.shape[:-1], qd.shape[-1])
+    for start in range(0, seqlen_k, block_n):
+        m_new = torch.maximum(m, s[..., start:start + block_n].amax(-1))
+        shift = torch.where(m_new == float("-inf"), 0.0, m_new)
+        p = torch.exp2(s[..., start:start + block_n] - shift[..., None])
+        alpha = torch.exp2(m - shift)
+        l = l * alpha + p.sum(-1)
+        acc = acc * alpha[..., None] + quantize_p(p, q.fmt) @ vd[..., start:start + block_n, :]
+        m = m_new
+    out = torch.where(l[..., None] > 0, acc / l.clamp_min(1e-30)[..., None], 0.0)
+    return out, (m + torch.log2(l)) / log2e
 
 @interpreted
 @pytest.mark.parametrize("case", [
@@ -263,28 +204,22 @@ def fp8_attention(q, k, vt, causal, scale, config):
     (2, 2, 2, 70, 48, 64, True),    # Sq > Sk, V^T through TMA (48 % 16 == 0)
     (1, 4, 2, 40, 77, 128, True),   # GQA, Sq < Sk
 ], ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
-@pytest.mark.parametrize("threshold", ["default", 8.0])
-def test_fp8_matches_its_definition(case, threshold):
-    """The default rule (rescale whenever a max moved: the exact online softmax) and the lazy one (P up to
-    2**8), each against its own definition."""
+def test_fp8_matches_its_definition(case):
     from compare.formats import quantize_attention_inputs
-    from triton_impl.kernels.tuning import INTERPRETER_CONFIG, RESCALE_THRESHOLD
+    from triton_impl import attention
+    from triton_impl.kernels.tuning import INTERPRETER_CONFIG
     q, k, v = _inputs(case, torch.float32, seed=5)
     k = k * 3  # per-head descales that differ between tensors
     qq, kq, vq = quantize_attention_inputs(q, k, v, "fp8")
     causal, scale = case[-1], 0.11
-    threshold = RESCALE_THRESHOLD["fp8"] if threshold == "default" else threshold
-    out, lse = fp8_attention(qq, kq, vq, causal, scale, dict(INTERPRETER_CONFIG, RESCALE_THRESHOLD=threshold))
-    want_out, want_lse = online_quantized_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"],
-                                                    INTERPRETER_CONFIG["BLOCK_M"], threshold)
+    out, lse = attention(qq, kq, vq, causal=causal, scale=scale, return_lse=True)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    want_out, want_lse = online_quantized_reference(qq, kq, vq, causal, scale, INTERPRETER_CONFIG["BLOCK_N"])
     # one bf16 ulp (2**-7 relative): the interpreter truncates fp32 -> bf16 where the GPU rounds
     assert_close(out.float(), lse, want_out.double(), want_lse.double(), 1e-3, 1e-4, rtol=2**-7)
-    # and against exact attention on the dequantized inputs: P's e4m3 rounding is a few percent. Not for
-    # the lazy rule: a row's largest P is no longer exactly 1, and that costs up to 3x the error
-    # (docs/perf-notes-triton.md, session 8), which is why fp8 does not use it
-    if threshold <= 0:
-        exact_out, exact_lse = reference(qq.dequantize(), kq.dequantize(), vq.dequantize(), causal, scale)
-        assert_close(out.float(), lse, exact_out, exact_lse, 0.1, 1e-4)
+    # and against exact attention on the dequantized inputs: P's e4m3 rounding is a few percent
+    exact_out, exact_lse = reference(qq.dequantize(), kq.dequantize(), vq.dequantize(), causal, scale)
+    assert_close(out.float(), lse, exact_out, exact_lse, 0.1, 1e-4)
 
 
 # ---------------------------------------------------------------- API surface and refusals

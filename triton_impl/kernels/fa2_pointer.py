@@ -7,7 +7,7 @@ kernel runs on any arch Triton supports (sm_80+) and under TRITON_INTERPRET=1. G
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, softmax_step, softmax_step_unmasked, start_rows
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
@@ -19,7 +19,7 @@ def _fa2_fwd_pointer(
     sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr,
-    RESCALE_THRESHOLD: tl.constexpr, ROW_FOLDS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
     if CAUSAL:
@@ -47,9 +47,10 @@ def _fa2_fwd_pointer(
     for start_n in range(0, full_end, BLOCK_N):
         kt = tl.load(kt_ptrs + start_n * sks)
         qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
-        p, acc, m_i, l_i = softmax_step_unmasked(qk, m_i, l_i, acc, qk_scale, RESCALE_THRESHOLD, ROW_FOLDS)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, False, CAUSAL)
         v = tl.load(v_ptrs + start_n * svs)
-        acc = tl.dot(p.to(v.dtype), v, acc, input_precision=DOT_PRECISION)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
 
     for start_n in range(full_end, end, BLOCK_N):
         key_ok = (start_n + offs_n) < seqlen_k
@@ -78,7 +79,6 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
             *tuning.strides(q), *tuning.strides(k), *tuning.strides(v), *out.stride()[:3],
             tuning.seq_bucket(seqlen_k))
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal,
-                DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32", RESCALE_THRESHOLD=tuning.RESCALE_THRESHOLD["fa2"],
-                ROW_FOLDS=tuning.ROW_FOLDS)
+                DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32")
     return tuning.run(_fa2_fwd_pointer, _fa2_fwd_pointer_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, softmax_step, softmax_step_unmasked, start_rows
+from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
@@ -21,7 +21,7 @@ def _fa2_fwd_tma(
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, RESCALE_THRESHOLD: tl.constexpr, ROW_FOLDS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -53,9 +53,10 @@ def _fa2_fwd_tma(
     for start_n in range(0, full_end, BLOCK_N):
         k = k_desc.load([start_n, 0])
         qk = tl.dot(q, k.T)
-        p, acc, m_i, l_i = softmax_step_unmasked(qk, m_i, l_i, acc, qk_scale, RESCALE_THRESHOLD, ROW_FOLDS)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, False, CAUSAL)
         v = v_desc.load([start_n, 0])
-        acc = tl.dot(p.to(v.dtype), v, acc)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])
 
     for start_n in range(full_end, end, BLOCK_N):
         k = k_desc.load([start_n, 0])
@@ -93,7 +94,6 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
             scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
             *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(v)[:3],
             tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, RESCALE_THRESHOLD=tuning.RESCALE_THRESHOLD["fa2-tma"],
-                ROW_FOLDS=tuning.ROW_FOLDS)
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal)
     return tuning.run(_fa2_fwd_tma, _fa2_fwd_tma_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

@@ -18,8 +18,7 @@ error but costs 12% of the speed at 64 and spills registers at 32, so it is not 
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import (finish_rows, round_to_e4m3_grid, softmax_step, softmax_step_unmasked,
-                                        start_rows)
+from triton_impl.kernels.common import finish_rows, round_to_e4m3_grid, softmax_step, start_rows
 from triton_impl.kernels import tuning
 from triton_impl.kernels.fa2_tma import set_descriptor_allocator
 
@@ -45,7 +44,7 @@ def _fp8_fwd(
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svd, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr,
-    EXACT_P_ROUNDING: tl.constexpr, RESCALE_THRESHOLD: tl.constexpr, ROW_FOLDS: tl.constexpr,
+    EXACT_P_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -89,11 +88,12 @@ def _fp8_fwd(
     for start_n in range(0, full_end, BLOCK_N):
         k = k_desc.load([start_n, 0])
         qk = tl.dot(q, k.T)
-        p, acc, m_i, l_i = softmax_step_unmasked(qk, m_i, l_i, acc, qk_scale, RESCALE_THRESHOLD, ROW_FOLDS)
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+                                          diagonal, False, CAUSAL)
         if EXACT_P_ROUNDING:
             p = round_to_e4m3_grid(p)
         vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, False)
-        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc)
+        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
 
     for start_n in range(full_end, end, BLOCK_N):
         k = k_desc.load([start_n, 0])
@@ -130,7 +130,6 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
             *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(vt),
             tuning.seq_bucket(seqlen_k))
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt),
-                EXACT_P_ROUNDING=tuning.interpreting(), RESCALE_THRESHOLD=tuning.RESCALE_THRESHOLD["fp8"],
-                ROW_FOLDS=tuning.ROW_FOLDS)
+                EXACT_P_ROUNDING=tuning.interpreting())
     return tuning.run(_fp8_fwd, _fp8_fwd_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

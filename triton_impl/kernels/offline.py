@@ -14,7 +14,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from triton_impl.kernels import fa2_pointer, fa2_tma, fp8_tma, tuning
+from triton_impl.kernels import fa2_pointer, fa2_tma, fp8_tma
 
 _KERNELS = {"fa2": fa2_pointer._fa2_fwd_pointer, "fa2-tma": fa2_tma._fa2_fwd_tma, "fp8": fp8_tma._fp8_fwd}
 _FLOAT_ARGS = ("qk_scale", "softmax_scale_log2")
@@ -51,9 +51,7 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
-    constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"],
-                      RESCALE_THRESHOLD=config.get("RESCALE_THRESHOLD", tuning.RESCALE_THRESHOLD[variant]),
-                      ROW_FOLDS=config.get("ROW_FOLDS", tuning.ROW_FOLDS))
+    constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
         constexprs["DOT_PRECISION"] = "tf32"
     if variant == "fp8":

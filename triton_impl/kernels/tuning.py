@@ -83,14 +83,6 @@ _CANDIDATES = {
 # Under TRITON_INTERPRET=1: small tiles so that small test shapes still span several blocks.
 INTERPRETER_CONFIG = dict(BLOCK_M=32, BLOCK_N=16)
 
-# The O rescale of unmasked key blocks (common.softmax_step_unmasked): skipped unless a row's max moved by
-# more than this many log2 units; -1 rescales every block. An explicit launch config may override it
-# with a RESCALE_THRESHOLD key (dev-script ablations).
-RESCALE_THRESHOLD = {"fa2": 8.0, "fa2-tma": 8.0, "fp8": -1}
-# Column folds before the row max and row sum of unmasked blocks (common.row_max); overridable with a
-# ROW_FOLDS key.
-ROW_FOLDS = 2
-
 
 def _launch_dict(entry):
     block_m, block_n, warps, stages, *maxnreg = entry
@@ -175,7 +167,7 @@ def run(kernel, tuned, args, meta, config, grid_rows, grid_heads):
 
     if interpreting():
         interpreter_compat.apply()
-        return kernel[grid](*args, **{**meta, **(config or INTERPRETER_CONFIG)})
+        return kernel[grid](*args, **meta, **(config or INTERPRETER_CONFIG))
     if config is not None:
-        return kernel[grid](*args, **{**meta, **config})
+        return kernel[grid](*args, **meta, **config)
     return tuned[grid](*args, **meta)
