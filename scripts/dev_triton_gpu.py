@@ -118,13 +118,10 @@ def phase_correctness():
 
 # ---------------------------------------------------------------- 2. config sweeps
 
-def C(block_m, block_n, warps, stages, maxnreg=None, qreg=False):
-    """A launch config; qreg=True runs S = Q K^T with Q in registers (Q_IN_REGISTERS, fa2-tma and fp8)."""
+def C(block_m, block_n, warps, stages, maxnreg=None):
     config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
     if maxnreg:
         config["maxnreg"] = maxnreg
-    if qreg:
-        config["Q_IN_REGISTERS"] = True
     return config
 
 
@@ -132,12 +129,10 @@ SWEEP = {
     ("fa2", 128): [C(128, 128, 8, 3), C(128, 64, 8, 3), C(128, 128, 8, 2), C(128, 64, 8, 4)],
     # capped configs that share an SM without the wgmma serialisation (ptxas C7512) of the two-stage capped
     # 128x64 / 64x128 ones: one stage, or narrower key tiles (docs/perf-notes-triton.md, session 4)
-    # session 8: Q in registers (wgmma A from registers for S) beside the best shared-memory-Q configs
-    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 3, qreg=True),
-                       C(64, 64, 4, 3), C(64, 64, 4, 3, qreg=True), C(64, 64, 4, 2, 168, qreg=True),
-                       C(64, 64, 4, 3, 168, qreg=True)],
-    ("fp8", 128): [C(64, 128, 4, 3), C(64, 128, 4, 3, qreg=True), C(64, 128, 4, 2, 168),
-                   C(64, 128, 4, 2, qreg=True)],
+    ("fa2-tma", 128): [C(128, 64, 8, 2, 128), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                       C(128, 64, 8, 1, 128), C(128, 32, 8, 3, 128), C(128, 32, 8, 4, 128)],
+    ("fp8", 128): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(128, 128, 8, 2, 128), C(128, 64, 8, 3),
+                   C(64, 128, 4, 4), C(64, 128, 4, 2, 168), C(64, 128, 4, 1, 168), C(64, 64, 4, 4, 168)],
     ("fa2-tma", 64): [C(128, 64, 4, 3), C(128, 128, 8, 2, 128), C(64, 128, 4, 3), C(128, 64, 8, 3),
                       C(128, 128, 8, 3)],
     ("fp8", 64): [C(64, 128, 4, 3), C(128, 128, 8, 3), C(64, 256, 4, 2), C(128, 64, 4, 3)],
@@ -148,8 +143,7 @@ SWEEP = {
 
 def config_name(config):
     name = "{BLOCK_M}x{BLOCK_N} w{num_warps} s{num_stages}".format(**config)
-    name += f" r{config['maxnreg']}" if "maxnreg" in config else ""
-    return name + (" qreg" if config.get("Q_IN_REGISTERS") else "")
+    return name + (f" r{config['maxnreg']}" if "maxnreg" in config else "")
 
 
 _INPUTS = {}

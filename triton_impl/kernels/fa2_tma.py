@@ -21,7 +21,7 @@ def _fa2_fwd_tma(
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, Q_IN_REGISTERS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -46,9 +46,6 @@ def _fa2_fwd_tma(
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     q = q_desc.load([start_m * BLOCK_M, 0])
-    if Q_IN_REGISTERS:
-        q = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [q.to(tl.uint16, bitcast=True)], dtype=tl.uint16,
-                                      is_pure=True, pack=2).to(q.dtype, bitcast=True)
 
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
@@ -97,6 +94,6 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
             scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
             *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(v)[:3],
             tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, Q_IN_REGISTERS=False)
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal)
     return tuning.run(_fa2_fwd_tma, _fa2_fwd_tma_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

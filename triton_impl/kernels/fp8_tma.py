@@ -44,7 +44,7 @@ def _fp8_fwd(
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svd, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr,
-    EXACT_P_ROUNDING: tl.constexpr, Q_IN_REGISTERS: tl.constexpr,
+    EXACT_P_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m = tl.program_id(0)
@@ -81,9 +81,6 @@ def _fp8_fwd(
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     q = q_desc.load([start_m * BLOCK_M, 0])
-    if Q_IN_REGISTERS:
-        q = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [q.to(tl.uint8, bitcast=True)], dtype=tl.uint8,
-                                      is_pure=True, pack=4).to(tl.float8e4nv, bitcast=True)
 
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
@@ -133,6 +130,6 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
             *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(vt),
             tuning.seq_bucket(seqlen_k))
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt),
-                EXACT_P_ROUNDING=tuning.interpreting(), Q_IN_REGISTERS=False)
+                EXACT_P_ROUNDING=tuning.interpreting())
     return tuning.run(_fp8_fwd, _fp8_fwd_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

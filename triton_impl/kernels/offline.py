@@ -52,8 +52,6 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
-    if variant in ("fa2-tma", "fp8"):
-        constexprs["Q_IN_REGISTERS"] = config.get("Q_IN_REGISTERS", False)
     if variant == "fa2":
         constexprs["DOT_PRECISION"] = "tf32"
     if variant == "fp8":

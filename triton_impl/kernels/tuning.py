@@ -167,7 +167,7 @@ def run(kernel, tuned, args, meta, config, grid_rows, grid_heads):
 
     if interpreting():
         interpreter_compat.apply()
-        return kernel[grid](*args, **{**meta, **(config or INTERPRETER_CONFIG)})
-    if config is not None:  # an explicit config may also override a meta-parameter (dev-script ablations)
-        return kernel[grid](*args, **{**meta, **config})
+        return kernel[grid](*args, **meta, **(config or INTERPRETER_CONFIG))
+    if config is not None:
+        return kernel[grid](*args, **meta, **config)
     return tuned[grid](*args, **meta)
