@@ -47,10 +47,6 @@ ALL_ALT_BUILDS = {
     # the softmax (the loop before session 6); d128 at the top of the next step, so that softmax(t) runs under it
     "d64-retire-late": ("-DFA_HOPPER_FP8_D64_RETIRE_AT_TOP=0",),
     "d128-retire-top": ("-DFA_HOPPER_FP8_D128_RETIRE_AT_TOP=1",),
-    # d128 with three consumers (session 8): 160 registers per consumer thread, which S 64 + P 16 + O 64 and the
-    # overlap leave short of (ptxas spills 12-14 words, some inside the tile loop); with each retire placement
-    "d128-3wg": ("-DFA_HOPPER_FP8_D128_CONSUMERS=3", "-DFA_HOPPER_FP8_D128_RETIRE_AT_TOP=1"),
-    "d128-3wg-late": ("-DFA_HOPPER_FP8_D128_CONSUMERS=3",),
 }
 
 

@@ -59,10 +59,6 @@
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
 #endif
-// ... and at d128: 2; 3 is an ablation build (its 160 registers per consumer spill; session 8).
-#ifndef FA_HOPPER_FP8_D128_CONSUMERS
-#define FA_HOPPER_FP8_D128_CONSUMERS 2
-#endif
 // 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
 // through the 5-D map in key order (ablation).
 #ifndef FA_HOPPER_FP8_PERMUTED_K
@@ -98,7 +94,7 @@ struct Fp8Tiles {
   static constexpr int DIM = DIM_;
   static constexpr bool FLAT_K = FLAT_K_;  // K through the 5-D map (hopper_fp8_host::k_rows_flat)
   static constexpr bool PERMUTED_K = FLAT_K && FA_HOPPER_FP8_PERMUTED_K == 1;  // ... key-permuted: no shuffles
-  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : FA_HOPPER_FP8_D128_CONSUMERS;
+  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
   static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
