@@ -126,6 +126,11 @@ BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 64, False),
     (1, 16, 16384, 64, True),
     (4, 16, 4096, 64, False),
+    # short causal rows, the paper sweep's weakest cells (items of one to four KV tiles: per-item costs)
+    (32, 16, 512, 128, True),
+    (4, 16, 4096, 64, True),
+    (16, 32, 1024, 64, True),
+    (32, 32, 512, 64, True),
     # d256 at the anchors' shapes (h8: FA4 717 / cuDNN 650 non-causal at 16k)
     (1, 8, 16384, 256, False),
     (1, 8, 16384, 256, True),
