@@ -74,7 +74,7 @@
 // for P V before the softmax (the GEMMs of one iteration still go out together);
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
 // launches one CTA per work item instead of one per SM;
-// FA_HOPPER_CAUSAL_PERSISTENT / FA_HOPPER_D64_CAUSAL_PERSISTENT: causal persistent too (below).
+// FA_HOPPER_CAUSAL_PERSISTENT / FA_HOPPER_D64_CAUSAL_PERSISTENT: causal persistent too, up to a length (below).
 // Keys per KV tile of non-causal d128 (128 or 176, FlashAttention-3's choice: the per-tile
 // costs, O rescale included, spread over more keys). Causal and d64 always take 128.
 #ifndef FA_HOPPER_D128_BLOCK_KV
@@ -100,15 +100,16 @@
 #ifndef FA_HOPPER_PERSISTENT
 #define FA_HOPPER_PERSISTENT 1
 #endif
-// Causal persistent too, per head_dim (see the host launch): d64 yes, where the balanced static order
-// measured +16-28% at causal 1k and 512 and +4% at 4k over one CTA per item (its items are half as long
-// as d128's, so per-item costs weigh more; docs/perf-notes-hopper.md, session 8); d128 no (level at 4k
-// and 16k, -4% at 1k), d256 not measured.
+// Causal persistent too, up to this many keys (0: never), per head_dim (see the host launch). d64: 1024,
+// where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item, while
+// from 2k up the paper sweep read 3-8% below it (the persistent grid ran at 1650-1725 MHz there against
+// 1830-1905: more power for the same work); d128 never (level at 4k and 16k, -4% at 1k), d256 not measured
+// (docs/perf-notes-hopper.md, session 8).
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
 #ifndef FA_HOPPER_D64_CAUSAL_PERSISTENT
-#define FA_HOPPER_D64_CAUSAL_PERSISTENT 1
+#define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
 #endif
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
@@ -189,7 +190,11 @@ struct HopperTiles {
   static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
-  static constexpr bool CAUSAL_PERSISTENT = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
+  // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
+  __host__ __device__ static bool causal_persistent(const FwdParams& p) {
+    return CAUSAL_PERSISTENT_KEYS > 0 && p.causal && p.seqlen_k <= CAUSAL_PERSISTENT_KEYS;
+  }
   static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
                                     : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
                                                 : 0;  // 0: l2_head_group
@@ -518,7 +523,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   // (a cluster's two items must be two query tiles of one head: groups of one head)
-  const int head_group = C::CAUSAL_PERSISTENT && p.causal ? p.batch * p.heads_q
+  const int head_group = C::causal_persistent(p) ? p.batch * p.heads_q
                          : CLUSTER > 1 || C::HEAD_GROUP > 0        ? max(C::HEAD_GROUP, 1)
                                                                    : l2_head_group(p);
   // A cluster (non-causal only) takes adjacent items, the query tiles 2i and 2i + 1 of one head (the
@@ -683,10 +688,10 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
   // docs/perf-notes-hopper.md); a persistent causal grid takes the balanced order of the kernel
   // (all heads, heaviest first, every other round backwards), which pays at d64 and not at d128
-  // (C::CAUSAL_PERSISTENT), where causal launches one CTA per item.
+  // on short rows (C::causal_persistent); elsewhere causal launches one CTA per item.
   int device = 0;
   cudaGetDevice(&device);
-  const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::CAUSAL_PERSISTENT);
+  const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
   if constexpr (CLUSTER > 1) {
     static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
     return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, device, items / CLUSTER,
