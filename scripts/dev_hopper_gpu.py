@@ -3,7 +3,7 @@
 Run from the repository root on the H200 with the libraries built here and carried in
 cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev machine):
 
-    PYTHONPATH=. [DEV_ROUNDS=5] python scripts/dev_hopper_gpu.py [--head-dim 256]
+    PYTHONPATH=. [DEV_ROUNDS=5] [DEV_POWER_LOG=1] python scripts/dev_hopper_gpu.py [--head-dim 256]
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
 
 The default run has two stages (three with --gap), each in a child process with a timeout, so
@@ -50,6 +50,7 @@ from compare.bench import attention_pairs  # noqa: E402
 from devkit import log, run_checks  # noqa: E402
 
 ROUNDS = int(os.environ.get("DEV_ROUNDS", "1"))  # timing rounds per build (see bench_case)
+POWER_LOG = os.environ.get("DEV_POWER_LOG") == "1"  # nvidia-smi's clock and power after every timing
 STAGE_TIMEOUT_S = {"correctness": 60, "timing": 60 + 90 * ROUNDS, "gap": 60, "driver": 90}
 # Builds timed beside the default one when built and carried (`--build-only NAME...` builds them,
 # `--build-only all` every one):
@@ -133,6 +134,8 @@ BENCH_CASES = [  # b, h, s, d, causal
     (4, 16, 4096, 64, True),
     (16, 32, 1024, 64, True),
     (32, 32, 512, 64, True),
+    (4, 32, 4096, 64, True),  # the paper sweep's d64 causal 4k and 8k (32 heads)
+    (2, 32, 8192, 64, True),
     # d256 at the anchors' shapes (h8: FA4 717 / cuDNN 650 non-causal at 16k)
     (1, 8, 16384, 256, False),
     (1, 8, 16384, 256, True),
@@ -259,7 +262,9 @@ def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
             try:
                 ms = do_bench(fn, warmup=10, rep=60, return_mode="median")
                 times.setdefault(name, []).append(ms)
-                log(f"{case:28} {name:12} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s (round {round_})")
+                # the clock right after the build's timing: at the power cap it shows what each build draws
+                log(f"{case:28} {name:12} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s (round {round_}) "
+                    f"{gpu_state() if POWER_LOG else ''}")
             except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
                 failed.add(name)
                 log(f"{case:28} {name:12} failed: {type(exc).__name__}: {str(exc)[:120]}")
