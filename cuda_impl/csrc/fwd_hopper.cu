@@ -101,9 +101,9 @@
 #define FA_HOPPER_PERSISTENT 1
 #endif
 // Causal persistent too, up to this many keys (0: never), per head_dim (see the host launch). d64: 1024,
-// where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item, while
-// from 2k up the paper sweep read 3-8% below it (the persistent grid ran at 1650-1725 MHz there against
-// 1830-1905: more power for the same work); d128 never (level at 4k and 16k, -4% at 1k), d256 not measured
+// where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item in every
+// run; from 2k up one paper sweep read it 3-8% below and interleaved dev runs level to +5%, so the bound
+// stays where both agree; d128 never (level at 4k and 16k, -4% at 1k), d256 not measured
 // (docs/perf-notes-hopper.md, session 8).
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
