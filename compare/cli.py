@@ -1,4 +1,5 @@
-"""Command line: ``python -m compare {list,check,run,merge,env,figures,report}`` (also installed as ``fa2-compare``)."""
+"""Command line: ``python -m compare {list,check,run,paired,merge,env,figures,report}`` (also installed as
+``fa2-compare``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from . import backends, bench, env, figures, oracle, report, sweeps
+from . import backends, bench, env, figures, oracle, paired, report, sweeps
 
 # The oracle matrix: (batch, heads_q, heads_kv, seqlen_q, seqlen_k), each run causal and not, for every
 # format and head_dim a backend declares. Chosen to hit tails (lengths that are no multiple of any tile),
@@ -97,6 +98,24 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_paired(args) -> int:
+    if len(args.backends) < 2:
+        raise ValueError("--backends needs at least two names: the first is compared with each other one")
+    if args.from_csv:
+        print(paired.table(paired.read(args.from_csv), args.backends[0], args.backends[1:]))
+        return 0
+    chosen, skipped = backends.select(args.backends)
+    for name, reason in skipped.items():
+        print(f"skip {name}: {reason}")
+    causal = {"both": None, "yes": True, "no": False}[args.causal]
+    cases = paired.select_cases(sweeps.load(args.sweep).cases, head_dims=args.head_dims, formats=args.formats,
+                                seqlens=args.seqlens, causal=causal)
+    out = paired.run(args.sweep, chosen, cases, args.rounds, out=args.out, warmup_ms=args.warmup_ms,
+                     rep_ms=args.rep_ms)
+    print(f"wrote {out}")
+    return 0
+
+
 def cmd_merge(args) -> int:
     n = bench.merge(args.parts, args.out)
     print(f"merged {len(args.parts)} parts into {args.out}: {n} rows")
@@ -132,6 +151,21 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--rep-ms", type=int, default=100)
     r.add_argument("--no-progress", action="store_true")
 
+    pr = sub.add_parser("paired", help="time backends side by side in interleaved rounds (ratios with their "
+                                       "spread), into figures/data/paired/")
+    pr.add_argument("--backends", nargs="+", required=True, metavar="NAME",
+                    help="two or more backends; the first is compared with each other one")
+    pr.add_argument("--sweep", default="paper", help="the sweep whose cases are filtered (default paper)")
+    pr.add_argument("--head-dims", nargs="+", type=int, help="only these head_dims")
+    pr.add_argument("--formats", nargs="+", help="only these formats")
+    pr.add_argument("--seqlens", nargs="+", type=int, help="only cases with these query lengths")
+    pr.add_argument("--causal", choices=["both", "yes", "no"], default="both")
+    pr.add_argument("--rounds", type=int, default=7, help="interleaved rounds per case (default 7)")
+    pr.add_argument("--out", type=Path, help="CSV path (default figures/data/paired/paired-<gpu>-<commit>.csv)")
+    pr.add_argument("--from-csv", type=Path, help="print the ratio table of an earlier paired CSV (no GPU)")
+    pr.add_argument("--warmup-ms", type=int, default=25)
+    pr.add_argument("--rep-ms", type=int, default=100)
+
     m = sub.add_parser("merge", help="join shard CSVs into one")
     m.add_argument("parts", nargs="+", type=Path)
     m.add_argument("--out", type=Path, required=True)
@@ -145,8 +179,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-COMMANDS = {"list": cmd_list, "check": cmd_check, "run": cmd_run, "merge": cmd_merge, "env": cmd_env,
-            "figures": figures.run, "report": report.run}
+COMMANDS = {"list": cmd_list, "check": cmd_check, "run": cmd_run, "paired": cmd_paired, "merge": cmd_merge,
+            "env": cmd_env, "figures": figures.run, "report": report.run}
 
 
 def main(argv: list[str] | None = None) -> int:
