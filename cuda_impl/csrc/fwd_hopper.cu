@@ -687,8 +687,8 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // epilogue). Causal items differ in length: a plain static walk of them measured 10% slower than
   // one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
   // docs/perf-notes-hopper.md); a persistent causal grid takes the balanced order of the kernel
-  // (all heads, heaviest first, every other round backwards), which pays at d64 and not at d128
-  // on short rows (C::causal_persistent); elsewhere causal launches one CTA per item.
+  // (all heads, heaviest first, every other round backwards), which pays on short d64 rows and
+  // not at d128 (C::causal_persistent); elsewhere causal launches one CTA per item.
   int device = 0;
   cudaGetDevice(&device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
