@@ -8,7 +8,9 @@ own `bench.measure` (oracle check, CUDA-graph replays, L2 flushed), the order re
 A ratio is the median over rounds of the per-round ratios, reported with their range.
 
 Rows follow the results schema (`compare.schema`) with sweep "paired:<sweep>" and the round first in the
-note. They go to figures/data/paired/, which the figures do not draw.
+note. They go to figures/data/paired/, which the figures do not draw; `compare report` puts their ratios in
+the README. Only `run` needs torch (the summaries run where the figures do). On a copy of the checkout
+without its .git (the GPU machine), set FA2_GIT_COMMIT as for the sweeps, or the rows carry a wrong commit.
 """
 
 from __future__ import annotations
@@ -17,16 +19,12 @@ import csv
 import statistics
 from pathlib import Path
 
-import torch
-
-from . import bench, env as env_mod, oracle
 from .schema import COLUMNS, shape_label
 
-PAIRED_DIR = bench.DATA_DIR / "paired"
+PAIRED_DIR = Path(__file__).resolve().parent.parent / "figures" / "data" / "paired"
 
 
-def select_cases(cases: list[oracle.Case], *, head_dims=None, formats=None, seqlens=None,
-                 causal: bool | None = None) -> list[oracle.Case]:
+def select_cases(cases: list, *, head_dims=None, formats=None, seqlens=None, causal: bool | None = None) -> list:
     """The cases that pass every given filter (None: no filter); an empty result is an error."""
     kept = [c for c in cases
             if (head_dims is None or c.head_dim in head_dims) and (formats is None or c.fmt in formats)
@@ -36,11 +34,15 @@ def select_cases(cases: list[oracle.Case], *, head_dims=None, formats=None, seql
     return kept
 
 
-def run(sweep_name: str, chosen: list, cases: list[oracle.Case], rounds: int, *, out: Path | None = None,
+def run(sweep_name: str, chosen: list, cases: list, rounds: int, *, out: Path | None = None,
         warmup_ms: int = 25, rep_ms: int = 100, log=print) -> Path:
-    """Measure every backend of `chosen` on every case in `rounds` interleaved rounds; write the rows to
-    `out` (default figures/data/paired/paired-<gpu>-<commit>.csv, replaced) and log the ratio table of
-    the first backend against each other one. Returns the CSV path."""
+    """Measure every backend of `chosen` on every case (oracle.Case) in `rounds` interleaved rounds; write
+    the rows to `out` (default figures/data/paired/paired-<gpu>-<commit>.csv, replaced) and log the ratio
+    table of the first backend against each other one. Returns the CSV path."""
+    import torch
+
+    from . import bench, env as env_mod
+
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     if len(chosen) < 2:
@@ -79,9 +81,9 @@ def _round(row) -> int:
 
 
 def ratios(rows: list[dict], first: str, second: str) -> list[dict]:
-    """Per case: the two backends' median times over rounds, and the median, min and max over rounds of
-    time(second) / time(first) (> 1: `first` is faster). Rounds where either failed the oracle or was not
-    timed are left out and counted."""
+    """Per case: the two backends' median times (and TFLOP/s) over rounds, and the median, min and max over
+    rounds of time(second) / time(first) (> 1: `first` is faster). Rounds where either failed the oracle or
+    was not timed are left out and counted."""
     by_case: dict[str, dict[int, dict[str, float]]] = {}
     for row in rows:
         name = f"{row['backend']}:{row['variant']}"
@@ -89,16 +91,19 @@ def ratios(rows: list[dict], first: str, second: str) -> list[dict]:
             continue
         times = by_case.setdefault(shape_label(row), {}).setdefault(_round(row), {})
         if row.get("oracle") == "pass" and row.get("ms_p50") not in ("", None):
-            times[name] = float(row["ms_p50"])
+            times[name] = (float(row["ms_p50"]), float(row["tflops"]) if row.get("tflops") not in ("", None) else None)
     result = []
     for label, per_round in by_case.items():
         both = [t for t in per_round.values() if first in t and second in t]
         entry = dict(case=label, rounds=len(both), incomplete=len(per_round) - len(both))
         if both:
-            per = [t[second] / t[first] for t in both]
-            entry.update(ms_first=statistics.median(t[first] for t in both),
-                         ms_second=statistics.median(t[second] for t in both),
+            per = [t[second][0] / t[first][0] for t in both]
+            entry.update(ms_first=statistics.median(t[first][0] for t in both),
+                         ms_second=statistics.median(t[second][0] for t in both),
                          ratio=statistics.median(per), ratio_min=min(per), ratio_max=max(per))
+            if all(t[name][1] is not None for t in both for name in (first, second)):
+                entry.update(tflops_first=statistics.median(t[first][1] for t in both),
+                             tflops_second=statistics.median(t[second][1] for t in both))
         result.append(entry)
     return result
 
@@ -115,6 +120,14 @@ def table(rows: list[dict], first: str, others: list[str]) -> str:
             lines.append(f"{r['case']:44} {r['ms_first']:11.3f} ms {r['ms_second']:11.3f} ms  {r['ratio']:5.3f} "
                          f"[{r['ratio_min']:.3f}, {r['ratio_max']:.3f}]  {r['rounds']}{missing}")
     return "\n".join(lines)
+
+
+def pairs(rows: list[dict]) -> list[tuple[str, str]]:
+    """The comparisons a paired CSV holds: each backend of the "cuda" family against each other backend
+    (so that > 1 means the CUDA kernel is faster), or the first two backends by name if none is CUDA."""
+    names = sorted({f"{r['backend']}:{r['variant']}" for r in rows})
+    firsts = [n for n in names if n.startswith("cuda:")] or names[:1]
+    return [(first, other) for first in firsts for other in names if other not in firsts]
 
 
 def read(path: Path) -> list[dict]:

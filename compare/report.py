@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import paired
 from .figures import FOUNDING_SHAPE, REPO_ROOT, grid_rows, load_results, not_drawn_note, passed
 from .schema import shape_label
 
@@ -108,6 +109,28 @@ def headline_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def paired_table(paired_dir: Path) -> str:
+    """The side-by-side ratios of every paired CSV (compare.paired) in `paired_dir`: a row per comparison
+    and case; '' when there is none."""
+    lines = []
+    for path in sorted(Path(paired_dir).glob("*.csv")):
+        rows = paired.read(path)
+        commit = rows[0]["git_commit"] if rows else ""
+        for first, second in paired.pairs(rows):
+            for r in paired.ratios(rows, first, second):
+                what = f"| `{first}` / `{second}` | {r['case']} |"
+                if "ratio" not in r:
+                    lines.append(f"{what} - | - | 0 | - | {commit} |")
+                    continue
+                rates = (f"{r['tflops_first']:.0f} / {r['tflops_second']:.0f}" if "tflops_first" in r else "-")
+                lines.append(f"{what} {r['ratio']:.3f} | [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | {r['rounds']} | "
+                             f"{rates} | {commit} |")
+    if not lines:
+        return ""
+    return "\n".join(["| comparison | case | ratio | [min, max] | rounds | TFLOP/s | commit |",
+                      "|---|---|---:|---|---:|---|---|"] + lines)
+
+
 def ceilings_table(df: pd.DataFrame) -> str:
     rows = df[df["family"] == "ceiling"]
     if rows.empty:
@@ -135,6 +158,12 @@ def report(data_dir: Path) -> str:
              "", "Headline speed ratios from the same data (> 1: the first is faster; cells are non-causal / causal, "
              "16k tokens per batch; founding shape: b1 h8 q4096 k8192 d128, non-causal):", "", headline_table(df),
              "", "Every passing row:", "", tflops_table(df)]
+    side_by_side = paired_table(Path(data_dir) / "paired")
+    if side_by_side:
+        parts[6:6] = ["", "Side by side (`python -m compare paired`, `figures/data/paired/`): each case timed for both "
+                      "backends back to back, in interleaved rounds with the order reversed every other round; ratio "
+                      "= median of the per-round ratios (> 1: the first is faster), with their range; TFLOP/s = "
+                      "medians over the rounds:", "", side_by_side]
     ceilings = ceilings_table(df)
     if ceilings:
         parts += ["", "Ceilings measured in the same run (the denominators of %SOL):", "", ceilings]

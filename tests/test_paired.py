@@ -69,3 +69,19 @@ def test_cli_summarises_an_earlier_csv(tmp_path, capsys, two_cpu_backends):
     assert cli.main(["paired", "--backends", "sdpa:math", "sdpa:math2", "--from-csv", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fp32 b1 h2/2 q32 k48 d64" in printed and printed.rstrip().endswith("2")
+
+
+def test_pairs_put_the_cuda_kernel_first():
+    rows = [_row("sdpa:cudnn", 0, 1.0), _row("cuda:hopper", 0, 1.0), _row("triton:fa2-tma", 0, 1.0)]
+    assert paired.pairs(rows) == [("cuda:hopper", "sdpa:cudnn"), ("cuda:hopper", "triton:fa2-tma")]
+    assert paired.pairs([_row("sdpa:math", 0, 1.0), _row("sdpa:cudnn", 0, 1.0)]) == [("sdpa:cudnn", "sdpa:math")]
+
+
+def test_report_lists_every_paired_csv(tmp_path, two_cpu_backends):
+    from compare import report
+    assert report.paired_table(tmp_path) == ""
+    paired.run("tiny", two_cpu_backends, [oracle.Case(1, 2, 2, 32, 48, 64, fmt="fp32")], 2,
+               out=tmp_path / "p.csv", warmup_ms=1, rep_ms=3, log=lambda *a: None)
+    table = report.paired_table(tmp_path).splitlines()
+    assert table[0].startswith("| comparison | case | ratio") and len(table) == 3
+    assert table[2].startswith("| `sdpa:math` / `sdpa:math2` | fp32 b1 h2/2 q32 k48 d64 |") and "| 2 |" in table[2]
