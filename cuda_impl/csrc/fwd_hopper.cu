@@ -111,9 +111,6 @@
 #ifndef FA_HOPPER_D64_CAUSAL_PERSISTENT
 #define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
 #endif
-#ifndef FA_HOPPER_D256_CAUSAL_PERSISTENT
-#define FA_HOPPER_D256_CAUSAL_PERSISTENT FA_HOPPER_CAUSAL_PERSISTENT
-#endif
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
 // l2_head_group (3 heads at 16k; docs/perf-notes-hopper.md, session 5); 0 is that ablation. d64 and
@@ -193,9 +190,7 @@ struct HopperTiles {
   static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
-  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64    ? FA_HOPPER_D64_CAUSAL_PERSISTENT
-                                               : DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT
-                                                            : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
     return CAUSAL_PERSISTENT_KEYS > 0 && p.causal && p.seqlen_k <= CAUSAL_PERSISTENT_KEYS;
