@@ -45,6 +45,7 @@ class FwdParams(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
+        ("tile_counter", ctypes.c_void_p),
     ]
 
 
@@ -183,7 +184,14 @@ def launch_forward(
     """Run one forward on torch's current stream of q's device. Tensors are already checked."""
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
-    _call(load(extra_flags), f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
+    lib = load(extra_flags)
+    counter = None
+    if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal():
+        # the dynamic causal scheduler's item counter, zeroed before the launch on the same stream (its block
+        # returns to the caching allocator after the call, stream-ordered, so the launch keeps it)
+        counter = torch.zeros(1, dtype=torch.int32, device=q.device)
+        params.tile_counter = counter.data_ptr()
+    _call(lib, f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
 
 
 def launch_forward_fp8(

@@ -63,6 +63,7 @@ ALT_FLAGS = {
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1048576",),  # d128 / d256 causal persistent too
     "d64-causal-grid": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=0",),  # d64 causal one CTA per item (before session 8)
     "d64-causal-persist": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=1048576",),  # d64 causal persistent at every length
+    "dynamic-causal": ("-DFA_HOPPER_DYNAMIC_CAUSAL=1",),  # causal persistent everywhere, items from a counter
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)

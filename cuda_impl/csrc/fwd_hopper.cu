@@ -111,6 +111,14 @@
 #ifndef FA_HOPPER_D64_CAUSAL_PERSISTENT
 #define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
 #endif
+// 1: causal launches persistent CTAs at every head_dim and length that take their items from a counter
+// in global memory (heaviest first, FlashAttention-3's causal scheduler) instead of the static order, so
+// an SM that finishes early takes the next item (the static order's balance degrades with few items per
+// CTA: docs/perf-notes-hopper.md, session 8). The producer fetches the next item and hands it to the
+// consumers through shared memory (two slots, item_full / item_empty barriers). Off: an ablation build.
+#ifndef FA_HOPPER_DYNAMIC_CAUSAL
+#define FA_HOPPER_DYNAMIC_CAUSAL 0
+#endif
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
 // l2_head_group (3 heads at 16k; docs/perf-notes-hopper.md, session 5); 0 is that ablation. d64 and
@@ -191,9 +199,11 @@ struct HopperTiles {
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr bool DYNAMIC_CAUSAL = FA_HOPPER_DYNAMIC_CAUSAL;
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
-    return CAUSAL_PERSISTENT_KEYS > 0 && p.causal && p.seqlen_k <= CAUSAL_PERSISTENT_KEYS;
+    return (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
+           (DYNAMIC_CAUSAL || p.seqlen_k <= CAUSAL_PERSISTENT_KEYS);
   }
   static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
                                     : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
@@ -209,7 +219,8 @@ struct HopperTiles {
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
-  static constexpr int BARRIERS = 2 + 4 * STAGES;  // q_full, q_empty, k/v_full, k/v_empty
+  // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
+  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0);
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
@@ -241,7 +252,32 @@ struct Barriers {
   __device__ uint32_t v_full(int s) const { return base + 8 * (2 + STAGES + s); }
   __device__ uint32_t k_empty(int s) const { return base + 8 * (2 + 2 * STAGES + s); }
   __device__ uint32_t v_empty(int s) const { return base + 8 * (2 + 3 * STAGES + s); }
+  // dynamic causal scheduler (FA_HOPPER_DYNAMIC_CAUSAL): slot s holds the item of rounds s, s + 2, ...
+  __device__ uint32_t item_full(int s) const { return base + 8 * (2 + 4 * STAGES + s); }
+  __device__ uint32_t item_empty(int s) const { return base + 8 * (4 + 4 * STAGES + s); }
+  __device__ uint32_t item_slot(int s) const { return base + 8 * (6 + 4 * STAGES) + 4 * s; }
 };
+
+// The dynamic causal scheduler's hand-over: the producer thread publishes the item of `round`, the
+// consumers take it. Slot round % 2 is rewritten only after every consumer thread took the item of
+// round - 2 (item_empty); mbarrier arrive (release) and wait (acquire) order the shared store and load.
+template <int STAGES>
+__device__ __forceinline__ void publish_item(Barriers<STAGES> bars, uint32_t round, uint32_t item) {
+  const int s = round & 1;
+  if (round >= 2) sm90::mbar_wait(bars.item_empty(s), ((round >> 1) - 1) & 1);
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(bars.item_slot(s)), "r"(item) : "memory");
+  sm90::mbar_arrive(bars.item_full(s));
+}
+
+template <int STAGES>
+__device__ __forceinline__ uint32_t take_item(Barriers<STAGES> bars, uint32_t round) {
+  const int s = round & 1;
+  sm90::mbar_wait(bars.item_full(s), (round >> 1) & 1);
+  uint32_t item;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(item) : "r"(bars.item_slot(s)) : "memory");
+  sm90::mbar_arrive(bars.item_empty(s));
+  return item;
+}
 
 // How far one role has got through the CTA's work items; every role advances it identically,
 // so a ring slot's stage and phase parity follow from it alone.
@@ -544,6 +580,12 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       sm90::mbar_init(bars.k_empty(s), C::EMPTY_ARRIVALS);
       sm90::mbar_init(bars.v_empty(s), C::EMPTY_ARRIVALS);
     }
+    if constexpr (C::DYNAMIC_CAUSAL) {
+      for (int s = 0; s < 2; s++) {
+        sm90::mbar_init(bars.item_full(s), 1);
+        sm90::mbar_init(bars.item_empty(s), C::CONSUMER_THREADS);
+      }
+    }
     sm90::mbar_init_fence();
   }
   // The last CTA-wide barrier (roles diverge below); in a cluster, the other CTA's barriers are
@@ -557,19 +599,38 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      for (uint32_t round = 0; cta_item(round) < items; round++)
-        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
-                                smem, bars, done, &map_q, &map_k, &map_v, rank);
+      if (C::DYNAMIC_CAUSAL && p.causal) {  // the first item is blockIdx.x, the rest from the counter
+        for (uint32_t round = 0;; round++) {
+          const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.tile_counter, 1);
+          hopper::publish_item(bars, round, item);  // an item past the end tells the consumers to stop
+          if (item >= items) break;
+          hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
+                                  &map_q, &map_k, &map_v, rank);
+        }
+      } else {
+        for (uint32_t round = 0; cta_item(round) < items; round++)
+          hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
+                                  smem, bars, done, &map_q, &map_k, &map_v, rank);
+      }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
   } else {
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    for (uint32_t round = 0; cta_item(round) < items; round++)
-      hopper::consume_item<T, C>(
-          p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
-          done, rank);
+    if (C::DYNAMIC_CAUSAL && p.causal) {
+      for (uint32_t round = 0;; round++) {
+        const uint32_t item = hopper::take_item(bars, round);
+        if (item >= items) break;
+        hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, turns,
+                                   done, rank);
+      }
+    } else {
+      for (uint32_t round = 0; cta_item(round) < items; round++)
+        hopper::consume_item<T, C>(
+            p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
+            done, rank);
+    }
     turns.finish();
   }
 #endif
@@ -692,6 +753,9 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   int device = 0;
   cudaGetDevice(&device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
+  if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent))
+    return report(err, err_len, "tile_counter",
+                  "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
   if constexpr (CLUSTER > 1) {
     static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
     return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, device, items / CLUSTER,
@@ -718,6 +782,9 @@ int launch_non_causal(const FwdParams& p, cudaStream_t stream, char* err, int er
 
 }  // namespace hopper_host
 }  // namespace fa
+
+// Whether causal launches of this build need FwdParams::tile_counter (zeroed, one int32).
+extern "C" int cuda_fa_hopper_dynamic_causal() { return FA_HOPPER_DYNAMIC_CAUSAL; }
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
