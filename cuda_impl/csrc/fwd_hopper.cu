@@ -559,7 +559,8 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
   const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   // (a cluster's two items must be two query tiles of one head: groups of one head)
-  const int head_group = C::causal_persistent(p) ? p.batch * p.heads_q
+  // (the dynamic causal scheduler keeps the one-CTA-per-item grouping: its counter does the balancing)
+  const int head_group = C::causal_persistent(p) && !C::DYNAMIC_CAUSAL ? p.batch * p.heads_q
                          : CLUSTER > 1 || C::HEAD_GROUP > 0        ? max(C::HEAD_GROUP, 1)
                                                                    : l2_head_group(p);
   // A cluster (non-causal only) takes adjacent items, the query tiles 2i and 2i + 1 of one head (the
