@@ -112,10 +112,11 @@
 #define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
 #endif
 // 1: causal launches persistent CTAs at every head_dim and length that take their items from a counter
-// in global memory (heaviest first, FlashAttention-3's causal scheduler) instead of the static order, so
-// an SM that finishes early takes the next item (the static order's balance degrades with few items per
-// CTA: docs/perf-notes-hopper.md, session 8). The producer fetches the next item and hands it to the
-// consumers through shared memory (two slots, item_full / item_empty barriers). Off: an ablation build.
+// in global memory (FlashAttention-3's causal scheduler) in the one-CTA-per-item order (L2 head groups,
+// heaviest query tile first in each), so an SM that finishes early takes the next item. The producer
+// fetches it and hands it to the consumers through shared memory (two slots, item_full / item_empty
+// barriers). Measured +7-23% at d128 causal 4k-512 and level at d256 (docs/perf-notes-hopper.md, session
+// 8), but not yet through the full correctness lane: off by default until it is.
 #ifndef FA_HOPPER_DYNAMIC_CAUSAL
 #define FA_HOPPER_DYNAMIC_CAUSAL 0
 #endif
