@@ -103,8 +103,9 @@
 // Causal persistent too, up to this many keys (0: never), per head_dim (see the host launch). d64: 1024,
 // where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item in every
 // run; from 2k up one paper sweep read it 3-8% below and interleaved dev runs level to +5%, so the bound
-// stays where both agree; d128 never (level at 4k and 16k, -4% at 1k), d256 not measured
-// (docs/perf-notes-hopper.md, session 8).
+// stays where both agree; d128 and d256 never (d128 level at 4k and 16k and -4% at 1k, d256 -17% at 512
+// and 1k: this order puts all heads in flight at once, more K/V than L2 holds there; docs/perf-notes-
+// hopper.md, session 8).
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
