@@ -223,7 +223,7 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
         if new_file:
             writer.writeheader()
         for row in ceiling_rows(ceilings):
-            writer.writerow({c: _fmt({**base, "timestamp": env_mod.now(), **row}.get(c, "")) for c in COLUMNS})
+            writer.writerow(csv_cells({**base, "timestamp": env_mod.now(), **row}))
         for backend, case in bar:
             if hasattr(bar, "set_postfix_str"):
                 bar.set_postfix_str(f"{backend.name} {case.shape_str()}")
@@ -232,7 +232,7 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
             if sheet and row.get("tflops"):
                 row["pct_datasheet"] = 100 * row["tflops"] / sheet
             row = {**base, "timestamp": env_mod.now(), "sm_clock_mhz": env_mod.sm_clock_mhz(), **row}
-            writer.writerow({c: _fmt(row.get(c, "")) for c in COLUMNS})
+            writer.writerow(csv_cells(row))
             f.flush()
             rows.append(row)
     log(f"SM clock before {clock_start or '-'} MHz, after {env_mod.sm_clock_mhz() or '-'} MHz")
@@ -250,6 +250,11 @@ def _fmt(value) -> str:
     if isinstance(value, float):
         return "inf" if math.isinf(value) else f"{value:.6g}"
     return str(value)
+
+
+def csv_cells(row: dict) -> dict:
+    """A results row as the CSV writes it: every schema column, formatted, '' where the row has none."""
+    return {c: _fmt(row.get(c, "")) for c in COLUMNS}
 
 
 def _progress(items, enabled):

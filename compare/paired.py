@@ -49,8 +49,7 @@ def run(sweep_name: str, chosen: list, cases: list, rounds: int, *, out: Path | 
         raise ValueError("paired timing needs at least two runnable backends")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     environment = env_mod.environment(device)
-    gpu = environment["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
-    out = Path(out) if out else PAIRED_DIR / f"paired-{gpu}-{environment['git_commit']}.csv"
+    out = Path(out) if out else PAIRED_DIR / bench.default_output("paired", environment).name
     out.parent.mkdir(parents=True, exist_ok=True)
     base = {**environment, "sweep": f"paired:{sweep_name}"}
     rows = []
@@ -67,7 +66,7 @@ def run(sweep_name: str, chosen: list, cases: list, rounds: int, *, out: Path | 
                     row = bench.measure(backend, case, device, {}, warmup_ms, rep_ms)
                     row["note"] = "; ".join(part for part in (f"round {round_}", row.get("note", "")) if part)
                     row = {**base, "timestamp": env_mod.now(), "sm_clock_mhz": env_mod.sm_clock_mhz(), **row}
-                    writer.writerow({c: bench._fmt(row.get(c, "")) for c in COLUMNS})
+                    writer.writerow(bench.csv_cells(row))
                     f.flush()
                     rows.append(row)
             log(f"{case.shape_str()}: {rounds} rounds of {', '.join(b.name for b in runnable)}")
@@ -124,7 +123,7 @@ def table(rows: list[dict], first: str, others: list[str]) -> str:
 
 def pairs(rows: list[dict]) -> list[tuple[str, str]]:
     """The comparisons a paired CSV holds: each backend of the "cuda" family against each other backend
-    (so that > 1 means the CUDA kernel is faster), or the first two backends by name if none is CUDA."""
+    (so that > 1 means the CUDA kernel is faster), or, if none is CUDA, the first by name against the rest."""
     names = sorted({f"{r['backend']}:{r['variant']}" for r in rows})
     firsts = [n for n in names if n.startswith("cuda:")] or names[:1]
     return [(first, other) for first in firsts for other in names if other not in firsts]
