@@ -573,6 +573,8 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
   hopper::Progress done;
+  // items from the dynamic causal scheduler's counter, handed from the producer to the consumers
+  const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
@@ -602,18 +604,17 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
-      if (C::DYNAMIC_CAUSAL && p.causal) {  // the first item is blockIdx.x, the rest from the counter
-        for (uint32_t round = 0;; round++) {
-          const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.tile_counter, 1);
-          hopper::publish_item(bars, round, item);  // an item past the end tells the consumers to stop
-          if (item >= items) break;
-          hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
-                                  &map_q, &map_k, &map_v, rank);
+      for (uint32_t round = 0;; round++) {
+        // dynamic: the first item is blockIdx.x, the rest come from the counter and go to the consumers
+        // (an item past the end tells them to stop)
+        uint32_t item = cta_item(round);
+        if (dynamic) {
+          item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.tile_counter, 1);
+          hopper::publish_item(bars, round, item);
         }
-      } else {
-        for (uint32_t round = 0; cta_item(round) < items; round++)
-          hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group),
-                                  smem, bars, done, &map_q, &map_k, &map_v, rank);
+        if (item >= items) break;
+        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
+                                &map_q, &map_k, &map_v, rank);
       }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
@@ -621,18 +622,11 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    if (C::DYNAMIC_CAUSAL && p.causal) {
-      for (uint32_t round = 0;; round++) {
-        const uint32_t item = hopper::take_item(bars, round);
-        if (item >= items) break;
-        hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, turns,
-                                   done, rank);
-      }
-    } else {
-      for (uint32_t round = 0; cta_item(round) < items; round++)
-        hopper::consume_item<T, C>(
-            p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, cta_item(round), head_group), smem, bars, turns,
-            done, rank);
+    for (uint32_t round = 0;; round++) {
+      const uint32_t item = dynamic ? hopper::take_item(bars, round) : cta_item(round);
+      if (item >= items) break;
+      hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, turns,
+                                 done, rank);
     }
     turns.finish();
   }
