@@ -185,7 +185,7 @@ def launch_forward(
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
     lib = load(extra_flags)
-    if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal():
+    if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal(q.shape[3]):
         # the dynamic causal scheduler's item counter, zeroed before the launch on the same stream (its block
         # returns to the caching allocator after the call, stream-ordered, so the launch keeps it)
         counter = torch.zeros(1, dtype=torch.int32, device=q.device)

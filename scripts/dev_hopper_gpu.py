@@ -60,10 +60,12 @@ ALT_FLAGS = {
     "no-pingpong": ("-DFA_HOPPER_PINGPONG=0",),
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
-    "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1048576",),  # d128 / d256 causal persistent too
+    "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1048576",),  # d256 causal persistent (static order) too
     "d64-causal-grid": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=0",),  # d64 causal one CTA per item (before session 8)
     "d64-causal-persist": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=1048576",),  # d64 causal persistent at every length
-    "dynamic-causal": ("-DFA_HOPPER_DYNAMIC_CAUSAL=1",),  # causal persistent everywhere, items from a counter
+    "static-causal": ("-DFA_HOPPER_D128_DYNAMIC_CAUSAL=0",),  # d128 causal one CTA per item (before session 9)
+    # d64 / d256 causal persistent at every length too, items from a counter (d128's scheduler)
+    "dynamic-causal-all": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=1", "-DFA_HOPPER_D256_DYNAMIC_CAUSAL=1"),
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)

@@ -139,6 +139,19 @@ def test_d256_fits_the_consumer_register_budget(hopper_sass):
         assert sass.opcode_counts(instructions)["UTMALDG.4D"] == 12
 
 
+def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
+    """d128 (every instantiation of the head_dim) fetches causal items from a global counter; d64 and
+    d256 keep their static walks (their hand-over state would spill). Python learns which from the C
+    entry, and zeroes the counter only for those launches."""
+    lib = _lib.load()
+    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 256)] == [0, 1, 0]
+    for fmt in SPEC["formats"]:
+        for head_dim, block_kv, cluster in SHAPES:
+            ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster))
+            atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
+            assert atomics == ({"ATOMG.E.ADD.STRONG.GPU"} if head_dim == 128 else set()), (head_dim, atomics)
+
+
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
     """The library is also built for sm_80: there the kernel body is compiled out."""
     ops = sass.opcode_counts(kernel(hopper_sass, "sm_80", "bf16", 128, 176, 2))
@@ -281,6 +294,41 @@ def test_public_api_custom_scale_and_strided_inputs(d):
     ref, ref_lse = attention_reference(q, k, v, True, 1.0 / math.sqrt(d))
     assert (out.double() - ref).abs().max().item() < 2e-2
     assert (lse.double() - ref_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.gpu
+def test_dynamic_causal_scheduler_under_repeats_and_graph_replays():
+    """d128 causal CTAs take items from a counter that each launch zeroes first: with more items than
+    SMs, every launch -- eager, repeated, and replays of one captured CUDA graph (the driver times
+    those) -- must write every row. A counter left at the last launch's value would end the CTAs after
+    their first item and leave the NaN poison in place."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper"):
+        pytest.skip(reason)
+    from test_cuda_gpu import check_against_reference, make_inputs
+
+    # 4 x 8 heads x 10 query tiles = 320 items, more than the 132 SMs: CTAs take 2-3 items each
+    q, k, v = make_inputs(4, 8, 2, 1200, 1500, 128, torch.bfloat16, seed=11)
+    scale = 1.0 / math.sqrt(128)
+    for _ in range(3):
+        check_against_reference("hopper", q, k, v, True, scale)
+    eager = cuda_impl.attention(q, k, v, causal=True, variant="hopper")
+    out = torch.full_like(q, math.nan)
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+        cuda_impl.attention(q, k, v, causal=True, variant="hopper")
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        out.copy_(cuda_impl.attention(q, k, v, causal=True, variant="hopper"))
+    for _ in range(3):
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        # an item's rows come from one CTA whichever takes it: replays repeat the eager output bit for bit
+        assert torch.equal(out, eager)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])

@@ -27,7 +27,7 @@ struct FwdParams {
   int32_t causal;          // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   int32_t dtype;           // FA_DTYPE_*
   int32_t* tile_counter;   // zeroed by the caller for each launch that takes one (hopper's dynamic causal
-                           // scheduler, cuda_fa_hopper_dynamic_causal()), else null and unused
+                           // scheduler, cuda_fa_hopper_dynamic_causal(head_dim)), else null and unused
 };
 }
 

@@ -105,21 +105,28 @@
 // run; from 2k up one paper sweep read it 3-8% below and interleaved dev runs level to +5%, so the bound
 // stays where both agree; d128 and d256 never (d128 level at 4k and 16k and -4% at 1k, d256 -17% at 512
 // and 1k: this order puts all heads in flight at once, more K/V than L2 holds there; docs/perf-notes-
-// hopper.md, session 8).
+// hopper.md, session 8). A head_dim with the dynamic causal scheduler (below) is persistent regardless.
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
 #ifndef FA_HOPPER_D64_CAUSAL_PERSISTENT
 #define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
 #endif
-// 1: causal launches persistent CTAs at every head_dim and length that take their items from a counter
-// in global memory (FlashAttention-3's causal scheduler) in the one-CTA-per-item order (L2 head groups,
+// Per head_dim, 1: causal launches persistent CTAs at every length that take their items from a counter in
+// global memory (FlashAttention-3's causal scheduler) in the one-CTA-per-item order (L2 head groups,
 // heaviest query tile first in each), so an SM that finishes early takes the next item. The producer
 // fetches it and hands it to the consumers through shared memory (two slots, item_full / item_empty
-// barriers). Measured +7-23% at d128 causal 4k-512 and level at d256 (docs/perf-notes-hopper.md, session
-// 8), but not yet through the full correctness lane: off by default until it is.
-#ifndef FA_HOPPER_DYNAMIC_CAUSAL
-#define FA_HOPPER_DYNAMIC_CAUSAL 0
+// barriers). On at d128: +4-21% at causal 4k-512, level at 16k. Off at d64 and d256: there the hand-over
+// state spills 1-2 words, which the non-causal kernels (the same instantiation) pay too, -2-4% at d256 and
+// up to -3% at d64, for at most +3% causal (docs/perf-notes-hopper.md, sessions 8 and 9).
+#ifndef FA_HOPPER_D128_DYNAMIC_CAUSAL
+#define FA_HOPPER_D128_DYNAMIC_CAUSAL 1
+#endif
+#ifndef FA_HOPPER_D64_DYNAMIC_CAUSAL
+#define FA_HOPPER_D64_DYNAMIC_CAUSAL 0
+#endif
+#ifndef FA_HOPPER_D256_DYNAMIC_CAUSAL
+#define FA_HOPPER_D256_DYNAMIC_CAUSAL 0
 #endif
 // Heads per group of the d128 work order (fwd_common.cuh work_item): 1 walks all query tiles of one
 // head before the next (FlashAttention-4's grid order), measured +2-7% at 1k-16k over the groups of
@@ -201,7 +208,9 @@ struct HopperTiles {
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
-  static constexpr bool DYNAMIC_CAUSAL = FA_HOPPER_DYNAMIC_CAUSAL;
+  static constexpr bool DYNAMIC_CAUSAL = DIM == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
+                                        : DIM == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
+                                                     : FA_HOPPER_D256_DYNAMIC_CAUSAL;
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
     return (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
@@ -254,7 +263,7 @@ struct Barriers {
   __device__ uint32_t v_full(int s) const { return base + 8 * (2 + STAGES + s); }
   __device__ uint32_t k_empty(int s) const { return base + 8 * (2 + 2 * STAGES + s); }
   __device__ uint32_t v_empty(int s) const { return base + 8 * (2 + 3 * STAGES + s); }
-  // dynamic causal scheduler (FA_HOPPER_DYNAMIC_CAUSAL): slot s holds the item of rounds s, s + 2, ...
+  // dynamic causal scheduler (FA_HOPPER_D*_DYNAMIC_CAUSAL): slot s holds the item of rounds s, s + 2, ...
   __device__ uint32_t item_full(int s) const { return base + 8 * (2 + 4 * STAGES + s); }
   __device__ uint32_t item_empty(int s) const { return base + 8 * (4 + 4 * STAGES + s); }
   __device__ uint32_t item_slot(int s) const { return base + 8 * (6 + 4 * STAGES) + 4 * s; }
@@ -745,8 +754,9 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // epilogue). Causal items differ in length: a plain static walk of them measured 10% slower than
   // one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
   // docs/perf-notes-hopper.md); a persistent causal grid takes the balanced order of the kernel
-  // (all heads, heaviest first, every other round backwards), which pays on short d64 rows and
-  // not at d128 (C::causal_persistent); elsewhere causal launches one CTA per item.
+  // (all heads, heaviest first, every other round backwards), which pays on short d64 rows only;
+  // d128 causal CTAs take their items from the dynamic scheduler's counter (C::causal_persistent);
+  // elsewhere causal launches one CTA per item.
   int device = 0;
   cudaGetDevice(&device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
@@ -780,8 +790,11 @@ int launch_non_causal(const FwdParams& p, cudaStream_t stream, char* err, int er
 }  // namespace hopper_host
 }  // namespace fa
 
-// Whether causal launches of this build need FwdParams::tile_counter (zeroed, one int32).
-extern "C" int cuda_fa_hopper_dynamic_causal() { return FA_HOPPER_DYNAMIC_CAUSAL; }
+// Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
+extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) {
+  return head_dim == 64 ? FA_HOPPER_D64_DYNAMIC_CAUSAL : head_dim == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
+                                                                          : FA_HOPPER_D256_DYNAMIC_CAUSAL;
+}
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
