@@ -140,16 +140,17 @@ def test_d256_fits_the_consumer_register_budget(hopper_sass):
 
 
 def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
-    """d128 (every instantiation of the head_dim) fetches causal items from a global counter; d64 and
-    d256 keep their static walks (their hand-over state would spill). Python learns which from the C
-    entry, and zeroes the counter only for those launches."""
+    """d128's causal kernel (128-key tiles) fetches its items from a global counter; the non-causal
+    d128 kernels and d64 / d256 do not (the latter two keep their static walks: their hand-over state
+    would spill). Python learns which from the C entry, and zeroes the counter only for those launches."""
     lib = _lib.load()
     assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 256)] == [0, 1, 0]
     for fmt in SPEC["formats"]:
         for head_dim, block_kv, cluster in SHAPES:
             ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster))
             atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
-            assert atomics == ({"ATOMG.E.ADD.STRONG.GPU"} if head_dim == 128 else set()), (head_dim, atomics)
+            dynamic = (head_dim, block_kv) == (128, 128)
+            assert atomics == ({"ATOMG.E.ADD.STRONG.GPU"} if dynamic else set()), (head_dim, block_kv, atomics)
 
 
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):

@@ -208,8 +208,10 @@ struct HopperTiles {
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
+  // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
+  // 176-key kernels keep their machine code)
   static constexpr bool DYNAMIC_CAUSAL = DIM == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
-                                        : DIM == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
+                                        : DIM == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL && BLOCK_KV == 128
                                                      : FA_HOPPER_D256_DYNAMIC_CAUSAL;
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
