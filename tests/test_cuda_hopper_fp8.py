@@ -187,6 +187,10 @@ GPU_CASES = [
     (1, 4, 2, 1000, 1500, 128, True, "large"),  # GQA, many ring rounds (odd and even tile counts)
     (2, 8, 1, 64, 1100, 64, False, "normal"),  # MQA
     (3, 2, 2, 65, 1, 128, False, "normal"),  # one key
+    # non-causal: more items than the 132 SMs, so persistent CTAs take two or three each and the ring,
+    # the Q buffer and their barrier phases run on across items (tails, GQA, odd and even tile counts)
+    (4, 8, 4, 1000, 1200, 128, False, "normal"),
+    (2, 16, 8, 2000, 1500, 64, False, "shifted"),
 ]
 
 

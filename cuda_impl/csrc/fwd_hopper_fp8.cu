@@ -22,8 +22,9 @@
 //   where ptxas moves a wait written right after the softmax (d128: measured faster there;
 //   hopper_fp8::overlapped_tiles, docs/perf-notes-hopper.md, session 6).
 //
-// Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx;
-// kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after
+// Barrier protocol: as fwd_hopper.cu (q_full; q_empty count CONSUMER_THREADS, each consumer thread
+// after an item's last S = Q K^T, so that a persistent CTA's producer may load the next item's Q;
+// k_full[s], v_full[s] count 1 with expect_tx; kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after
 // P(t) V(t) has retired: in step t + 1, or at the top of step t + 2 with RETIRE_AT_TOP (after the
 // loop for the last tiles). Each of the n tiles is still released exactly once by every consumer
 // thread, so the argument of fwd_hopper.cu carries over. A consumer holds at most three stages (K
@@ -58,6 +59,13 @@
 // warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
 #define FA_HOPPER_FP8_D64_CONSUMERS 3
+#endif
+// 1: non-causal launches one CTA per SM that walks the work items (query tile, head) in the order of
+// one CTA per item, all query tiles of one head before the next; the next item's Q and K/V loads run
+// under this item's last P V and output stores. Causal keeps one CTA per item (items of unequal
+// length, handed out by the hardware as SMs free up). 0: one CTA per item always (before session 9).
+#ifndef FA_HOPPER_FP8_PERSISTENT
+#define FA_HOPPER_FP8_PERSISTENT 1
 #endif
 // 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
 // through the 5-D map in key order (ablation).
@@ -111,7 +119,7 @@ struct Fp8Tiles {
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
-  static constexpr int BARRIERS = 1 + 3 * STAGES;
+  static constexpr int BARRIERS = 2 + 3 * STAGES;  // hopper_fp8::Barriers
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
@@ -126,16 +134,25 @@ struct Fp8Tiles {
 #if FA_SM90A
 namespace hopper_fp8 {
 
+// How far the CTA has got through its work items; producer and consumers advance it identically,
+// so a ring slot's stage and phase parity follow from it alone.
+struct Progress {
+  int kv_tiles = 0;  // KV tiles of all earlier items
+  int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
+};
+
 template <typename C>
-__device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
-                        const CUtensorMap* map_q, const CUtensorMap* map_k,
-                        const CUtensorMap* map_vt) {
+__device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+                             Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                             const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
+  sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);  // the previous item's last S = Q K^T is done
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
   sm90::tma_load_4d(smem, map_q, bars.q_full(), 0, w.q_start, w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
-    const int s = tile % C::STAGES;
-    sm90::mbar_wait(bars.kv_empty(s), ((tile / C::STAGES) & 1) ^ 1);
+    const int ring = done.kv_tiles + tile;
+    const int s = ring % C::STAGES;
+    sm90::mbar_wait(bars.kv_empty(s), ((ring / C::STAGES) & 1) ^ 1);
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     const int kv_start = tile * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
@@ -147,6 +164,8 @@ __device__ void produce(const FwdParams& p, const CtaWork& w, uint32_t smem, Bar
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
     sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
   }
+  done.kv_tiles += w.n_kv_tiles;
+  done.q_loads++;
 }
 
 // Online softmax of one raw S tile (scores in q/k-descaled units: scale_log2 carries both
@@ -207,8 +226,8 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
 }
 
 template <typename C>
-__device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
-                        Barriers<C::STAGES> bars, int consumer) {
+__device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
+                             Barriers<C::STAGES> bars, int consumer, Progress& done) {
   const FwdParams& p = fp.base;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -235,7 +254,9 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     if (FA_HOPPER_FP8_PINGPONG && !(consumer == 1 && phase == phases))
       sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
   };
+  // softmax(tile) runs once S(tile) = Q K^T is done: after the last one, Q's buffer is free
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
+    if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
@@ -245,20 +266,24 @@ __device__ void consume(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
     float S[C::S_REGS];
     uint32_t P[C::K_STEPS_PV][4];
     if (FA_HOPPER_FP8_PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
-    sm90::mbar_wait(bars.q_full(), 0);
-    sm90::mbar_wait(bars.k_full(0), 0);
+    const int s0 = done.kv_tiles % C::STAGES;
+    sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
+    sm90::mbar_wait(bars.k_full(s0), (done.kv_tiles / C::STAGES) & 1);
     gemm_turn_begin();
-    issue_qk<C>(S, q_smem, k_smem(0));
+    issue_qk<C>(S, q_smem, k_smem(s0));
     gemm_turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     masked_softmax(S, 0);  // alpha is 0 or 1 here and O is 0: its rescale changes nothing
     overlapped_tiles<C>(
-        w.n_kv_tiles, bars, S, O, alpha, P,
+        w.n_kv_tiles, done.kv_tiles, bars, S, O, alpha, P,
         [&](float (&scores)[C::S_REGS], int s) { issue_qk<C>(scores, q_smem, k_smem(s)); },
         [&](const uint32_t (&P_in)[C::K_STEPS_PV][4], int s) { issue_pv<C>(O, P_in, k_smem(s) + C::K_BYTES); },
         masked_softmax, pack_p<C>, gemm_turn_begin, gemm_turn_end);
+    done.kv_tiles += w.n_kv_tiles;
+    done.q_loads++;
   }
+  // (persistent: the next item's loads are under way while these stores drain)
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum,
                                   fp.v_descale[w.batch * p.heads_kv + w.head_kv],
@@ -278,11 +303,22 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K>::THREADS, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
+  // Items in the order of one CTA per item (all query tiles of one head, then the next; causal: the
+  // heaviest first); a persistent CTA takes items blockIdx.x, + gridDim.x, ... (the host keeps them < 2^31)
+  const int items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
+  hopper_fp8::Progress done;
 
   hopper_fp8::run_roles<C>(
-      bars, [&] { hopper_fp8::produce<C>(p.base, w, smem, bars, &map_q, &map_k, &map_vt); },
-      [&](int consumer) { hopper_fp8::consume<C>(p, w, smem, bars, consumer); });
+      bars,
+      [&] {
+        for (int item = blockIdx.x; item < items; item += gridDim.x)
+          hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
+      },
+      [&](int consumer) {
+        for (int item = blockIdx.x; item < items; item += gridDim.x)
+          hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
+      });
 #endif
 }
 
@@ -364,8 +400,16 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K>, q_tile_grid(p, C::BLOCK_Q), C::THREADS, C::SMEM_BYTES,
-                       stream, err, err_len, fp, map_q, map_k, map_vt);
+  const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  if (items > INT32_MAX)
+    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  const bool persistent = FA_HOPPER_FP8_PERSISTENT && !p.causal;
+  const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream, err,
+                       err_len, fp, map_q, map_k, map_vt);
 }
 
 }  // namespace hopper_fp8_host

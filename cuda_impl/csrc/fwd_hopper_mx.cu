@@ -75,7 +75,7 @@ struct MxTiles {
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
-  static constexpr int BARRIERS = 1 + 3 * STAGES;
+  static constexpr int BARRIERS = 2 + 3 * STAGES;  // hopper_fp8::Barriers (q_empty unused here)
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   static constexpr int PRODUCER_REGS = 24;
@@ -234,7 +234,7 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
     sm90::fence_regs(S);
     masked_softmax(S, 0);  // O is 0: its rescale changes nothing
     const auto no_turns = [] {};
-    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, bars, S, O, alpha, P, issue_qk, issue_pv, masked_softmax,
+    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, 0, bars, S, O, alpha, P, issue_qk, issue_pv, masked_softmax,
                                     pack_p<C>, no_turns, no_turns);
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.

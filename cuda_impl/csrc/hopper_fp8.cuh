@@ -138,7 +138,9 @@ struct Barriers {
   __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
   __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
   __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
-};
+  // Q's buffer is free again (count CONSUMER_THREADS): a persistent CTA's producer loads the next item's Q
+  __device__ uint32_t q_empty() const { return base + 8 * (1 + 3 * STAGES); }
+};  // 2 + 3 * STAGES barriers: the kernels' BARRIERS
 
 // The body every kernel on this skeleton shares: thread 0 initialises the ring's barriers, one
 // CTA-wide barrier (the last: roles diverge after it), then warpgroup 0 drops to PRODUCER_REGS and
@@ -148,6 +150,7 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
                                           Consume&& consume) {
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
+    sm90::mbar_init(bars.q_empty(), C::CONSUMER_THREADS);
     for (int s = 0; s < C::STAGES; s++) {
       sm90::mbar_init(bars.k_full(s), 1);
       sm90::mbar_init(bars.v_full(s), 1);
@@ -189,20 +192,22 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
 // other of two P buffers, then the wait for P(t-1) V(t-1), which ptxas moves ahead of the softmax.
 // issue_qk(S, stage) and issue_pv(P, stage) issue one GEMM each, between turn_begin() and turn_end()
 // (ping-pong with the other consumer; no-ops without); softmax(S, tile) leaves p in S and sets
-// alpha, O's rescale factors; pack(S, P) writes P's A fragments.
+// alpha, O's rescale factors; pack(S, P) writes P's A fragments. The ring position of the item's
+// tile t is ring_tiles + t: ring_tiles counts the KV tiles of the CTA's earlier items (persistent CTAs).
 template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename Pack,
           typename TurnBegin, typename TurnEnd>
-__device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<C::STAGES>& bars,
+__device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles, const Barriers<C::STAGES>& bars,
                                                  float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2], uint32_t (&P)[P_STEPS][4],
                                                  IssueQK&& issue_qk, IssuePV&& issue_pv, Softmax&& softmax,
                                                  Pack&& pack, TurnBegin&& turn_begin, TurnEnd&& turn_end) {
-  const auto parity = [](int tile) { return uint32_t(tile / C::STAGES) & 1; };
+  const auto stage = [&](int tile) { return (ring_tiles + tile) % C::STAGES; };
+  const auto parity = [&](int tile) { return uint32_t((ring_tiles + tile) / C::STAGES) & 1; };
   const auto retire = [&](int tile) {  // P(tile) V(tile) is done (tile < 0: none was issued)
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);
-    if (tile >= 0) sm90::mbar_arrive(bars.kv_empty(tile % C::STAGES));
+    if (tile >= 0) sm90::mbar_arrive(bars.kv_empty(stage(tile)));
     rescale<C>(O, alpha);
     pack(S, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
@@ -211,7 +216,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
   // Step `tile`: wait for K(tile) and V(tile - 1), run before_issue(), issue S(tile) and
   // P_prev V(tile - 1), wait for S(tile) alone, softmax(tile).
   const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], auto&& before_issue) {
-    const int s = tile % C::STAGES, prev = (tile - 1) % C::STAGES;
+    const int s = stage(tile), prev = stage(tile - 1);
     sm90::mbar_wait(bars.k_full(s), parity(tile));
     sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
     before_issue();
@@ -225,7 +230,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
   };
   // The last tile's P V, issued alone after before_issue().
   const auto last_pv = [&](const uint32_t (&P_last)[P_STEPS][4], auto&& before_issue) {
-    const int last = (n_kv_tiles - 1) % C::STAGES;
+    const int last = stage(n_kv_tiles - 1);
     sm90::mbar_wait(bars.v_full(last), parity(n_kv_tiles - 1));
     before_issue();
     turn_begin();
@@ -244,7 +249,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, const Barriers<
       pack(S, P_next);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(O);
-      sm90::mbar_arrive(bars.kv_empty((tile - 1) % C::STAGES));
+      sm90::mbar_arrive(bars.kv_empty(stage(tile - 1)));
       rescale<C>(O, alpha);
     };
     int tile = 1;
