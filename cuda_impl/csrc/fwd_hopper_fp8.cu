@@ -305,18 +305,18 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K>::THREADS, 1)
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
   // Items in the order of one CTA per item (all query tiles of one head, then the next; causal: the
   // heaviest first); a persistent CTA takes items blockIdx.x, + gridDim.x, ... (the host keeps them < 2^31)
-  const int items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
   const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
   hopper_fp8::Progress done;
 
   hopper_fp8::run_roles<C>(
       bars,
       [&] {
-        for (int item = blockIdx.x; item < items; item += gridDim.x)
+        for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)  // < 2^32: both terms < 2^31
           hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
       },
       [&](int consumer) {
-        for (int item = blockIdx.x; item < items; item += gridDim.x)
+        for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
           hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
       });
 #endif
