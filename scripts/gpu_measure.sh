@@ -65,7 +65,8 @@ correctness_lane() {
       # every kernel: racecheck with a kernel filter (--kernel-name kns=fwd_) crashes in the sanitizer on
       # these kernels; torch's reductions in the oracle show hazards of their own, so the summary
       # counts the races reported in the project's kernels (fwd_*) apart
-      step correctness 45 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+      # (90 s: racecheck of the fp8 launches, one with more items than SMs, took about 50)
+      step correctness 90 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
   step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \

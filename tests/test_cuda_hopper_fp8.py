@@ -31,8 +31,8 @@ def fp8_sass(fa_library) -> dict:
     return {key: ins for key, ins in sass.dump_sass(fa_library).items() if "fwd_hopper_fp8_kernel" in key[1]}
 
 
-def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool) -> list[str]:
-    tag = f"kernelILi{head_dim}ELb{int(permuted_k)}E"
+def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool, persistent: bool = False) -> list[str]:
+    tag = f"kernelILi{head_dim}ELb{int(permuted_k)}ELb{int(persistent)}E"
     (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
     return found
 
@@ -44,23 +44,28 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     assert {(r["kernel"], r["arch"]) for r in rows} >= {
-        (f"fwd_hopper_fp8_kernel<fp8,{d}>", "sm_90a") for d in SPEC["head_dims"]
+        (f"fwd_hopper_fp8_kernel<fp8,{d}{p}>", "sm_90a") for d in SPEC["head_dims"] for p in ("", ",persistent")
     }
     for r in rows:
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
         if r["arch"] == "sm_90a":  # 384 threads (512 at d64: three consumers), one CTA per SM
-            threads = 512 if r["kernel"].endswith(",64>") else 384
+            threads = 512 if "<fp8,64" in r["kernel"] else 384
             assert r["registers"] * threads <= 65536, r
     log = (spec.build_dir / "fwd_hopper_fp8.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
     assert "C7513" not in log and "wgmma" not in log.lower(), f"ptxas serialised the wgmmas:\n{log}"
 
 
+@pytest.mark.parametrize("persistent", [False, True], ids=["item-grid", "persistent"])
 @pytest.mark.parametrize("permuted_k", [False, True], ids=["k-in-order", "k-permuted"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k):
-    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k)
+def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, persistent):
+    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, persistent)
     ops = sass.opcode_counts(instructions)
+    # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring, and only in the
+    # persistent kernels (non-causal) q_empty, which lets the producer reload Q for the next item; the
+    # one-CTA-per-item kernels (causal) keep their machine code without it
+    assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + persistent
     qgmma = [i for i in instructions if i.startswith("QGMMA")]
     qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
     pv = [i for i in qgmma if i not in qk]

@@ -97,10 +97,14 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-template <int DIM_, bool FLAT_K_>
+template <int DIM_, bool FLAT_K_, bool PERSISTENT_>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
   static constexpr bool FLAT_K = FLAT_K_;  // K through the 5-D map (hopper_fp8_host::k_rows_flat)
+  // one CTA per SM walking the items (non-causal, FA_HOPPER_FP8_PERSISTENT), or one CTA per item; a
+  // template argument, so that the one-CTA-per-item kernels keep their machine code (no ring offsets,
+  // no q_empty: the persistent walk's code cost causal 2-6% in the first version, session 9)
+  static constexpr bool PERSISTENT = PERSISTENT_;
   static constexpr bool PERMUTED_K = FLAT_K && FA_HOPPER_FP8_PERMUTED_K == 1;  // ... key-permuted: no shuffles
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
   static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
@@ -119,7 +123,7 @@ struct Fp8Tiles {
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
-  static constexpr int BARRIERS = 2 + 3 * STAGES;  // hopper_fp8::Barriers
+  static constexpr int BARRIERS = (PERSISTENT ? 2 : 1) + 3 * STAGES;  // hopper_fp8::Barriers
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
@@ -146,7 +150,8 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
                              Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
-  sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);  // the previous item's last S = Q K^T is done
+  if constexpr (C::PERSISTENT)  // the previous item's last S = Q K^T is done
+    sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
   sm90::tma_load_4d(smem, map_q, bars.q_full(), 0, w.q_start, w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
@@ -256,7 +261,8 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   };
   // softmax(tile) runs once S(tile) = Q K^T is done: after the last one, Q's buffer is free
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
-    if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
+    if constexpr (C::PERSISTENT)
+      if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
     const int kv_start = tile * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
@@ -293,32 +299,38 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
 }  // namespace hopper_fp8
 #endif  // FA_SM90A
 
-template <int DIM, bool FLAT_K>
-__global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K>::THREADS, 1)
+template <int DIM, bool FLAT_K, bool PERSISTENT>
+__global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, PERSISTENT>::THREADS, 1)
     fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_vt) {
 #if FA_SM90A
-  using C = Fp8Tiles<DIM, FLAT_K>;
+  using C = Fp8Tiles<DIM, FLAT_K, PERSISTENT>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  // Items in the order of one CTA per item (all query tiles of one head, then the next; causal: the
-  // heaviest first); a persistent CTA takes items blockIdx.x, + gridDim.x, ... (the host keeps them < 2^31)
-  const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
   hopper_fp8::Progress done;
-
-  hopper_fp8::run_roles<C>(
-      bars,
-      [&] {
-        for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)  // < 2^32: both terms < 2^31
-          hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
-      },
-      [&](int consumer) {
-        for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
-          hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
-      });
+  if constexpr (PERSISTENT) {
+    // Items in the order of the one-CTA-per-item grid (all query tiles of one head, then the next);
+    // CTA b takes items b, b + gridDim.x, ... (the host keeps them below 2^31)
+    const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+    const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
+    hopper_fp8::run_roles<C>(
+        bars,
+        [&] {
+          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
+            hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
+        },
+        [&](int consumer) {
+          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
+            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
+        });
+  } else {
+    const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
+    hopper_fp8::run_roles<C>(
+        bars, [&] { hopper_fp8::produce_item<C>(p.base, w, smem, bars, done, &map_q, &map_k, &map_vt); },
+        [&](int consumer) { hopper_fp8::consume_item<C>(p, w, smem, bars, consumer, done); });
+  }
 #endif
 }
 
@@ -384,9 +396,9 @@ int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_l
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
 
-template <int DIM, bool FLAT_K>
+template <int DIM, bool FLAT_K, bool PERSISTENT>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
-  using C = Fp8Tiles<DIM, FLAT_K>;
+  using C = Fp8Tiles<DIM, FLAT_K, PERSISTENT>;
   const FwdParams& p = fp.base;
   CUtensorMap map_q, map_k, map_vt;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
@@ -400,16 +412,18 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
-  const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  if (items > INT32_MAX)
-    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
-  int device = 0, sms = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const bool persistent = FA_HOPPER_FP8_PERSISTENT && !p.causal;
-  const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream, err,
-                       err_len, fp, map_q, map_k, map_vt);
+  dim3 grid = q_tile_grid(p, C::BLOCK_Q);
+  if constexpr (PERSISTENT) {
+    const int64_t items = int64_t(p.batch) * p.heads_q * grid.x;
+    if (items > INT32_MAX)
+      return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
+    int device = 0, sms = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+    grid = dim3(int(std::min<int64_t>(items, sms)));
+  }
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, PERSISTENT>, grid, C::THREADS, C::SMEM_BYTES, stream,
+                       err, err_len, fp, map_q, map_k, map_vt);
 }
 
 }  // namespace hopper_fp8_host
@@ -429,9 +443,13 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     return report(err, err_len, "head_dim", "supported: 64, 128");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
   const bool flat = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
-  if (p.head_dim == 64)
-    return flat ? hopper_fp8_host::launch<64, true>(*fp, stream, err, err_len)
-                    : hopper_fp8_host::launch<64, false>(*fp, stream, err, err_len);
-  return flat ? hopper_fp8_host::launch<128, true>(*fp, stream, err, err_len)
-                  : hopper_fp8_host::launch<128, false>(*fp, stream, err, err_len);
+  const bool persistent = FA_HOPPER_FP8_PERSISTENT && !p.causal;  // causal: one CTA per item
+  const auto launch = [&]<int DIM>() {
+    if (flat)
+      return persistent ? hopper_fp8_host::launch<DIM, true, true>(*fp, stream, err, err_len)
+                        : hopper_fp8_host::launch<DIM, true, false>(*fp, stream, err, err_len);
+    return persistent ? hopper_fp8_host::launch<DIM, false, true>(*fp, stream, err, err_len)
+                      : hopper_fp8_host::launch<DIM, false, false>(*fp, stream, err, err_len);
+  };
+  return p.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
 }

@@ -75,7 +75,8 @@ struct MxTiles {
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
-  static constexpr int BARRIERS = 2 + 3 * STAGES;  // hopper_fp8::Barriers (q_empty unused here)
+  static constexpr bool PERSISTENT = false;  // one CTA per item: hopper_fp8::Barriers without q_empty
+  static constexpr int BARRIERS = 1 + 3 * STAGES;
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   static constexpr int PRODUCER_REGS = 24;

@@ -138,9 +138,10 @@ struct Barriers {
   __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }
   __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
   __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
-  // Q's buffer is free again (count CONSUMER_THREADS): a persistent CTA's producer loads the next item's Q
+  // Q's buffer is free again (count CONSUMER_THREADS): a persistent CTA's producer loads the next item's
+  // Q. Persistent kernels only (C::PERSISTENT): their BARRIERS are 2 + 3 * STAGES, the others' 1 + 3 * STAGES.
   __device__ uint32_t q_empty() const { return base + 8 * (1 + 3 * STAGES); }
-};  // 2 + 3 * STAGES barriers: the kernels' BARRIERS
+};
 
 // The body every kernel on this skeleton shares: thread 0 initialises the ring's barriers, one
 // CTA-wide barrier (the last: roles diverge after it), then warpgroup 0 drops to PRODUCER_REGS and
@@ -150,7 +151,7 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
                                           Consume&& consume) {
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
-    sm90::mbar_init(bars.q_empty(), C::CONSUMER_THREADS);
+    if constexpr (C::PERSISTENT) sm90::mbar_init(bars.q_empty(), C::CONSUMER_THREADS);
     for (int s = 0; s < C::STAGES; s++) {
       sm90::mbar_init(bars.k_full(s), 1);
       sm90::mbar_init(bars.v_full(s), 1);
