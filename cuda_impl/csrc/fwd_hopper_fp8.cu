@@ -22,16 +22,17 @@
 //   where ptxas moves a wait written right after the softmax (d128: measured faster there;
 //   hopper_fp8::overlapped_tiles, docs/perf-notes-hopper.md, session 6).
 //
-// Barrier protocol: as fwd_hopper.cu (q_full; q_empty count CONSUMER_THREADS, each consumer thread
-// after an item's last S = Q K^T, so that a persistent CTA's producer may load the next item's Q;
-// k_full[s], v_full[s] count 1 with expect_tx; kv_empty[s] count CONSUMER_THREADS), except that a consumer releases stage s of tile t after
-// P(t) V(t) has retired: in step t + 1, or at the top of step t + 2 with RETIRE_AT_TOP (after the
-// loop for the last tiles). Each of the n tiles is still released exactly once by every consumer
-// thread, so the argument of fwd_hopper.cu carries over. A consumer holds at most three stages (K
-// of step t, V(t - 1) and, until its retire at the top of step t, V(t - 2)); step t waits for K(t),
-// whose stage was freed at the top of step t - 1 at the latest, so STAGES >= 3 cannot deadlock and
-// 4 lets the producer run ahead. With -DFA_HOPPER_FP8_PINGPONG=1 the consumers also take turns on
-// named barriers 1 and 2 (see consume: equal arrivals and syncs).
+// Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx; kv_empty[s]
+// count CONSUMER_THREADS; in the persistent kernels q_empty, count CONSUMER_THREADS, which each
+// consumer thread arrives on after an item's last S = Q K^T, so that the producer may load the next
+// item's Q), except that a consumer releases stage s of tile t after P(t) V(t) has retired: in step
+// t + 1, or at the top of step t + 2 with RETIRE_AT_TOP (after the loop for the last tiles). Each of the
+// n tiles is still released exactly once by every consumer thread, so the argument of fwd_hopper.cu
+// carries over. A consumer holds at most three stages (K of step t, V(t - 1) and, until its retire at
+// the top of step t, V(t - 2)); step t waits for K(t), whose stage was freed at the top of step t - 1
+// at the latest, so STAGES >= 3 cannot deadlock and 4 lets the producer run ahead. With
+// -DFA_HOPPER_FP8_PINGPONG=1 the consumers also take turns on named barriers 1 and 2 (see
+// consume_item: equal arrivals and syncs).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include "fwd_common.cuh"
@@ -309,7 +310,7 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, PERSISTENT>::THREADS, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  hopper_fp8::Progress done;
+  hopper_fp8::Progress done;  // stays zero for one item: the ring offsets fold to constants
   if constexpr (PERSISTENT) {
     // Items in the order of the one-CTA-per-item grid (all query tiles of one head, then the next);
     // CTA b takes items b, b + gridDim.x, ... (the host keeps them below 2^31)
