@@ -201,10 +201,13 @@ def launch_forward_fp8(
     strides that are multiples of 16; descales (B, H) float32 contiguous; out bf16. Checked already."""
     _check_aligned({"q": q, "k": k, "vt": vt, "out": out}, "TMA")
     base = _base_params(q, k, vt, out, lse, causal=causal, scale=scale, dtype=E4M3_CODE)
+    lib = load(extra_flags)
+    if causal and lib.cuda_fa_hopper_fp8_dynamic_causal(q.shape[3]):
+        counter = torch.zeros(1, dtype=torch.int32, device=q.device)  # as in launch_forward
+        base.tile_counter = counter.data_ptr()
     params = Fp8FwdParams(
         base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
     )
-    lib = load(extra_flags)
     _call(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}", Fp8FwdParams, params, q.device, variant)
 
 

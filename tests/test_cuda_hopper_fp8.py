@@ -31,8 +31,9 @@ def fp8_sass(fa_library) -> dict:
     return {key: ins for key, ins in sass.dump_sass(fa_library).items() if "fwd_hopper_fp8_kernel" in key[1]}
 
 
-def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool, persistent: bool = False) -> list[str]:
-    tag = f"kernelILi{head_dim}ELb{int(permuted_k)}ELb{int(persistent)}E"
+def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool, schedule: int = 0) -> list[str]:
+    """schedule: fwd_hopper_fp8.cu Fp8Schedule (0 one CTA per item, 1 persistent, 2 fed by a counter)."""
+    tag = f"kernelILi{head_dim}ELb{int(permuted_k)}ELi{schedule}E"
     (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
     return found
 
@@ -60,7 +61,7 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
 @pytest.mark.parametrize("permuted_k", [False, True], ids=["k-in-order", "k-permuted"])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, persistent):
-    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, persistent)
+    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, int(persistent))
     ops = sass.opcode_counts(instructions)
     # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring, and only in the
     # persistent kernels (non-causal) q_empty, which lets the producer reload Q for the next item; the
@@ -92,6 +93,33 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, persistent):
     assert int(alloc.split(",")[-1].strip(" ;"), 16) == consumer_regs, alloc
     assert max(int(r) for i in instructions for r in re.findall(r"\bR(\d+)\b", i)) < consumer_regs
     assert not any(op.startswith(("HGMMA", "HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
+
+
+# The counter-fed causal schedule (fwd_hopper_fp8.cu FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL), off by default
+# until it is measured: its build (scripts/dev_hopper_fp8_gpu.py "dynamic-causal").
+DYNAMIC_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=1", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=1")
+
+
+def test_dynamic_causal_schedule_is_off_by_default_and_built_with_its_flags(fp8_sass):
+    """Default: no head_dim asks for a counter and no kernel holds an atomic. With the flags: causal
+    kernels fed by a counter (one ATOMG, the q_empty barrier and the four of the item hand-over), no
+    spills, and the C entry tells Python to zero a counter for causal launches."""
+    lib = _lib.load()
+    assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [0, 0]
+    assert not any(op.startswith("ATOM") for ins in fp8_sass.values() for op in sass.opcode_counts(ins))
+    spec = _lib.library_spec(DYNAMIC_FLAGS)
+    dynamic_lib = _lib.load(DYNAMIC_FLAGS)
+    assert [dynamic_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [1, 1]
+    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
+    assert {r["kernel"] for r in rows if r["arch"] == "sm_90a"} >= {
+        f"fwd_hopper_fp8_kernel<fp8,{d},dynamic>" for d in (64, 128)}
+    assert all(r["stack"] == 0 and r["spill_stores"] == 0 for r in rows), rows
+    functions = {key: ins for key, ins in sass.dump_sass(build.cached_library(spec)).items()
+                 if "fwd_hopper_fp8_kernel" in key[1]}
+    for d in (64, 128):
+        for permuted_k in (False, True):
+            ops = sass.opcode_counts(kernel(functions, "sm_90", d, permuted_k, schedule=2))
+            assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1 and ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + 1 + 4, ops
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
@@ -210,6 +238,55 @@ def test_matches_oracle(shape):
     case = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt="fp8", dist=dist, seed=sq + sk)
     verdict = oracle.check(backends.get("cuda:hopper-fp8"), case, device="cuda")
     assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_dynamic_causal_schedule_repeats_the_item_grid_bit_for_bit(d):
+    """The counter-fed causal kernel against the one-CTA-per-item one, with more items than SMs: every
+    item is computed by one CTA in the same order either way, so the outputs must be equal bit for bit,
+    also over replays of one captured CUDA graph (each replay must zero its counter again: a stale one
+    would end the CTAs after their first item and leave the NaN poison). Runs where both builds are
+    there (the dynamic one built and carried: scripts/dev_hopper_fp8_gpu.py --build-only dynamic-causal)."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper-fp8"):
+        pytest.skip(reason)
+    if _lib.load().cuda_fa_hopper_fp8_dynamic_causal(d):
+        pytest.skip("the default build is the dynamic one: nothing to compare with")
+    if build.cached_library(_lib.library_spec(DYNAMIC_FLAGS)) is None:
+        pytest.skip("the dynamic-causal build is not built here")
+    g = torch.Generator(device="cuda").manual_seed(d)
+    # 1104 keys: whole 16-byte V^T rows for TMA (no re-padding), K tiles key-permuted; a tail Q tile
+    q, k, v = (torch.randn(4, 16, 1104, d, generator=g, device="cuda") for _ in range(3))
+    qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
+    scale = d ** -0.5
+
+    def launch(flags, out):
+        lse = torch.empty(out.shape[:-1], dtype=torch.float32, device="cuda")
+        _lib.launch_forward_fp8("hopper-fp8", qq.data, kq.data, vq.data, qq.scale, kq.scale, vq.scale, out, lse,
+                                causal=True, scale=scale, extra_flags=flags)
+
+    item_grid = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    launch((), item_grid)
+    eager = torch.full_like(item_grid, float("nan"))
+    launch(DYNAMIC_FLAGS, eager)
+    torch.cuda.synchronize()
+    assert not item_grid.isnan().any() and torch.equal(eager, item_grid)
+    out = torch.full_like(item_grid, float("nan"))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+        launch(DYNAMIC_FLAGS, out)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        launch(DYNAMIC_FLAGS, out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(out, item_grid)
 
 
 @pytest.mark.gpu

@@ -271,27 +271,6 @@ struct Barriers {
   __device__ uint32_t item_slot(int s) const { return base + 8 * (6 + 4 * STAGES) + 4 * s; }
 };
 
-// The dynamic causal scheduler's hand-over: the producer thread publishes the item of `round`, the
-// consumers take it. Slot round % 2 is rewritten only after every consumer thread took the item of
-// round - 2 (item_empty); mbarrier arrive (release) and wait (acquire) order the shared store and load.
-template <int STAGES>
-__device__ __forceinline__ void publish_item(Barriers<STAGES> bars, uint32_t round, uint32_t item) {
-  const int s = round & 1;
-  if (round >= 2) sm90::mbar_wait(bars.item_empty(s), ((round >> 1) - 1) & 1);
-  asm volatile("st.shared.u32 [%0], %1;" ::"r"(bars.item_slot(s)), "r"(item) : "memory");
-  sm90::mbar_arrive(bars.item_full(s));
-}
-
-template <int STAGES>
-__device__ __forceinline__ uint32_t take_item(Barriers<STAGES> bars, uint32_t round) {
-  const int s = round & 1;
-  sm90::mbar_wait(bars.item_full(s), (round >> 1) & 1);
-  uint32_t item;
-  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(item) : "r"(bars.item_slot(s)) : "memory");
-  sm90::mbar_arrive(bars.item_empty(s));
-  return item;
-}
-
 // How far one role has got through the CTA's work items; every role advances it identically,
 // so a ring slot's stage and phase parity follow from it alone.
 struct Progress {
@@ -621,7 +600,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
         uint32_t item = cta_item(round);
         if (dynamic) {
           item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.tile_counter, 1);
-          hopper::publish_item(bars, round, item);
+          sm90::publish_item(bars, round, item);
         }
         if (item >= items) break;
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
@@ -634,7 +613,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
     for (uint32_t round = 0;; round++) {
-      const uint32_t item = dynamic ? hopper::take_item(bars, round) : cta_item(round);
+      const uint32_t item = dynamic ? sm90::take_item(bars, round) : cta_item(round);
       if (item >= items) break;
       hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, turns,
                                  done, rank);

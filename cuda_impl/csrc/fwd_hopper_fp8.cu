@@ -68,6 +68,17 @@
 #ifndef FA_HOPPER_FP8_PERSISTENT
 #define FA_HOPPER_FP8_PERSISTENT 1
 #endif
+// Per head_dim, 1: causal launches persistent CTAs whose producer takes each next item from a counter
+// in global memory (FwdParams::tile_counter, zeroed by cuda_impl._lib) and hands it to the consumers
+// (sm90::publish_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler,
+// measured +4-21% there at causal 4k-512 (fwd_hopper.cu). Off until measured for fp8 (build
+// dynamic-causal of scripts/dev_hopper_fp8_gpu.py; docs/perf-notes-hopper.md, session 9).
+#ifndef FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
+#define FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL 0
+#endif
+#ifndef FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL
+#define FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL 0
+#endif
 // 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
 // through the 5-D map in key order (ablation).
 #ifndef FA_HOPPER_FP8_PERMUTED_K
@@ -98,14 +109,22 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-template <int DIM_, bool FLAT_K_, bool PERSISTENT_>
+// How a launch's CTAs get their work items: one CTA per item (causal), persistent CTAs walking a static
+// order (non-causal, FA_HOPPER_FP8_PERSISTENT), persistent CTAs fed by a counter (causal with
+// FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL). A template argument, so that each kind keeps its own machine code:
+// the persistent walk's code cost the one-CTA-per-item causal launches 2-6% when they shared it (session 9).
+enum Fp8Schedule : int { FP8_ITEM_GRID = 0, FP8_PERSISTENT = 1, FP8_DYNAMIC = 2 };
+
+constexpr bool fp8_dynamic_causal(int head_dim) {
+  return head_dim == 64 ? FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL : FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL;
+}
+
+template <int DIM_, bool FLAT_K_, int SCHEDULE>
 struct Fp8Tiles {
   static constexpr int DIM = DIM_;
   static constexpr bool FLAT_K = FLAT_K_;  // K through the 5-D map (hopper_fp8_host::k_rows_flat)
-  // one CTA per SM walking the items (non-causal, FA_HOPPER_FP8_PERSISTENT), or one CTA per item; a
-  // template argument, so that the one-CTA-per-item kernels keep their machine code (no ring offsets,
-  // no q_empty: the persistent walk's code cost causal 2-6% in the first version, session 9)
-  static constexpr bool PERSISTENT = PERSISTENT_;
+  static constexpr bool PERSISTENT = SCHEDULE != FP8_ITEM_GRID;  // reloads Q per item: q_empty
+  static constexpr bool DYNAMIC = SCHEDULE == FP8_DYNAMIC;       // items from the counter: the hand-over
   static constexpr bool PERMUTED_K = FLAT_K && FA_HOPPER_FP8_PERMUTED_K == 1;  // ... key-permuted: no shuffles
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
   static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
@@ -124,7 +143,7 @@ struct Fp8Tiles {
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
-  static constexpr int BARRIERS = (PERSISTENT ? 2 : 1) + 3 * STAGES;  // hopper_fp8::Barriers
+  static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
@@ -300,22 +319,42 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
 }  // namespace hopper_fp8
 #endif  // FA_SM90A
 
-template <int DIM, bool FLAT_K, bool PERSISTENT>
-__global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, PERSISTENT>::THREADS, 1)
+template <int DIM, bool FLAT_K, int SCHEDULE>
+__global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
     fwd_hopper_fp8_kernel(const Fp8FwdParams p, const __grid_constant__ CUtensorMap map_q,
                           const __grid_constant__ CUtensorMap map_k,
                           const __grid_constant__ CUtensorMap map_vt) {
 #if FA_SM90A
-  using C = Fp8Tiles<DIM, FLAT_K, PERSISTENT>;
+  using C = Fp8Tiles<DIM, FLAT_K, SCHEDULE>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
   hopper_fp8::Progress done;  // stays zero for one item: the ring offsets fold to constants
-  if constexpr (PERSISTENT) {
-    // Items in the order of the one-CTA-per-item grid (all query tiles of one head, then the next);
-    // CTA b takes items b, b + gridDim.x, ... (the host keeps them below 2^31)
-    const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-    const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
+  // Persistent: items in the order of the one-CTA-per-item grid (all query tiles of one head, then the
+  // next; causal: heaviest first), below 2^31 (the host checks)
+  const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
+  if constexpr (SCHEDULE == FP8_DYNAMIC) {
+    // the first item is blockIdx.x, the rest come from the counter; an item past the end stops the consumers
+    hopper_fp8::run_roles<C>(
+        bars,
+        [&] {
+          for (uint32_t round = 0;; round++) {
+            const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.base.tile_counter, 1);
+            sm90::publish_item(bars, round, item);
+            if (item >= items) break;
+            hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
+          }
+        },
+        [&](int consumer) {
+          for (uint32_t round = 0;; round++) {
+            const uint32_t item = sm90::take_item(bars, round);
+            if (item >= items) break;
+            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
+          }
+        });
+  } else if constexpr (SCHEDULE == FP8_PERSISTENT) {
+    // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31)
     hopper_fp8::run_roles<C>(
         bars,
         [&] {
@@ -397,9 +436,9 @@ int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_l
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
 
-template <int DIM, bool FLAT_K, bool PERSISTENT>
+template <int DIM, bool FLAT_K, int SCHEDULE>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
-  using C = Fp8Tiles<DIM, FLAT_K, PERSISTENT>;
+  using C = Fp8Tiles<DIM, FLAT_K, SCHEDULE>;
   const FwdParams& p = fp.base;
   CUtensorMap map_q, map_k, map_vt;
   if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
@@ -413,8 +452,10 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   if (int rc = encode_map(&map_vt, p.v, p.v_stride, p.batch, p.heads_kv, DIM, p.seqlen_k,
                           C::BLOCK_KV, DIM, err, err_len))
     return rc;
+  if (C::DYNAMIC && p.tile_counter == nullptr)
+    return report(err, err_len, "tile_counter", "the dynamic causal scheduler needs a zeroed counter");
   dim3 grid = q_tile_grid(p, C::BLOCK_Q);
-  if constexpr (PERSISTENT) {
+  if constexpr (C::PERSISTENT) {
     const int64_t items = int64_t(p.batch) * p.heads_q * grid.x;
     if (items > INT32_MAX)
       return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
@@ -423,7 +464,7 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     grid = dim3(int(std::min<int64_t>(items, sms)));
   }
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, PERSISTENT>, grid, C::THREADS, C::SMEM_BYTES, stream,
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, SCHEDULE>, grid, C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, fp, map_q, map_k, map_vt);
 }
 
@@ -431,6 +472,9 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
 }  // namespace fa
 
 extern "C" int cuda_fa_fp8_params_size() { return static_cast<int>(sizeof(Fp8FwdParams)); }
+
+// Whether causal launches at this head_dim need base.tile_counter (zeroed, one int32).
+extern "C" int cuda_fa_hopper_fp8_dynamic_causal(int head_dim) { return fa::fp8_dynamic_causal(head_dim); }
 
 extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t stream, char* err,
                                       int err_len) {
@@ -444,13 +488,16 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     return report(err, err_len, "head_dim", "supported: 64, 128");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
   const bool flat = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
-  const bool persistent = FA_HOPPER_FP8_PERSISTENT && !p.causal;  // causal: one CTA per item
   const auto launch = [&]<int DIM>() {
-    if (flat)
-      return persistent ? hopper_fp8_host::launch<DIM, true, true>(*fp, stream, err, err_len)
-                        : hopper_fp8_host::launch<DIM, true, false>(*fp, stream, err, err_len);
-    return persistent ? hopper_fp8_host::launch<DIM, false, true>(*fp, stream, err, err_len)
-                      : hopper_fp8_host::launch<DIM, false, false>(*fp, stream, err, err_len);
+    const auto with = [&]<int SCHEDULE>() {
+      return flat ? hopper_fp8_host::launch<DIM, true, SCHEDULE>(*fp, stream, err, err_len)
+                  : hopper_fp8_host::launch<DIM, false, SCHEDULE>(*fp, stream, err, err_len);
+    };
+    if (!p.causal && FA_HOPPER_FP8_PERSISTENT) return with.template operator()<FP8_PERSISTENT>();
+    if constexpr (fp8_dynamic_causal(DIM)) {  // (instantiated only where it is on)
+      if (p.causal) return with.template operator()<FP8_DYNAMIC>();
+    }
+    return with.template operator()<FP8_ITEM_GRID>();
   };
   return p.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
 }

@@ -76,6 +76,7 @@ struct MxTiles {
   static constexpr int K_OFFSET = Q_BYTES;
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
   static constexpr bool PERSISTENT = false;  // one CTA per item: hopper_fp8::Barriers without q_empty
+  static constexpr bool DYNAMIC = false;     // ... and without the item hand-over
   static constexpr int BARRIERS = 1 + 3 * STAGES;
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");

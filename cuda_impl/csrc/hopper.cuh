@@ -365,4 +365,28 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   }
 }
 
+// --- work items handed from the producer thread to the consumers -----------------------------
+// A persistent CTA whose producer thread takes its next work item from a counter in global memory
+// (a dynamic scheduler) publishes it in shared memory; the consumers take it. Bars names two item
+// slots and their barriers: item_full(s) (count 1) and item_empty(s) (count: every consumer thread).
+// Slot round % 2 is rewritten only after every consumer thread took the item of round - 2
+// (item_empty); mbarrier arrive (release) and wait (acquire) order the shared store and load.
+template <typename Bars>
+__device__ __forceinline__ void publish_item(const Bars& bars, uint32_t round, uint32_t item) {
+  const int s = round & 1;
+  if (round >= 2) mbar_wait(bars.item_empty(s), ((round >> 1) - 1) & 1);
+  asm volatile("st.shared.u32 [%0], %1;" ::"r"(bars.item_slot(s)), "r"(item) : "memory");
+  mbar_arrive(bars.item_full(s));
+}
+
+template <typename Bars>
+__device__ __forceinline__ uint32_t take_item(const Bars& bars, uint32_t round) {
+  const int s = round & 1;
+  mbar_wait(bars.item_full(s), (round >> 1) & 1);
+  uint32_t item;
+  asm volatile("ld.shared.u32 %0, [%1];" : "=r"(item) : "r"(bars.item_slot(s)) : "memory");
+  mbar_arrive(bars.item_empty(s));
+  return item;
+}
+
 }  // namespace fa::sm90

@@ -139,9 +139,14 @@ struct Barriers {
   __device__ uint32_t v_full(int s) const { return base + 8 * (1 + STAGES + s); }
   __device__ uint32_t kv_empty(int s) const { return base + 8 * (1 + 2 * STAGES + s); }
   // Q's buffer is free again (count CONSUMER_THREADS): a persistent CTA's producer loads the next item's
-  // Q. Persistent kernels only (C::PERSISTENT): their BARRIERS are 2 + 3 * STAGES, the others' 1 + 3 * STAGES.
+  // Q. Persistent kernels only (C::PERSISTENT).
   __device__ uint32_t q_empty() const { return base + 8 * (1 + 3 * STAGES); }
-};
+  // The item hand-over of a dynamic scheduler (C::DYNAMIC; sm90::publish_item / take_item): slot s
+  // holds the item of rounds s, s + 2, ...
+  __device__ uint32_t item_full(int s) const { return base + 8 * (2 + 3 * STAGES + s); }
+  __device__ uint32_t item_empty(int s) const { return base + 8 * (4 + 3 * STAGES + s); }
+  __device__ uint32_t item_slot(int s) const { return base + 8 * (6 + 3 * STAGES) + 4 * s; }
+};  // 8-byte words: 1 + 3 * STAGES, + 1 persistent (q_empty), + 5 dynamic (4 barriers, 2 slots)
 
 // The body every kernel on this skeleton shares: thread 0 initialises the ring's barriers, one
 // CTA-wide barrier (the last: roles diverge after it), then warpgroup 0 drops to PRODUCER_REGS and
@@ -152,6 +157,12 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
     if constexpr (C::PERSISTENT) sm90::mbar_init(bars.q_empty(), C::CONSUMER_THREADS);
+    if constexpr (C::DYNAMIC) {
+      for (int s = 0; s < 2; s++) {
+        sm90::mbar_init(bars.item_full(s), 1);
+        sm90::mbar_init(bars.item_empty(s), C::CONSUMER_THREADS);
+      }
+    }
     for (int s = 0; s < C::STAGES; s++) {
       sm90::mbar_init(bars.k_full(s), 1);
       sm90::mbar_init(bars.v_full(s), 1);
