@@ -271,13 +271,6 @@ struct Barriers {
   __device__ uint32_t item_slot(int s) const { return base + 8 * (6 + 4 * STAGES) + 4 * s; }
 };
 
-// How far one role has got through the CTA's work items; every role advances it identically,
-// so a ring slot's stage and phase parity follow from it alone.
-struct Progress {
-  int kv_tiles = 0;  // KV tiles of all earlier items
-  int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
-};
-
 // One K or V tile into the ring: the whole tile, or (cluster) this CTA's share of its rows,
 // multicast to the same place in every CTA of the cluster.
 template <typename C>
@@ -296,7 +289,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* ma
 
 template <typename C>
 __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
-                             Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                             sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_v, uint32_t rank) {
   if (w.n_kv_tiles == 0) return;
   sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
@@ -325,7 +318,7 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
 // Cluster: the other CTA's consumers arrive on this CTA's empty barriers until they have read
 // its last tiles, so the producer waits for the last round of every stage before the CTA may exit.
 template <typename C>
-__device__ void drain_ring(Barriers<C::STAGES> bars, const Progress& done) {
+__device__ void drain_ring(Barriers<C::STAGES> bars, const sm90::Progress& done) {
   for (int j = 0; j < C::STAGES; j++) {
     const int t = done.kv_tiles + j;
     sm90::mbar_wait(bars.k_empty(t % C::STAGES), ((t / C::STAGES) & 1) ^ 1);
@@ -430,7 +423,7 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
 
 template <typename T, typename C>
 __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
-                             Barriers<C::STAGES> bars, const PingPong<C>& turns, Progress& done,
+                             Barriers<C::STAGES> bars, const PingPong<C>& turns, sm90::Progress& done,
                              uint32_t rank) {
   const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
@@ -562,7 +555,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     if constexpr (CLUSTER > 1) return (round * (gridDim.x / CLUSTER) + blockIdx.x / CLUSTER) * CLUSTER + rank;
     return round * gridDim.x + (round & 1 ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
   };
-  hopper::Progress done;
+  sm90::Progress done;
   // items from the dynamic causal scheduler's counter, handed from the producer to the consumers
   const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
 

@@ -158,16 +158,9 @@ struct Fp8Tiles {
 #if FA_SM90A
 namespace hopper_fp8 {
 
-// How far the CTA has got through its work items; producer and consumers advance it identically,
-// so a ring slot's stage and phase parity follow from it alone.
-struct Progress {
-  int kv_tiles = 0;  // KV tiles of all earlier items
-  int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
-};
-
 template <typename C>
 __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
-                             Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
+                             sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
   if constexpr (C::PERSISTENT)  // the previous item's last S = Q K^T is done
@@ -252,7 +245,7 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
 
 template <typename C>
 __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
-                             Barriers<C::STAGES> bars, int consumer, Progress& done) {
+                             Barriers<C::STAGES> bars, int consumer, sm90::Progress& done) {
   const FwdParams& p = fp.base;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -329,7 +322,7 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;
   const hopper_fp8::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
-  hopper_fp8::Progress done;  // stays zero for one item: the ring offsets fold to constants
+  sm90::Progress done;  // stays zero for one item: the ring offsets fold to constants
   // Persistent: items in the order of the one-CTA-per-item grid (all query tiles of one head, then the
   // next; causal: heaviest first), below 2^31 (the host checks)
   const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);

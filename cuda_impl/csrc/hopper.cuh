@@ -1,6 +1,8 @@
 // Hopper-only (sm_90a) PTX wrappers: mbarriers, TMA tile loads, wgmma and its shared-memory
-// descriptors, setmaxnreg. Callers compile these only inside `FA_SM90A` sections, because the
-// library is also built for sm_80, where none of these instructions exist.
+// descriptors, setmaxnreg; and what persistent CTAs share (their progress through the work items, the
+// hand-over of an item from the producer thread to the consumers). Callers compile these only inside
+// `FA_SM90A` sections, because the library is also built for sm_80, where none of these instructions
+// exist.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only: the library does not link libcuda)
@@ -365,7 +367,15 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
   }
 }
 
-// --- work items handed from the producer thread to the consumers -----------------------------
+// --- persistent CTAs: progress through the work items, and items handed to the consumers -------
+
+// How far one role (producer, consumer) has got through the CTA's work items; every role advances it
+// identically, so a ring slot's stage and phase parity follow from it alone.
+struct Progress {
+  int kv_tiles = 0;  // KV tiles of all earlier items
+  int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
+};
+
 // A persistent CTA whose producer thread takes its next work item from a counter in global memory
 // (a dynamic scheduler) publishes it in shared memory; the consumers take it. Bars names two item
 // slots and their barriers: item_full(s) (count 1) and item_empty(s) (count: every consumer thread).
