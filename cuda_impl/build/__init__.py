@@ -209,8 +209,7 @@ def readable_kernel_name(mangled: str) -> str:
     (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128>' (one CTA per item), with persistent CTAs
     'fwd_hopper_fp8_kernel<fp8,128,persistent>' or '...,dynamic>' (fed by a counter); the block-scaled
-    one, named per variant,
-    -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
+    one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
     if m := _FP8_NAME.search(mangled):
         return f"{m.group(1)}<fp8,{m.group(2)}{_FP8_SCHEDULES[int(m.group(3))]}>"
     if m := _MX_NAME.search(mangled):
