@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -464,6 +465,26 @@ int launch_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStr
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
   return 0;
+}
+
+// Work items of a launch: query tiles of block_q rows x heads x batch.
+inline int64_t work_items(const FwdParams& p, int block_q) {
+  return int64_t(p.batch) * p.heads_q * ((p.seqlen_q + block_q - 1) / block_q);
+}
+
+// The persistent kernels number their items in 32 bits (one CTA's next item is item + gridDim.x).
+inline int check_work_items(int64_t items, char* err, int err_len) {
+  return items > INT32_MAX
+             ? report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31")
+             : 0;
+}
+
+// CTAs of a persistent grid on the current device: one per SM, at most one per item.
+inline int persistent_grid(int64_t items) {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return int(std::min<int64_t>(items, sms));
 }
 
 // One CTA per (query tile of block_q rows, head, batch).

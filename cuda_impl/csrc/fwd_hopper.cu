@@ -188,6 +188,13 @@
 
 namespace fa {
 
+// Whether causal launches at head_dim take the dynamic causal scheduler (FA_HOPPER_D*_DYNAMIC_CAUSAL).
+constexpr bool hopper_dynamic_causal(int head_dim) {
+  return head_dim == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
+         : head_dim == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
+                           : FA_HOPPER_D256_DYNAMIC_CAUSAL;
+}
+
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
@@ -210,9 +217,7 @@ struct HopperTiles {
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)
-  static constexpr bool DYNAMIC_CAUSAL = DIM == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
-                                        : DIM == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL && BLOCK_KV == 128
-                                                     : FA_HOPPER_D256_DYNAMIC_CAUSAL;
+  static constexpr bool DYNAMIC_CAUSAL = hopper_dynamic_causal(DIM) && (DIM != 128 || BLOCK_KV == 128);
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
     return (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
@@ -721,9 +726,8 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
                           C::KV_BOX_ROWS, p.dtype, err, err_len))
     return rc;
-  const int64_t items = int64_t(p.batch) * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
-  if (items > INT32_MAX)
-    return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
+  const int64_t items = work_items(p, C::BLOCK_Q);
+  if (int rc = check_work_items(items, err, err_len)) return rc;
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's
   // epilogue). Causal items differ in length: a plain static walk of them measured 10% slower than
   // one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
@@ -731,21 +735,19 @@ int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
   // (all heads, heaviest first, every other round backwards), which pays on short d64 rows only;
   // d128 causal CTAs take their items from the dynamic scheduler's counter (C::causal_persistent);
   // elsewhere causal launches one CTA per item.
-  int device = 0;
-  cudaGetDevice(&device);
   const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
   if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent))
     return report(err, err_len, "tile_counter",
                   "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
   if constexpr (CLUSTER > 1) {
+    int device = 0;
+    cudaGetDevice(&device);
     static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
     return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, device, items / CLUSTER,
                            persistent, CLUSTER, C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k,
                            map_v);
   }
-  int sms = 0;
-  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  const int grid = persistent ? int(std::min<int64_t>(items, sms)) : int(items);
+  const int grid = persistent ? persistent_grid(items) : int(items);
   return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV, 1>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, p, map_q, map_k, map_v);
 }
@@ -765,10 +767,7 @@ int launch_non_causal(const FwdParams& p, cudaStream_t stream, char* err, int er
 }  // namespace fa
 
 // Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
-extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) {
-  return head_dim == 64 ? FA_HOPPER_D64_DYNAMIC_CAUSAL : head_dim == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
-                                                                          : FA_HOPPER_D256_DYNAMIC_CAUSAL;
-}
+extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_dynamic_causal(head_dim); }
 
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {

@@ -449,13 +449,9 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
     return report(err, err_len, "tile_counter", "the dynamic causal scheduler needs a zeroed counter");
   dim3 grid = q_tile_grid(p, C::BLOCK_Q);
   if constexpr (C::PERSISTENT) {
-    const int64_t items = int64_t(p.batch) * p.heads_q * grid.x;
-    if (items > INT32_MAX)
-      return report(err, err_len, "grid", "batch * heads_q * ceil(seqlen_q / BLOCK_Q) must be < 2^31");
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    grid = dim3(int(std::min<int64_t>(items, sms)));
+    const int64_t items = work_items(p, C::BLOCK_Q);
+    if (int rc = check_work_items(items, err, err_len)) return rc;
+    grid = dim3(persistent_grid(items));
   }
   return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, SCHEDULE>, grid, C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, fp, map_q, map_k, map_vt);

@@ -102,7 +102,7 @@ __device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtens
       : "memory");
 }
 
-// The same for a 5-D map (fwd_hopper_fp8.cu's key-permuted K tiles).
+// tma_load_4d for a 5-D map (fwd_hopper_fp8.cu's key-permuted K tiles).
 __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                             int c0, int c1, int c2, int c3, int c4) {
   asm volatile(
