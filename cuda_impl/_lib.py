@@ -178,6 +178,15 @@ def _check_aligned(tensors: dict, why: str) -> None:
             raise ValueError(f"alignment: {name} must start on a 16-byte boundary ({why})")
 
 
+def _zeroed_tile_counter(params: FwdParams, device) -> torch.Tensor:
+    """A dynamic causal scheduler's item counter, zeroed on the launch's stream, into params.tile_counter.
+    The caller holds the tensor until the launch is queued; its block then returns to the caching allocator
+    stream-ordered, so the launch keeps it."""
+    counter = torch.zeros(1, dtype=torch.int32, device=device)
+    params.tile_counter = counter.data_ptr()
+    return counter
+
+
 def launch_forward(
     variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
 ) -> None:
@@ -186,10 +195,7 @@ def launch_forward(
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
     lib = load(extra_flags)
     if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal(q.shape[3]):
-        # the dynamic causal scheduler's item counter, zeroed before the launch on the same stream (its block
-        # returns to the caching allocator after the call, stream-ordered, so the launch keeps it)
-        counter = torch.zeros(1, dtype=torch.int32, device=q.device)
-        params.tile_counter = counter.data_ptr()
+        counter = _zeroed_tile_counter(params, q.device)  # noqa: F841 (held until the launch is queued)
     _call(lib, f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
 
 
@@ -203,8 +209,7 @@ def launch_forward_fp8(
     base = _base_params(q, k, vt, out, lse, causal=causal, scale=scale, dtype=E4M3_CODE)
     lib = load(extra_flags)
     if causal and lib.cuda_fa_hopper_fp8_dynamic_causal(q.shape[3]):
-        counter = torch.zeros(1, dtype=torch.int32, device=q.device)  # as in launch_forward
-        base.tile_counter = counter.data_ptr()
+        counter = _zeroed_tile_counter(base, q.device)  # noqa: F841 (held until the launch is queued)
     params = Fp8FwdParams(
         base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
     )
