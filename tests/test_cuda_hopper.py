@@ -3,9 +3,10 @@
 CPU part: the library builds, the sm_90a cubin holds the instructions the design rests on
 (HGMMA for both products, the P @ V one with a transposed shared B; UTMALDG, multicast in the
 two-CTA cluster kernels; mbarrier SYNCS; setmaxnreg in both directions), ptxas neither spills
-(beyond one known stack word) nor ignores setmaxnreg, and bad input is refused before launch. GPU part (skipped without one): float64 reference over the cases the
-TMA / barrier protocol can get wrong: tails, several ring rounds, causal with Sq != Sk both
-ways, GQA, head dims 64 / 128 / 256 and both dtypes.
+(beyond one known stack word) nor ignores setmaxnreg, and bad input is refused before launch.
+GPU part (skipped without one): float64 reference over the cases the TMA / barrier protocol can
+get wrong: tails, several ring rounds, causal with Sq != Sk both ways, GQA, head dims 64 / 128 / 256
+and both dtypes.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pytest
 import torch
 
 import cuda_impl
+from compare import bench
 from cuda_impl import _lib, build, sass, validate
 
 MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
@@ -316,14 +318,9 @@ def test_dynamic_causal_scheduler_under_repeats_and_graph_replays():
         check_against_reference("hopper", q, k, v, True, scale)
     eager = cuda_impl.attention(q, k, v, causal=True, variant="hopper")
     out = torch.full_like(q, math.nan)
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
-        cuda_impl.attention(q, k, v, causal=True, variant="hopper")
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        out.copy_(cuda_impl.attention(q, k, v, causal=True, variant="hopper"))
+    # the driver's capture: warm-up, capture, and one NaN-poisoned replay equal to an eager call
+    graph, why = bench.capture_graph(lambda: out.copy_(cuda_impl.attention(q, k, v, causal=True, variant="hopper")))
+    assert graph is not None, why
     for _ in range(3):
         out.fill_(math.nan)
         graph.replay()

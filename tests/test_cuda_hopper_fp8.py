@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import cuda_impl
-from compare import backends, formats, oracle
+from compare import backends, bench, formats, oracle
 from cuda_impl import _lib, build, sass, validate
 
 SPEC = cuda_impl.VARIANTS["hopper-fp8"]
@@ -274,14 +274,14 @@ def test_dynamic_causal_schedule_repeats_the_item_grid_bit_for_bit(d):
     torch.cuda.synchronize()
     assert not item_grid.isnan().any() and torch.equal(eager, item_grid)
     out = torch.full_like(item_grid, float("nan"))
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm-up off the capture stream, as torch.cuda.graph asks
+
+    def dynamic_into_out():
         launch(DYNAMIC_FLAGS, out)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        launch(DYNAMIC_FLAGS, out)
+        return out
+
+    # the driver's capture: warm-up, capture, and one NaN-poisoned replay equal to an eager call
+    graph, why = bench.capture_graph(dynamic_into_out)
+    assert graph is not None, why
     for _ in range(3):
         out.fill_(float("nan"))
         graph.replay()
