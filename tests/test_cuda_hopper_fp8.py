@@ -45,7 +45,7 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     assert {(r["kernel"], r["arch"]) for r in rows} >= {
-        (f"fwd_hopper_fp8_kernel<fp8,{d}{p}>", "sm_90a") for d in SPEC["head_dims"] for p in ("", ",persistent")
+        (f"fwd_hopper_fp8_kernel<fp8,{d}{s}>", "sm_90a") for d in SPEC["head_dims"] for s in (",persistent", ",dynamic")
     }
     for r in rows:
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
@@ -57,16 +57,20 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
     assert "C7513" not in log and "wgmma" not in log.lower(), f"ptxas serialised the wgmmas:\n{log}"
 
 
-@pytest.mark.parametrize("persistent", [False, True], ids=["item-grid", "persistent"])
+@pytest.mark.parametrize("schedule", [1, 2], ids=["persistent", "dynamic"])
 @pytest.mark.parametrize("permuted_k", [False, True], ids=["k-in-order", "k-permuted"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, persistent):
-    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, int(persistent))
+def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
+    """The default build's two schedules: persistent CTAs walking a static order (non-causal) and
+    persistent CTAs fed by a counter (causal)."""
+    instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, schedule)
     ops = sass.opcode_counts(instructions)
-    # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring, and only in the
-    # persistent kernels (non-causal) q_empty, which lets the producer reload Q for the next item; the
-    # one-CTA-per-item kernels (causal) keep their machine code without it
-    assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + persistent
+    # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring, q_empty (the
+    # producer reloads Q for the next item), and in the counter-fed kernels the four of the item
+    # hand-over, whose one atomic takes the next item
+    dynamic = schedule == 2
+    assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + 1 + 4 * dynamic
+    assert ops["ATOMG.E.ADD.STRONG.GPU"] == dynamic and sum(op.startswith("ATOM") for op in ops) == dynamic
     qgmma = [i for i in instructions if i.startswith("QGMMA")]
     qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
     pv = [i for i in qgmma if i not in qk]
@@ -95,35 +99,36 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, persistent):
     assert not any(op.startswith(("HGMMA", "HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
 
 
-# The counter-fed causal schedule (fwd_hopper_fp8.cu FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL), off by default
-# until it is measured: its build (scripts/dev_hopper_fp8_gpu.py "dynamic-causal").
-DYNAMIC_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=1", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=1")
+# The causal schedule before session 10, one CTA per item: the ablation build "item-grid-causal" of
+# scripts/dev_hopper_fp8_gpu.py, what the counter-fed default is compared with bit for bit.
+ITEM_GRID_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0")
 
 
-def test_dynamic_causal_schedule_is_off_by_default_and_built_with_its_flags(fp8_sass):
-    """Default: no head_dim asks for a counter and no kernel holds an atomic. With the flags: causal
-    kernels fed by a counter (one ATOMG, the q_empty barrier and the four of the item hand-over), no
-    spills, and the C entry tells Python to zero a counter for causal launches."""
+def test_causal_launches_take_the_counter_fed_schedule_and_its_flags_turn_it_off(fp8_sass):
+    """Default: every head_dim asks Python for a zeroed counter on causal launches, and the library
+    holds no one-CTA-per-item kernel. With the flags at 0: one-CTA-per-item causal kernels (no atomic, no
+    q_empty, no hand-over barriers), no spills, and no counter asked for."""
     lib = _lib.load()
-    assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [0, 0]
-    assert not any(op.startswith("ATOM") for ins in fp8_sass.values() for op in sass.opcode_counts(ins))
-    spec = _lib.library_spec(DYNAMIC_FLAGS)
-    dynamic_lib = _lib.load(DYNAMIC_FLAGS)
-    assert [dynamic_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [1, 1]
+    assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [1, 1]
+    assert not [fn for (_, fn) in fp8_sass if "ELi0E" in fn]
+    spec = _lib.library_spec(ITEM_GRID_FLAGS)
+    item_grid_lib = _lib.load(ITEM_GRID_FLAGS)
+    assert [item_grid_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [0, 0]
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
-    assert {r["kernel"] for r in rows if r["arch"] == "sm_90a"} >= {
-        f"fwd_hopper_fp8_kernel<fp8,{d},dynamic>" for d in (64, 128)}
+    names = {r["kernel"] for r in rows if r["arch"] == "sm_90a"}
+    assert {f"fwd_hopper_fp8_kernel<fp8,{d}>" for d in (64, 128)} <= names
+    assert not any(n.endswith(",dynamic>") for n in names)
     assert all(r["stack"] == 0 and r["spill_stores"] == 0 for r in rows), rows
     functions = {key: ins for key, ins in sass.dump_sass(build.cached_library(spec)).items()
                  if "fwd_hopper_fp8_kernel" in key[1]}
     for d in (64, 128):
         for permuted_k in (False, True):
-            ops = sass.opcode_counts(kernel(functions, "sm_90", d, permuted_k, schedule=2))
-            assert ops["ATOMG.E.ADD.STRONG.GPU"] == 1 and ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + 1 + 4, ops
+            ops = sass.opcode_counts(kernel(functions, "sm_90", d, permuted_k, schedule=0))
+            assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 and not any(op.startswith("ATOM") for op in ops), ops
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
-    ops = sass.opcode_counts(kernel(fp8_sass, "sm_80", 128, True))
+    ops = sass.opcode_counts(kernel(fp8_sass, "sm_80", 128, True, schedule=2))
     assert not any(op.startswith(("QGMMA", "UTMALDG", "SYNCS")) for op in ops)
 
 
@@ -242,51 +247,47 @@ def test_matches_oracle(shape):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
-def test_dynamic_causal_schedule_repeats_the_item_grid_bit_for_bit(d):
-    """The counter-fed causal kernel against the one-CTA-per-item one, with more items than SMs: every
-    item is computed by one CTA in the same order either way, so the outputs must be equal bit for bit,
-    also over replays of one captured CUDA graph (each replay must zero its counter again: a stale one
-    would end the CTAs after their first item and leave the NaN poison). Runs where both builds are
-    there (the dynamic one built and carried: scripts/dev_hopper_fp8_gpu.py --build-only dynamic-causal)."""
+def test_counter_fed_causal_schedule_under_repeats_and_graph_replays(d):
+    """Causal CTAs take items from a counter that each launch zeroes first: with more items than SMs,
+    every launch -- eager, repeated, and replays of one captured CUDA graph (the driver times those) --
+    must write every row, and the same bits each time (an item's rows come from one CTA whichever takes
+    it). A counter left at the last launch's value would end the CTAs after their first item and leave
+    the NaN poison. Where the one-CTA-per-item build is carried (scripts/dev_hopper_fp8_gpu.py
+    --build-only item-grid-causal), the output must also equal its output bit for bit: each item is
+    computed the same way, in the same order, by either schedule."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper-fp8"):
         pytest.skip(reason)
-    if _lib.load().cuda_fa_hopper_fp8_dynamic_causal(d):
-        pytest.skip("the default build is the dynamic one: nothing to compare with")
-    if build.cached_library(_lib.library_spec(DYNAMIC_FLAGS)) is None:
-        pytest.skip("the dynamic-causal build is not built here")
-    g = torch.Generator(device="cuda").manual_seed(d)
-    # 1104 keys: whole 16-byte V^T rows for TMA (no re-padding), K tiles key-permuted; a tail Q tile
-    q, k, v = (torch.randn(4, 16, 1104, d, generator=g, device="cuda") for _ in range(3))
-    qq, kq, vq = formats.quantize_attention_inputs(q, k, v, "fp8")
-    scale = d ** -0.5
+    assert _lib.load().cuda_fa_hopper_fp8_dynamic_causal(d)
+    # 4 x 16 heads x 9 query tiles = 576 items on 132 SMs; 1104 keys: whole 16-byte V^T rows for TMA
+    # (no re-padding), K tiles key-permuted; a tail Q tile
+    case = oracle.Case(4, 16, 16, 1104, 1104, d, causal=True, fmt="fp8", seed=d)
+    inputs = oracle.make_inputs(case, "cuda")
+    qq, kq, vq = inputs.q, inputs.k, inputs.v
+    lse = torch.empty(qq.shape[:-1], dtype=torch.float32, device="cuda")
 
-    def launch(flags, out):
-        lse = torch.empty(out.shape[:-1], dtype=torch.float32, device="cuda")
+    def launch(out, flags=()):
         _lib.launch_forward_fp8("hopper-fp8", qq.data, kq.data, vq.data, qq.scale, kq.scale, vq.scale, out, lse,
-                                causal=True, scale=scale, extra_flags=flags)
-
-    item_grid = torch.full(q.shape, float("nan"), dtype=torch.bfloat16, device="cuda")
-    launch((), item_grid)
-    eager = torch.full_like(item_grid, float("nan"))
-    launch(DYNAMIC_FLAGS, eager)
-    torch.cuda.synchronize()
-    assert not item_grid.isnan().any() and torch.equal(eager, item_grid)
-    out = torch.full_like(item_grid, float("nan"))
-
-    def dynamic_into_out():
-        launch(DYNAMIC_FLAGS, out)
+                                causal=True, scale=case.softmax_scale, extra_flags=flags)
         return out
 
+    eager = launch(torch.full(qq.shape, float("nan"), dtype=torch.bfloat16, device="cuda"))
+    verdict = oracle.judge(eager, lse, inputs, case)
+    assert verdict.passed, verdict.summary()
+    for _ in range(2):
+        assert torch.equal(launch(torch.full_like(eager, float("nan"))), eager)
+    out = torch.full_like(eager, float("nan"))
     # the driver's capture: warm-up, capture, and one NaN-poisoned replay equal to an eager call
-    graph, why = bench.capture_graph(dynamic_into_out)
+    graph, why = bench.capture_graph(lambda: launch(out))
     assert graph is not None, why
     for _ in range(3):
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        assert torch.equal(out, item_grid)
+        assert torch.equal(out, eager)
+    if build.cached_library(_lib.library_spec(ITEM_GRID_FLAGS)) is not None:
+        assert torch.equal(launch(torch.full_like(eager, float("nan")), ITEM_GRID_FLAGS), eager)
 
 
 @pytest.mark.gpu

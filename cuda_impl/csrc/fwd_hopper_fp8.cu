@@ -70,14 +70,14 @@
 #endif
 // Per head_dim, 1: causal launches persistent CTAs whose producer takes each next item from a counter
 // in global memory (FwdParams::tile_counter, zeroed by cuda_impl._lib) and hands it to the consumers
-// (sm90::publish_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler,
-// measured +4-21% there at causal 4k-512 (fwd_hopper.cu). Off until measured for fp8 (build
-// dynamic-causal of scripts/dev_hopper_fp8_gpu.py; docs/perf-notes-hopper.md, session 9).
+// (sm90::publish_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler.
+// Measured for fp8 against one CTA per item (build item-grid-causal of scripts/dev_hopper_fp8_gpu.py;
+// docs/perf-notes-hopper.md, session 10): causal 512-1k +12-26%, 4k +1.5-4%.
 #ifndef FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
-#define FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL 0
+#define FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL 1
 #endif
 #ifndef FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL
-#define FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL 0
+#define FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL 1
 #endif
 // 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
 // through the 5-D map in key order (ablation).
@@ -109,10 +109,11 @@ namespace fa {
 
 constexpr int FA_DTYPE_E4M3 = 2;
 
-// How a launch's CTAs get their work items: one CTA per item (causal), persistent CTAs walking a static
-// order (non-causal, FA_HOPPER_FP8_PERSISTENT), persistent CTAs fed by a counter (causal with
-// FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL). A template argument, so that each kind keeps its own machine code:
-// the persistent walk's code cost the one-CTA-per-item causal launches 2-6% when they shared it (session 9).
+// How a launch's CTAs get their work items: persistent CTAs walking a static order (non-causal,
+// FA_HOPPER_FP8_PERSISTENT), persistent CTAs fed by a counter (causal, FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL),
+// one CTA per item (either with its flag at 0: the ablation builds). A template argument, so that each
+// kind keeps its own machine code: the persistent walk's code cost the one-CTA-per-item causal launches
+// 2-6% when they shared it (session 9).
 enum Fp8Schedule : int { FP8_ITEM_GRID = 0, FP8_PERSISTENT = 1, FP8_DYNAMIC = 2 };
 
 constexpr bool fp8_dynamic_causal(int head_dim) {
@@ -482,11 +483,13 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
       return flat ? hopper_fp8_host::launch<DIM, true, SCHEDULE>(*fp, stream, err, err_len)
                   : hopper_fp8_host::launch<DIM, false, SCHEDULE>(*fp, stream, err, err_len);
     };
-    if (!p.causal && FA_HOPPER_FP8_PERSISTENT) return with.template operator()<FP8_PERSISTENT>();
-    if constexpr (fp8_dynamic_causal(DIM)) {  // (instantiated only where it is on)
-      if (p.causal) return with.template operator()<FP8_DYNAMIC>();
+    // (each schedule instantiated only where a flag sends launches to it)
+    if (p.causal) {
+      if constexpr (fp8_dynamic_causal(DIM)) return with.template operator()<FP8_DYNAMIC>();
+      else return with.template operator()<FP8_ITEM_GRID>();
     }
-    return with.template operator()<FP8_ITEM_GRID>();
+    if constexpr (FA_HOPPER_FP8_PERSISTENT) return with.template operator()<FP8_PERSISTENT>();
+    else return with.template operator()<FP8_ITEM_GRID>();
   };
   return p.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
 }
