@@ -99,11 +99,20 @@ def cmd_run(args) -> int:
 
 
 def cmd_paired(args) -> int:
-    if len(args.backends) < 2:
+    if args.backends is not None and len(args.backends) < 2:
         raise ValueError("--backends needs at least two names: the first is compared with each other one")
     if args.from_csv:
-        print(paired.table(paired.read(args.from_csv), args.backends[0], args.backends[1:]))
+        rows = paired.read(args.from_csv)
+        if args.backends:
+            print(paired.table(rows, args.backends[0], args.backends[1:]))
+            return 0
+        firsts: dict[str, list[str]] = {}  # the comparisons the CSV holds, as the README's table has them
+        for first, other in paired.pairs(rows):
+            firsts.setdefault(first, []).append(other)
+        print("\n\n".join(paired.table(rows, first, others) for first, others in firsts.items()))
         return 0
+    if args.backends is None:
+        raise ValueError("--backends is needed to time (only --from-csv reads the names from its CSV)")
     chosen, skipped = backends.select(args.backends)
     for name, reason in skipped.items():
         print(f"skip {name}: {reason}")
@@ -153,8 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     pr = sub.add_parser("paired", help="time backends side by side in interleaved rounds (ratios with their "
                                        "spread), into figures/data/paired/")
-    pr.add_argument("--backends", nargs="+", required=True, metavar="NAME",
-                    help="two or more backends; the first is compared with each other one")
+    pr.add_argument("--backends", nargs="+", metavar="NAME",
+                    help="two or more backends; the first is compared with each other one (with --from-csv, "
+                         "default: every comparison the CSV holds)")
     pr.add_argument("--sweep", default="paper", help="the sweep whose cases are filtered (default paper)")
     pr.add_argument("--head-dims", nargs="+", type=int, help="only these head_dims")
     pr.add_argument("--formats", nargs="+", help="only these formats")

@@ -115,7 +115,7 @@ def paired_table(paired_dir: Path) -> str:
     lines = []
     for path in sorted(Path(paired_dir).glob("*.csv")):
         rows = paired.read(path)
-        commit = rows[0]["git_commit"] if rows else ""
+        commit = rows[0]["git_commit"][:7] if rows else ""  # short, as the file names have it
         for first, second in paired.pairs(rows):
             for r in paired.ratios(rows, first, second):
                 what = f"| `{first}` / `{second}` | {r['case']} |"

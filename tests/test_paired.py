@@ -69,6 +69,11 @@ def test_cli_summarises_an_earlier_csv(tmp_path, capsys, two_cpu_backends):
     assert cli.main(["paired", "--backends", "sdpa:math", "sdpa:math2", "--from-csv", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "fp32 b1 h2/2 q32 k48 d64" in printed and printed.rstrip().endswith("2")
+    # without --backends: the comparisons the CSV holds (the first by name, as the README's table)
+    assert cli.main(["paired", "--from-csv", str(out)]) == 0
+    assert capsys.readouterr().out == printed
+    assert cli.main(["paired"]) == 2
+    assert "--backends is needed" in capsys.readouterr().err
 
 
 def test_pairs_put_the_cuda_kernel_first():
