@@ -53,10 +53,11 @@ timing_lane() {
 }
 
 correctness_lane() {
-  # test_gpu_oracle.py's matrix test repeats `compare check` below (1064 cases): only its other tests here
-  step correctness 240 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
-    tests/test_formats.py tests/test_cuda_ceilings.py tests/test_cuda_hopper_fp8.py tests/test_cuda_hopper_mx.py \
-    tests/test_cuda_quant.py tests/test_cuda_sm120.py \
+  # every GPU test but test_gpu_oracle.py's matrix test, which repeats `compare check` below (1064 cases)
+  step correctness 400 pytest-gpu python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/test_formats.py tests/test_bench.py tests/test_cuda_ceilings.py tests/test_cuda_gpu.py \
+    tests/test_cuda_hopper.py tests/test_cuda_hopper_fp8.py tests/test_cuda_hopper_mx.py \
+    tests/test_cuda_quant.py tests/test_cuda_sm120.py tests/test_triton_gpu.py \
     tests/test_gpu_oracle.py::test_gpu_poisoning_exposes_unwritten_output \
     tests/test_gpu_oracle.py::test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32
   step correctness 130 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
