@@ -33,6 +33,18 @@ def test_candidate_compiles_for_sm90(variant, head_dim, causal, config):
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, f"shared memory over the sm_90 limit: {usage}"
 
 
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_fp8_key_permuted_tiles_move_p_without_shuffles(head_dim):
+    """K through the 5-D descriptor (fp8_tma._load_k) puts each score in the thread that the e4m3 A
+    operand of P @ V wants it in: P is relabelled, no SHFL.IDX is left; K loaded in key order (lengths
+    that are not a multiple of 16) needs them."""
+    config = tuning.candidates("fp8", head_dim, False, 1)[0]
+    permuted = offline.report(offline.compile_for("fp8", head_dim, False, {**config, "PERMUTED_K": True}, dtype="fp8"))
+    in_order = offline.report(offline.compile_for("fp8", head_dim, False, {**config, "PERMUTED_K": False}, dtype="fp8"))
+    assert permuted["UTMALDG.5D"] > 0 and permuted["SHFL.IDX"] == 0, permuted
+    assert in_order["UTMALDG.5D"] == 0 and in_order["SHFL.IDX"] > 0, in_order
+
+
 # ---------------------------------------------------------------- MXFP8 / NVFP4
 
 BLOCKED_VARIANTS = ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")

@@ -203,6 +203,7 @@ def online_quantized_reference(q, k, v, causal, scale, block_n):
     (1, 2, 1, 37, 53, 64, False),   # key tail, V^T through pointer loads (53 % 16 != 0)
     (2, 2, 2, 70, 48, 64, True),    # Sq > Sk, V^T through TMA (48 % 16 == 0)
     (1, 4, 2, 40, 77, 128, True),   # GQA, Sq < Sk
+    (1, 4, 2, 40, 96, 128, False),  # GQA, K tiles key-permuted (96 % 16 == 0) over six key blocks
 ], ids=lambda c: "b{}h{}/{}q{}k{}d{}{}".format(*c[:6], "c" * c[6]))
 def test_fp8_matches_its_definition(case):
     from compare.formats import quantize_attention_inputs

@@ -9,6 +9,11 @@ the row sum l uses the unrounded fp32 P (as FlashAttention-3 does). Output is bf
 V^T is read through a descriptor when its key stride is a 16-byte multiple (seqlen_k % 16 == 0 for
 contiguous data); otherwise through masked pointer loads, since TMA cannot address such rows.
 
+K tiles arrive key-permuted when seqlen_k % 16 == 0 (PERMUTED_K, see _load_k): the same reordering as the
+CUDA kernel's (cuda_impl/csrc/fwd_hopper_fp8.cu), which puts each score in the thread and register that
+the e4m3 A operand of P @ V needs, so P is relabelled instead of moved by shuffles (SASS: no SHFL.IDX and
+no PRMT in the loop). Other lengths load K in key order.
+
 Precision: Hopper's fp8 wgmma adds its products with reduced precision (no full fp32 accumulation),
 so the scores, and with them the LSE, carry an error of about 2e-4 for N(0, 1) inputs at head_dim 128
 (measured on an H200) where an fp32 matmul of the dequantized inputs gives ~1e-6. Promoting the Q.K^T
@@ -36,6 +41,36 @@ def _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs,
     return vt
 
 
+@triton.jit
+def _key_of_column(BLOCK_N: tl.constexpr):
+    """With PERMUTED_K, the key (within the tile) whose score lands in each column of S: column
+    16a + 8b + 2t + e holds key 16a + 4t + 2b + e (see _load_k)."""
+    col = tl.arange(0, BLOCK_N)
+    return (col // 16) * 16 + ((col // 2) % 4) * 4 + ((col // 8) % 2) * 2 + col % 2
+
+
+@triton.jit
+def _load_k(k_desc, start_n, BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, PERMUTED_K: tl.constexpr):
+    """A (BLOCK_N, HEAD_DIM) tile of K. With PERMUTED_K its rows come key-permuted through a 5-D
+    descriptor (16-key groups, then pairs of keys 2 apart, keys 4 apart, single keys): in the fp32
+    accumulator of S = Q K^T each thread then holds the keys that Hopper's e4m3 A fragment of P @ V wants
+    from it, so P reaches the second wgmma by relabelling registers (_keys_in_order), not by shuffles."""
+    if PERMUTED_K:
+        k = k_desc.load([start_n // 16, 0, 0, 0, 0]).reshape([BLOCK_N, HEAD_DIM])
+    else:
+        k = k_desc.load([start_n, 0])
+    return k
+
+
+@triton.jit
+def _keys_in_order(p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERMUTED_K: tl.constexpr):
+    """P with its columns back in key order: with PERMUTED_K, column 16a + 4t + 2b + e takes column
+    16a + 8b + 2t + e (the same thread's register), which lays P out as the A operand of P @ V."""
+    if PERMUTED_K:
+        p = p.reshape([BLOCK_M, BLOCK_N // 16, 2, 4, 2]).permute(0, 1, 3, 2, 4).reshape([BLOCK_M, BLOCK_N])
+    return p
+
+
 # integers that only bound loops or index heads: one binary for all their values
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size", "tune_bucket"])
 def _fp8_fwd(
@@ -43,7 +78,7 @@ def _fp8_fwd(
     softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svd, svs,
     tune_bucket,  # only part of the autotuning key (short vs long sequences)
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr,
+    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr, PERMUTED_K: tl.constexpr,
     EXACT_P_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -65,8 +100,16 @@ def _fp8_fwd(
 
     q_desc = tl.make_tensor_descriptor(Q + batch * sqb + head * sqh, shape=[seqlen_q, HEAD_DIM],
                                        strides=[sqs, 1], block_shape=[BLOCK_M, HEAD_DIM])
-    k_desc = tl.make_tensor_descriptor(K + batch * skb + head_kv * skh, shape=[seqlen_k, HEAD_DIM],
-                                       strides=[sks, 1], block_shape=[BLOCK_N, HEAD_DIM])
+    k_base = K + batch * skb + head_kv * skh
+    if PERMUTED_K:  # (seqlen_k % 16 == 0: the groups of 16 keys stay inside the head)
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[seqlen_k // 16, 2, 4, 2, HEAD_DIM],
+                                           strides=[16 * sks, 2 * sks, 4 * sks, sks, 1],
+                                           block_shape=[BLOCK_N // 16, 2, 4, 2, HEAD_DIM])
+        offs_key = _key_of_column(BLOCK_N)
+    else:
+        k_desc = tl.make_tensor_descriptor(k_base, shape=[seqlen_k, HEAD_DIM], strides=[sks, 1],
+                                           block_shape=[BLOCK_N, HEAD_DIM])
+        offs_key = tl.arange(0, BLOCK_N)
     vt_base = VT + batch * svb + head_kv * svh
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -86,22 +129,24 @@ def _fp8_fwd(
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
 
     for start_n in range(0, full_end, BLOCK_N):
-        k = k_desc.load([start_n, 0])
+        k = _load_k(k_desc, start_n, BLOCK_N, HEAD_DIM, PERMUTED_K)
         qk = tl.dot(q, k.T)
-        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_key, seqlen_k,
                                           diagonal, False, CAUSAL)
         if EXACT_P_ROUNDING:
             p = round_to_e4m3_grid(p)
+        p = _keys_in_order(p, BLOCK_M, BLOCK_N, PERMUTED_K)
         vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, False)
         acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
 
     for start_n in range(full_end, end, BLOCK_N):
-        k = k_desc.load([start_n, 0])
+        k = _load_k(k_desc, start_n, BLOCK_N, HEAD_DIM, PERMUTED_K)
         qk = tl.dot(q, k.T)
-        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_key, seqlen_k,
                                           diagonal, True, CAUSAL)
         if EXACT_P_ROUNDING:
             p = round_to_e4m3_grid(p)
+        p = _keys_in_order(p, BLOCK_M, BLOCK_N, PERMUTED_K)
         vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, True)
         acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
 
@@ -129,7 +174,7 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
             scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
             *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(vt),
             tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt),
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt), PERMUTED_K=seqlen_k % 16 == 0,
                 EXACT_P_ROUNDING=tuning.interpreting())
     return tuning.run(_fp8_fwd, _fp8_fwd_tuned, args, meta, config,
                       grid_rows=seqlen_q, grid_heads=batch * heads_q)

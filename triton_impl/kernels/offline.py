@@ -20,7 +20,7 @@ _KERNELS = {"fa2": fa2_pointer._fa2_fwd_pointer, "fa2-tma": fa2_tma._fa2_fwd_tma
 _FLOAT_ARGS = ("qk_scale", "softmax_scale_log2")
 # strides that are 1 for contiguous inputs: head_dim strides, and the key stride of fp8's V^T
 _UNIT_STRIDES = {"fa2": ("sqd", "skd", "svd"), "fa2-tma": (), "fp8": ("svs",)}
-SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "LDGSTS", "MUFU.EX2", "STL", "LDL")
+SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "UTMALDG.5D", "LDGSTS", "MUFU.EX2", "SHFL.IDX", "STL", "LDL")
 # the most dynamic shared memory one block may use on sm_90
 SM90_SMEM_LIMIT = 232448
 
@@ -48,14 +48,15 @@ def _signature(kernel, variant, dtype):
 
 
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
-    """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>."""
+    """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>;
+    for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
         constexprs["DOT_PRECISION"] = "tf32"
     if variant == "fp8":
-        constexprs.update(VT_VIA_TMA=True, EXACT_P_ROUNDING=False)
+        constexprs.update(VT_VIA_TMA=True, PERMUTED_K=config.get("PERMUTED_K", True), EXACT_P_ROUNDING=False)
     constexprs.update({name: 1 for name in _UNIT_STRIDES[variant]})
     names = list(signature)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned if n not in constexprs}
