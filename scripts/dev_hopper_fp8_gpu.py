@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -214,20 +213,13 @@ def bench_case(b, h, s, d, causal):
         ("cudnn-bf16", cudnn),
     ]
     case = f"b{b} h{h} s{s} d{d} {'causal' if causal else 'full'}"
-    times, failed = {}, set()
-    for round_ in range(ROUNDS):
-        for name, fn in candidates if round_ % 2 == 0 else candidates[::-1]:
-            if name in failed:
-                continue
-            try:
-                fn()
-                ms = do_bench(fn, warmup=25, rep=100, return_mode="median")
-                times.setdefault(name, []).append(ms)
-                log(f"{case:26} {name:11} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s (round {round_})")
-            except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
-                failed.add(name)
-                log(f"{case:26} {name:11} failed: {type(exc).__name__}: {str(exc)[:160]}")
-    rates = {name: flops / statistics.median(ms) / 1e9 for name, ms in times.items()}
+    def time_ms(fn):
+        fn()  # compiled and autotuned before the timing
+        return do_bench(fn, warmup=25, rep=100, return_mode="median")
+
+    medians = devkit.interleaved_medians(f"{case:26}", candidates, ROUNDS, time_ms,
+                                         lambda name, ms: f" {flops / ms / 1e9:7.1f} TFLOP/s")
+    rates = {name: flops / ms / 1e9 for name, ms in medians.items()}
     # what was timed is right: hopper-fp8 against triton:fp8 on the same quantized inputs
     ours = cuda_impl.attention(qq, kq, vq, causal=causal, variant="hopper-fp8").float()
     theirs = triton_impl.attention(qq, kq, vq, causal=causal, variant="fp8").float()

@@ -36,7 +36,6 @@ import argparse
 import importlib.util
 import math
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -256,24 +255,10 @@ def bench_case(builds: list[str], b: int, h: int, s: int, d: int, causal: bool):
             return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
     candidates = [("cudnn", cudnn), *((n, build(n)) for n in builds), ("cudnn-after", cudnn)]
-    times, failed = {}, set()
-    # The H200 runs at its power cap, so its clock drifts by several % within a call: with
-    # DEV_ROUNDS > 1 every build is timed once per round, the order reversed on odd rounds, and
-    # the median over rounds is kept, so that a drift does not favour whichever build ran first.
-    for round_ in range(ROUNDS):
-        for name, fn in candidates if round_ % 2 == 0 else candidates[::-1]:
-            if name in failed:
-                continue
-            try:
-                ms = do_bench(fn, warmup=10, rep=60, return_mode="median")
-                times.setdefault(name, []).append(ms)
-                # the clock right after the build's timing: at the power cap it shows what each build draws
-                log(f"{case:28} {name:12} {ms:8.3f} ms {flops / ms / 1e9:7.1f} TFLOP/s (round {round_}) "
-                    f"{gpu_state() if POWER_LOG else ''}")
-            except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
-                failed.add(name)
-                log(f"{case:28} {name:12} failed: {type(exc).__name__}: {str(exc)[:120]}")
-    results = {name: statistics.median(ms) for name, ms in times.items()}
+    # the clock right after each timing (DEV_POWER_LOG): at the power cap it shows what each build draws
+    results = devkit.interleaved_medians(
+        f"{case:28}", candidates, ROUNDS, lambda fn: do_bench(fn, warmup=10, rep=60, return_mode="median"),
+        lambda name, ms: f" {flops / ms / 1e9:7.1f} TFLOP/s" + (f" {gpu_state()}" if POWER_LOG else ""))
     state = gpu_state()
     log(f"{case:28} after: {state}")
     diffs = {}  # same inputs as cuDNN: a cheap sanity check of what was timed

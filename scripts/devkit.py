@@ -1,10 +1,12 @@
 """What the Hopper dev scripts (scripts/dev_hopper*_gpu.py) share: a timestamped log line, a stage run in
 a child process under a time limit (a kernel waiting on a barrier that never completes becomes a
-reported timeout, not a lost device call), and a check loop that survives a crashing kernel (after a
-device fault the CUDA context is gone, so the later checks are reported as SKIP and counted as failed)."""
+reported timeout, not a lost device call), a check loop that survives a crashing kernel (after a
+device fault the CUDA context is gone, so the later checks are reported as SKIP and counted as failed),
+and interleaved timing rounds."""
 
 from __future__ import annotations
 
+import statistics
 import subprocess
 import sys
 import time
@@ -45,6 +47,31 @@ def run_checks(checks: Iterable[tuple[str, Callable[[], tuple[bool, str]]]]) -> 
         failures += not ok
         log(f"{'PASS' if ok else 'FAIL'} {name}: {detail}")
     return failures, total
+
+
+def interleaved_medians(label: str, candidates: list[tuple[str, Callable[[], object]]], rounds: int,
+                        time_ms: Callable[[Callable[[], object]], float],
+                        note: Callable[[str, float], str] = lambda name, ms: "") -> dict[str, float]:
+    """Each (name, fn) timed once per round by time_ms(fn), the order reversed on odd rounds; returns each
+    name's median in ms. The H200 runs at its power cap, so its clock drifts by several % within a call:
+    interleaving keeps a drift from favouring whichever candidate runs first. A candidate that raises is
+    logged and left out of the later rounds (a missing peer must not hide the rest); note(name, ms) adds to
+    each timing's log line."""
+    times: dict[str, list[float]] = {}
+    failed: set[str] = set()
+    for round_ in range(rounds):
+        for name, fn in candidates if round_ % 2 == 0 else candidates[::-1]:
+            if name in failed:
+                continue
+            try:
+                ms = time_ms(fn)
+            except Exception as exc:  # noqa: BLE001 - a missing peer must not hide the rest
+                failed.add(name)
+                log(f"{label} {name:12} failed: {type(exc).__name__}: {str(exc)[:160]}")
+                continue
+            times.setdefault(name, []).append(ms)
+            log(f"{label} {name:12} {ms:8.3f} ms (round {round_}){note(name, ms)}")
+    return {name: statistics.median(ms) for name, ms in times.items()}
 
 
 def oracle_check(run, case, device: str = "cuda") -> tuple[bool, str]:

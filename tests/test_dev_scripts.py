@@ -37,6 +37,29 @@ def test_a_hung_stage_becomes_a_timeout(tmp_path):
     assert devkit.run_stage(str(script), "correctness", 1) == 124
 
 
+def test_interleaved_rounds_reverse_the_order_and_drop_a_failing_candidate(capsys):
+    order = []
+    timings = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+
+    def candidate(name, fails=False):
+        def fn():
+            order.append(name)
+            if fails:
+                raise RuntimeError("no such backend")
+        return name, fn
+
+    def time_ms(fn):
+        fn()
+        return next(timings)
+
+    medians = devkit.interleaved_medians("case", [candidate("a"), candidate("b", True), candidate("c")], 3, time_ms,
+                                         lambda name, ms: f" note-{name}")
+    assert order == ["a", "b", "c", "c", "a", "a", "c"]  # b tried once; round 1 runs backwards
+    assert medians == {"a": 4.0, "c": 3.0}  # a: 1, 4, 5; c: 2, 3, 6
+    out = capsys.readouterr().out
+    assert "b            failed: RuntimeError: no such backend" in out and "(round 2) note-c" in out
+
+
 def test_oracle_check_returns_the_verdict_for_run_checks():
     import torch
 
