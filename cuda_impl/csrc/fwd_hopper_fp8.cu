@@ -72,7 +72,7 @@
 // in global memory (FwdParams::tile_counter, zeroed by cuda_impl._lib) and hands it to the consumers
 // (sm90::publish_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler.
 // Measured for fp8 against one CTA per item (build item-grid-causal of scripts/dev_hopper_fp8_gpu.py;
-// docs/perf-notes-hopper.md, session 10): causal 512-1k +12-26%, 4k +1.5-4%.
+// docs/perf-notes-hopper.md, session 10; 3 rounds): causal 512-1k +10-25%, 4k +2-5%, 16k level.
 #ifndef FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
 #define FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL 1
 #endif
