@@ -467,8 +467,9 @@ int launch_kernel(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStr
   return 0;
 }
 
-// Work items of a launch: query tiles of block_q rows x heads x batch.
-inline int64_t work_items(const FwdParams& p, int block_q) {
+// Work items of a launch: query tiles of block_q rows x heads x batch. (The persistent kernels take it
+// in 32 bits: the host checks it with check_work_items first.)
+__host__ __device__ inline int64_t work_items(const FwdParams& p, int block_q) {
   return int64_t(p.batch) * p.heads_q * ((p.seqlen_q + block_q - 1) / block_q);
 }
 

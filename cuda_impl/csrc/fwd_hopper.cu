@@ -547,7 +547,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   // so that a persistent CTA that got one of the heavier items of a round gets one of the lighter
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
-  const uint32_t items = p.batch * p.heads_q * ((p.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const uint32_t items = work_items(p, C::BLOCK_Q);
   // (a cluster's two items must be two query tiles of one head: groups of one head)
   // (the dynamic causal scheduler keeps the one-CTA-per-item grouping: its counter does the balancing)
   const int head_group = C::causal_persistent(p) && !C::DYNAMIC_CAUSAL ? p.batch * p.heads_q
@@ -593,13 +593,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       for (uint32_t round = 0;; round++) {
-        // dynamic: the first item is blockIdx.x, the rest come from the counter and go to the consumers
-        // (an item past the end tells them to stop)
+        // dynamic: items from the counter, handed to the consumers (an item past the end stops them too)
         uint32_t item = cta_item(round);
-        if (dynamic) {
-          item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.tile_counter, 1);
-          sm90::publish_item(bars, round, item);
-        }
+        if (dynamic) item = sm90::publish_next_item(bars, round, p.tile_counter);
         if (item >= items) break;
         hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
                                 &map_q, &map_k, &map_v, rank);

@@ -63,14 +63,14 @@
 #endif
 // 1: non-causal launches one CTA per SM that walks the work items (query tile, head) in the order of
 // one CTA per item, all query tiles of one head before the next; the next item's Q and K/V loads run
-// under this item's last P V and output stores. Causal keeps one CTA per item (items of unequal
-// length, handed out by the hardware as SMs free up). 0: one CTA per item always (before session 9).
+// under this item's last P V and output stores. (Causal: FA_HOPPER_FP8_D*_DYNAMIC_CAUSAL below.) 0: one
+// CTA per item for non-causal (before session 9).
 #ifndef FA_HOPPER_FP8_PERSISTENT
 #define FA_HOPPER_FP8_PERSISTENT 1
 #endif
 // Per head_dim, 1: causal launches persistent CTAs whose producer takes each next item from a counter
 // in global memory (FwdParams::tile_counter, zeroed by cuda_impl._lib) and hands it to the consumers
-// (sm90::publish_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler.
+// (sm90::publish_next_item / take_item), in the one-CTA-per-item order: the bf16 kernel's d128 scheduler.
 // Measured for fp8 against one CTA per item (build item-grid-causal of scripts/dev_hopper_fp8_gpu.py;
 // docs/perf-notes-hopper.md, session 10; 3 rounds): causal 512-1k +10-25%, 4k +2-5%, 16k level.
 #ifndef FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
   sm90::Progress done;  // stays zero for one item: the ring offsets fold to constants
   // Persistent: items in the order of the one-CTA-per-item grid (all query tiles of one head, then the
   // next; causal: heaviest first), below 2^31 (the host checks)
-  const uint32_t items = p.base.batch * p.base.heads_q * ((p.base.seqlen_q + C::BLOCK_Q - 1) / C::BLOCK_Q);
+  const uint32_t items = work_items(p.base, C::BLOCK_Q);
   const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
   if constexpr (SCHEDULE == FP8_DYNAMIC) {
     // the first item is blockIdx.x, the rest come from the counter; an item past the end stops the consumers
@@ -334,8 +334,7 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
         bars,
         [&] {
           for (uint32_t round = 0;; round++) {
-            const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(p.base.tile_counter, 1);
-            sm90::publish_item(bars, round, item);
+            const uint32_t item = sm90::publish_next_item(bars, round, p.base.tile_counter);
             if (item >= items) break;
             hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
           }

@@ -376,17 +376,21 @@ struct Progress {
   int q_loads = 0;   // earlier items that loaded Q (those with at least one KV tile)
 };
 
-// A persistent CTA whose producer thread takes its next work item from a counter in global memory
-// (a dynamic scheduler) publishes it in shared memory; the consumers take it. Bars names two item
-// slots and their barriers: item_full(s) (count 1) and item_empty(s) (count: every consumer thread).
-// Slot round % 2 is rewritten only after every consumer thread took the item of round - 2
-// (item_empty); mbarrier arrive (release) and wait (acquire) order the shared store and load.
+// A persistent CTA of a dynamic scheduler: its producer thread takes the next work item (round 0: the
+// CTA's own index; after that, one past the grid per value of the zeroed counter in global memory),
+// publishes it in shared memory and returns it; the consumers take it. An item past the last tells
+// every role to stop. Bars names two item slots and their barriers: item_full(s) (count 1) and
+// item_empty(s) (count: every consumer thread). Slot round % 2 is rewritten only after every consumer
+// thread took the item of round - 2 (item_empty); mbarrier arrive (release) and wait (acquire) order
+// the shared store and load.
 template <typename Bars>
-__device__ __forceinline__ void publish_item(const Bars& bars, uint32_t round, uint32_t item) {
+__device__ __forceinline__ uint32_t publish_next_item(const Bars& bars, uint32_t round, int32_t* counter) {
+  const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(counter, 1);
   const int s = round & 1;
   if (round >= 2) mbar_wait(bars.item_empty(s), ((round >> 1) - 1) & 1);
   asm volatile("st.shared.u32 [%0], %1;" ::"r"(bars.item_slot(s)), "r"(item) : "memory");
   mbar_arrive(bars.item_full(s));
+  return item;
 }
 
 template <typename Bars>

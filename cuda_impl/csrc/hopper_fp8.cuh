@@ -141,7 +141,7 @@ struct Barriers {
   // Q's buffer is free again (count CONSUMER_THREADS): a persistent CTA's producer loads the next item's
   // Q. Persistent kernels only (C::PERSISTENT).
   __device__ uint32_t q_empty() const { return base + 8 * (1 + 3 * STAGES); }
-  // The item hand-over of a dynamic scheduler (C::DYNAMIC; sm90::publish_item / take_item): slot s
+  // The item hand-over of a dynamic scheduler (C::DYNAMIC; sm90::publish_next_item / take_item): slot s
   // holds the item of rounds s, s + 2, ...
   __device__ uint32_t item_full(int s) const { return base + 8 * (2 + 3 * STAGES + s); }
   __device__ uint32_t item_empty(int s) const { return base + 8 * (4 + 3 * STAGES + s); }
