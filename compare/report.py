@@ -42,7 +42,7 @@ def tflops_table(df: pd.DataFrame) -> str:
 HEADLINES = [
     ("`cuda:hopper` / `sdpa:cudnn`", ["cuda:hopper"], "bf16", ["sdpa:cudnn"], "bf16"),
     ("`cuda:v5` / `sdpa:flash` (FA2)", ["cuda:v5"], "bf16", ["sdpa:flash"], "bf16"),
-    ("best Triton / `sdpa:cudnn`", ["triton:fa2", "triton:fa2-tma"], "bf16", ["sdpa:cudnn"], "bf16"),
+    ("best Triton / `sdpa:cudnn`", ["triton:fa2", "triton:fa2-tma", "triton:fa2-ws"], "bf16", ["sdpa:cudnn"], "bf16"),
     ("`cuda:hopper-fp8` / `triton:fp8`", ["cuda:hopper-fp8"], "fp8", ["triton:fp8"], "fp8"),
     ("`cuda:hopper-fp8` / `cuda:hopper` bf16", ["cuda:hopper-fp8"], "fp8", ["cuda:hopper"], "bf16"),
     ("`cuda:hopper-mxfp8` / best Triton", ["cuda:hopper-mxfp8"], "mxfp8",

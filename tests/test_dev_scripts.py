@@ -13,7 +13,7 @@ import devkit  # noqa: E402
 
 
 @pytest.mark.parametrize("name", ["dev_cuda_gpu", "dev_hopper_gpu", "dev_hopper_fp8_gpu", "dev_hopper_mx_gpu",
-                                  "bench_quant_gpu", "probe_lse_gpu", "profile_gpu",
+                                  "dev_gluon_gpu", "bench_quant_gpu", "probe_lse_gpu", "profile_gpu",
                                   "bench_api_overhead_gpu"])
 def test_dev_script_imports_and_parses_help(name):
     r = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), "--help"], capture_output=True, text=True,

@@ -45,6 +45,24 @@ def test_fp8_key_permuted_tiles_move_p_without_shuffles(head_dim):
     assert in_order["UTMALDG.5D"] == 0 and in_order["SHFL.IDX"] > 0, in_order
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_gluon_warp_specialized_kernel_compiles_for_sm90(head_dim, causal, dtype):
+    """fa2-ws: wgmma for both products, TMA loads and the TMA output store, no spills; the roles get
+    their own register budgets through setmaxnreg (PTX), the producer warp(group) down to PRODUCER_REGS and
+    the second consumer to CONSUMER_REGS."""
+    from triton_impl.kernels import fa2_ws
+    compiled = offline.compile_ws(head_dim, causal, dtype=dtype)
+    usage = offline.report(compiled)
+    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
+    assert usage["UTMALDG"] > 0 and usage["UTMASTG"] > 0, usage
+    assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
+    assert usage["smem"] <= offline.SM90_SMEM_LIMIT, usage
+    budgets = {int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", compiled.asm["ptx"])}
+    assert {fa2_ws.PRODUCER_REGS, fa2_ws.CONSUMER_REGS} <= budgets, budgets
+
+
 # ---------------------------------------------------------------- MXFP8 / NVFP4
 
 BLOCKED_VARIANTS = ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")

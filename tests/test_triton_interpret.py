@@ -230,7 +230,11 @@ def test_variant_table_follows_the_contract():
     import triton_impl
     for name, spec in triton_impl.VARIANTS.items():
         assert set(spec) == {"formats", "head_dims", "min_cc", "max_cc", "description"}
-        assert triton_impl.unavailable_reason(name) is None  # the interpreter runs every variant
+        reason = triton_impl.unavailable_reason(name)
+        if "Gluon" in spec["description"]:  # Gluon kernels need a GPU: the interpreter refuses them by name
+            assert reason is not None and "Gluon" in reason and name in reason, reason
+        else:
+            assert reason is None, reason  # the interpreter runs every Triton-language variant
     for fmt, name in triton_impl.DEFAULT_VARIANT.items():
         assert fmt in triton_impl.VARIANTS[name]["formats"]
     with pytest.raises(ValueError, match="unknown"):
@@ -268,6 +272,9 @@ def _bad_calls():
         ("tensor and QuantTensor mixed", lambda a: a(_fp8(q), kv, kv), TypeError, "QuantTensor"),
         ("V not transposed", lambda a: a(_fp8(q), _fp8(kv), _fp8(kv)), ValueError, "transposed"),
         ("misaligned for TMA", lambda a: a(_misaligned(q), kv, kv, variant="fa2-tma"), ValueError, "16-byte"),
+        ("head_dim 256 to the Gluon variant", lambda a: a(*(torch.randn(1, 1, 8, 256, **half) for _ in range(3)),
+                                                          variant="fa2-ws"), ValueError, "head_dim 256"),
+        ("Gluon variant in the interpreter", lambda a: a(q, kv, kv, variant="fa2-ws"), RuntimeError, "Gluon"),
         ("mxfp8 input to the fp8 variant", lambda a: a(*(_quantized(x, "mxfp8") for x in (q, kv, kv)), variant="fp8"),
          TypeError, "format"),
         ("fp8 variant through the 16-bit op", lambda a: torch.ops.triton_fa.fwd(q, kv, kv, False, 0.1, "fp8"),

@@ -24,14 +24,17 @@ _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: 
 _KERNEL_MODULES = {
     "fa2": "triton_impl.kernels.fa2_pointer",
     "fa2-tma": "triton_impl.kernels.fa2_tma",
+    "fa2-ws": "triton_impl.kernels.fa2_ws",
     "fp8": "triton_impl.kernels.fp8_tma",
     "mxfp8-dequant": "triton_impl.kernels.mx_dequant",
     "nvfp4-dequant": "triton_impl.kernels.mx_dequant",
     "mxfp8-dot-scaled": "triton_impl.kernels.mx_dot_scaled",
 }
 # variants whose Q/K (and V for 16-bit) are read through TMA descriptors
-_TMA_VARIANTS = ("fa2-tma", "fp8")
-_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma"), "fwd_fp8": ("fp8",),
+_TMA_VARIANTS = ("fa2-tma", "fa2-ws", "fp8")
+# written in Gluon, which Triton 3.6's interpreter does not run
+_GLUON_VARIANTS = ("fa2-ws",)
+_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma", "fa2-ws"), "fwd_fp8": ("fp8",),
                 "fwd_blocked": ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
 _BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.uint8, torch.float8_e4m3fn, 2, 16)}
@@ -65,7 +68,8 @@ def _reason(variant, interpreting, device):
     except ImportError as err:
         return f"triton is not importable: {err}"
     if interpreting:
-        return None
+        return f"variant {variant!r} is a Gluon kernel, which TRITON_INTERPRET=1 cannot run" \
+            if variant in _GLUON_VARIANTS else None
     if device is None:
         return "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)"
     cc = torch.cuda.get_device_capability(device)

@@ -15,6 +15,14 @@ VARIANTS: dict[str, dict] = {
         "max_cc": None,
         "description": "FlashAttention-2 forward, tensor-descriptor (TMA) loads, tuned for sm_90",
     },
+    "fa2-ws": {
+        "formats": ("bf16", "fp16"),
+        "head_dims": (64, 128),
+        "min_cc": (9, 0),
+        "max_cc": (9, 0),
+        "description": "FlashAttention-2 forward in Gluon (Triton's explicit dialect): a TMA producer warp and two "
+                       "consumer warpgroups with their own instruction streams (warp specialization); wgmma, sm_90 only",
+    },
     "fp8": {
         "formats": ("fp8",),
         "head_dims": (64, 128, 256),

@@ -20,7 +20,8 @@ _KERNELS = {"fa2": fa2_pointer._fa2_fwd_pointer, "fa2-tma": fa2_tma._fa2_fwd_tma
 _FLOAT_ARGS = ("qk_scale", "softmax_scale_log2")
 # strides that are 1 for contiguous inputs: head_dim strides, and the key stride of fp8's V^T
 _UNIT_STRIDES = {"fa2": ("sqd", "skd", "svd"), "fa2-tma": (), "fp8": ("svs",)}
-SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "UTMALDG.5D", "LDGSTS", "MUFU.EX2", "SHFL.IDX", "STL", "LDL")
+SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "UTMALDG.5D", "UTMASTG", "LDGSTS", "MUFU.EX2", "SHFL.IDX", "STL",
+            "LDL")
 # the most dynamic shared memory one block may use on sm_90
 SM90_SMEM_LIMIT = 232448
 
@@ -63,6 +64,30 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
     options = {name: config[name] for name in ("num_warps", "num_stages", "maxnreg") if name in config}
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
+def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
+    """Compile the Gluon kernel of "fa2-ws" (config dict(BLOCK_N, STAGES), default fa2_ws.CONFIGS) for sm_<arch>."""
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton_impl.kernels import fa2_ws
+
+    config = config or fa2_ws.CONFIGS[head_dim]
+    element = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+
+    def descriptor(rows):
+        block = [1, 1, rows, head_dim]
+        return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, element)!r}>"
+
+    rows = fa2_ws.ROWS.value
+    signature = dict(q_desc=descriptor(rows), k_desc=descriptor(config["BLOCK_N"]), v_desc=descriptor(config["BLOCK_N"]),
+                     o_desc=descriptor(rows), LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32",
+                     heads_q="i32", group_size="i32")
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config["BLOCK_N"], STAGES=config["STAGES"], CAUSAL=causal,
+                      CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
+    signature.update({name: "constexpr" for name in constexprs})
+    source = GluonASTSource(fn=fa2_ws._fa2_fwd_ws, signature=signature, constexprs=constexprs)
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=4))
 
 
 def report(compiled):

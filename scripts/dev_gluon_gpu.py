@@ -1,0 +1,117 @@
+"""One dev call on the GPU machine for `triton:fa2-ws` (Gluon, warp-specialized): check, then time.
+
+    OUT=/tmp PYTHONPATH=. python scripts/dev_gluon_gpu.py
+
+1. the public API with variant "fa2-ws" against compare.oracle on awkward shapes (tails on both axes,
+   causal with Sq < Sk and Sq > Sk, GQA, MQA, one query, one key, custom scale, fp16, 'large' and
+   'shifted' inputs), then every extra config of DEV_WS_CONFIGS on a row-sampled case;
+2. interleaved timing rounds (DEV_ROUNDS, default 3) at batch * seqlen = 16k tokens, 2048 / head_dim
+   heads: fa2-ws (each config), fa2-tma through the autotuned API, and torch SDPA on cuDNN.
+Timing: triton.testing.do_bench median, L2 flushed. Writes $OUT/gluon_dev.csv; prints a table last.
+"""
+import argparse
+import csv
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+import triton.testing
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
+import triton_impl  # noqa: E402
+from compare import oracle  # noqa: E402
+from triton_impl.kernels import fa2_ws  # noqa: E402
+
+OUT = os.environ.get("OUT", "/tmp")
+ROUNDS = int(os.environ.get("DEV_ROUNDS", "3"))
+TOKENS = 16384
+# extra (head_dim, BLOCK_N, STAGES) configs to check and time beside the default, e.g. "128:128:3,128:64:4"
+EXTRA = [tuple(int(x) for x in item.split(":")) for item in os.environ.get("DEV_WS_CONFIGS", "").split(",") if item]
+
+CASES = [
+    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=True),
+    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=False),
+    dict(batch=1, heads_q=4, heads_kv=4, seqlen_q=517, seqlen_k=300, head_dim=128, causal=True),
+    dict(batch=1, heads_q=4, heads_kv=1, seqlen_q=1000, seqlen_k=1000, head_dim=64, causal=True, dist="large"),
+    dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=333, seqlen_k=448, head_dim=64, causal=False, dist="shifted"),
+    dict(batch=1, heads_q=2, heads_kv=1, seqlen_q=1, seqlen_k=1, head_dim=128, causal=True),
+    dict(batch=1, heads_q=3, heads_kv=1, seqlen_q=1, seqlen_k=700, head_dim=128, causal=True),
+    dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=700, seqlen_k=1, head_dim=64, causal=False),
+    dict(batch=3, heads_q=4, heads_kv=2, seqlen_q=2048, seqlen_k=2048, head_dim=128, causal=True, scale=0.3),
+    dict(batch=1, heads_q=16, heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=False),
+    dict(batch=1, heads_q=4, heads_kv=4, seqlen_q=129, seqlen_k=4000, head_dim=64, causal=True),
+]
+
+
+def api(q, k, v, **kw):
+    return triton_impl.attention(q, k, v, variant="fa2-ws", **kw)
+
+
+def explicit(config):
+    def run(q, k, v, *, causal=False, scale=None, return_lse=False):
+        out = torch.empty_like(q)
+        lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+        scale = q.shape[-1] ** -0.5 if scale is None else scale
+        fa2_ws.launch(q, k, v, out, lse, causal, scale, config)
+        return (out, lse) if return_lse else out
+    return run
+
+
+def checks():
+    for i, spec in enumerate(CASES):
+        for fmt in ("bf16", "fp16") if i < 3 else ("bf16",):
+            case = oracle.Case(fmt=fmt, seed=i, **spec)
+            yield f"api {case.shape_str()}", lambda case=case: devkit.oracle_check(api, case)
+    for head_dim, block_n, stages in EXTRA:
+        config = dict(BLOCK_N=block_n, STAGES=stages)
+        for causal in (False, True):
+            case = oracle.Case(batch=2, heads_q=8, heads_kv=2, seqlen_q=1000, seqlen_k=1080, head_dim=head_dim,
+                               causal=causal, seed=7)
+            yield (f"{fa2_ws.config_name(config)} d{head_dim} {case.shape_str()}",
+                   lambda case=case, config=config: devkit.oracle_check(explicit(config), case))
+
+
+def time_ms(fn):
+    return triton.testing.do_bench(fn, quantiles=[0.5])
+
+
+def main():
+    failures, total = devkit.run_checks(checks())
+    devkit.log(f"correctness: {total - failures}/{total} passed")
+    rows = []
+    shapes = [(128, s, c) for s in (16384, 4096, 1024) for c in (False, True)] + \
+             [(64, s, c) for s in (16384, 4096) for c in (False, True)]
+    for head_dim, seqlen, causal in shapes:
+        batch, heads = TOKENS // seqlen, 2048 // head_dim
+        q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+        flops = 4 * batch * heads * head_dim * (seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen)
+        candidates = [("fa2-ws", lambda: api(q, k, v, causal=causal))]
+        for d, block_n, stages in EXTRA:
+            if d == head_dim and failures == 0:
+                config = dict(BLOCK_N=block_n, STAGES=stages)
+                candidates.append((fa2_ws.config_name(config), lambda c=config: explicit(c)(q, k, v, causal=causal)))
+        candidates += [("fa2-tma", lambda: triton_impl.attention(q, k, v, causal=causal, variant="fa2-tma")),
+                       ("cudnn", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
+        label = f"d{head_dim} {batch}x{heads}x{seqlen} {'causal' if causal else 'full'}"
+        medians = devkit.interleaved_medians(label, candidates, ROUNDS, time_ms)
+        for name, ms in medians.items():
+            rows.append(dict(head_dim=head_dim, seqlen=seqlen, causal=causal, impl=name, ms=ms,
+                             tflops=flops / ms * 1e-9, note=triton_impl.last_config(name) or ""))
+    with open(os.path.join(OUT, "gluon_dev.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    devkit.log(f"correctness: {total - failures}/{total} passed")
+    for row in rows:
+        devkit.log(f"d{row['head_dim']:<4} {row['seqlen']:>6} {'causal' if row['causal'] else 'full  '} "
+                   f"{row['impl']:18} {row['tflops']:7.1f} TFLOP/s {row['note']}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""Variant "fa2-ws": FlashAttention-2 forward in Gluon, Triton 3.6's explicit dialect, warp-specialized for sm_90.
+
+Triton's tile language cannot split a program into roles on Hopper (`tl.range(warp_specialize=True)`
+is Blackwell-only in 3.6, docs/perf-notes-triton.md). Gluon, shipped in the same wheel as
+`triton.experimental.gluon`, can: a program here is one producer warp that issues the TMA loads and
+two consumer warpgroups of 64 query rows each, every one with its own instruction stream, as in the
+CUDA kernel `cuda:hopper`. While one consumer runs its softmax, the other's wgmma keep the tensor
+cores busy, which Triton's lock-step 128-row blocks only get from a second co-resident program.
+
+Shared memory: Q (two 64-row tiles, reused for the output store), a ring of STAGES K and V tiles.
+Barriers: `q_ready`; per stage `k_ready`, `v_ready` (TMA transaction counts) and `kv_empty` (one
+arrival per consumer). Descriptors are 4-D over (batch, head, seqlen, head_dim) with the inputs'
+own strides, so tails are zero-filled by TMA on loads and clipped on the output store per head, and
+GQA is a head index.
+"""
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from triton_impl.kernels import tuning
+
+ROWS = gl.constexpr(64)       # query rows per consumer warpgroup: one wgmma M
+CONSUMERS = gl.constexpr(2)
+LN2 = gl.constexpr(0.6931471805599453)
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+              batch, head, head_kv, q_row0, n_tiles,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+    mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
+    for c in gl.static_range(CONSUMERS):
+        tma.async_copy_global_to_shared(q_desc, [batch, head, q_row0 + c * ROWS, 0], q_ready, q_smem.index(c))
+    for j in range(n_tiles):
+        stage = j % STAGES
+        # a fresh barrier counts as having completed the phase before its first: round 0 passes
+        mbarrier.wait(kv_empty.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [batch, head_kv, j * BLOCK_N, 0], k_ready.index(stage),
+                                        k_smem.index(stage))
+        mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [batch, head_kv, j * BLOCK_N, 0], v_ready.index(stage),
+                                        v_smem.index(stage))
+
+
+@gluon.jit
+def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m, offs_n,
+          seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
+          HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """One key tile of one consumer: S = Q K^T, online softmax, O += P V, release the stage."""
+    stage = j % STAGES
+    phase = (j // STAGES) & 1
+    mbarrier.wait(k_ready.index(stage), phase)
+    k_tile = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
+    qk = warpgroup_mma(q, k_tile.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                       use_acc=False, is_async=True)
+    qk, _, _ = warpgroup_mma_wait(0, deps=(qk, q, k_tile))
+
+    if MASKED:
+        keys = gl.expand_dims(j * BLOCK_N + offs_n, 0)
+        visible = keys < seqlen_k
+        if CAUSAL:
+            visible = visible & (keys <= gl.expand_dims(offs_m, 1) + diagonal)
+        qk = gl.where(visible, qk * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(qk, 1))
+        # a row that has seen no key yet keeps max -inf; subtracting 0 makes its p and alpha 0, not NaN
+        m_shift = gl.where(m_new == float("-inf"), 0.0, m_new)
+        p = gl.exp2(qk - gl.expand_dims(m_shift, 1))
+        alpha = gl.exp2(m_i - m_shift)
+    else:
+        # qk_scale > 0 (checked on the host), so scaling commutes with the max
+        m_new = gl.maximum(m_i, gl.max(qk, 1) * qk_scale)
+        # one FFMA per score: Triton does not contract a separate multiply and subtract
+        p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_new, 1)))
+        alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, 1)
+
+    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    p_op = gl.convert_layout(p.to(v_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    mbarrier.wait(v_ready.index(stage), phase)
+    v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p_op, v_tile, acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(0, deps=(acc, v_tile))
+    mbarrier.arrive(kv_empty.index(stage))
+    return m_new, l_i, acc
+
+
+@gluon.jit
+def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+              qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    row0 = q_row0 + cid * ROWS
+    offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
+    acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
+
+    # bottom-right causal alignment: row i sees keys j <= i + diagonal; tiles below full_tiles need no mask
+    diagonal = seqlen_k - seqlen_q
+    if CAUSAL:
+        seen_by_all_rows = gl.minimum(seqlen_k, row0 + diagonal + 1)
+    else:
+        seen_by_all_rows = seqlen_k
+    full_tiles = gl.minimum(gl.maximum(seen_by_all_rows, 0) // BLOCK_N, n_tiles)
+
+    q_tile = q_smem.index(cid)
+    q = q_tile.reshape([ROWS, HEAD_DIM])
+    mbarrier.wait(q_ready, 0)
+    for j in range(0, full_tiles):
+        m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
+                              offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
+                              HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL)
+    for j in range(full_tiles, n_tiles):
+        m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
+                              offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
+                              HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL)
+
+    # rows that saw no key give 0 and LSE -inf
+    empty = l_i == 0.0
+    safe_l = gl.where(empty, 1.0, l_i)
+    lse = gl.where(empty, float("-inf"), (m_i + gl.log2(safe_l)) * LN2)
+    gl.store(LSE + bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
+    out = acc * gl.expand_dims(gl.convert_layout(1.0 / safe_l, gl.SliceLayout(1, o_layout)), 1)
+    # Q's tile is dead after the last S: stage the output there; TMA clips rows past seqlen_q
+    q.store(out.to(q_smem.dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(o_desc, [batch, head, row0, 0], q_tile)
+    tma.store_wait(0)
+
+
+# integers that only bound loops or index heads: one binary for all their values
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size"])
+def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
+                qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
+                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    pid_m = gl.program_id(0)
+    if CAUSAL:
+        # the last query blocks see the most keys: start them first so the grid drains evenly
+        pid_m = gl.num_programs(0) - 1 - pid_m
+    bh = gl.program_id(1)
+    batch = bh // heads_q
+    head = bh % heads_q
+    head_kv = head // group_size
+    q_row0 = pid_m * (CONSUMERS * ROWS)
+    if CAUSAL:
+        end = gl.minimum(seqlen_k, q_row0 + CONSUMERS * ROWS + seqlen_k - seqlen_q)
+    else:
+        end = seqlen_k
+    n_tiles = gl.cdiv(gl.maximum(end, 0), BLOCK_N)
+
+    q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
+    k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
+    v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_ready, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(kv_empty.index(s), count=CONSUMERS)
+
+    gl.warp_specialize([
+        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                     qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
+        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                     qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
+        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                     batch, head, head_kv, q_row0, n_tiles, BLOCK_N, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+# per head_dim: (BLOCK_N, STAGES); shared memory = 2 Q tiles + STAGES * (K + V) tiles
+CONFIGS = {64: dict(BLOCK_N=128, STAGES=3), 128: dict(BLOCK_N=128, STAGES=2)}
+# setmaxnreg per role: the producer warp needs few registers, each consumer holds S, P and O
+CONSUMER_REGS, PRODUCER_REGS = 240, 24
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+
+
+def config_name(config):
+    return "{}x{} ws s{}".format(CONSUMERS.value * ROWS.value, config["BLOCK_N"], config["STAGES"])
+
+
+def _descriptor(t, rows):
+    """4-D TMA descriptor over (batch, heads, seqlen, head_dim) with t's strides, one (rows, head_dim) box."""
+    block = [1, 1, rows, t.shape[3]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(tuning.strides(t)), block, layout)
+
+
+def launch(q, k, v, out, lse, causal, scale, config=None):
+    """Run the kernel; q/k/v need unit last stride and 16-byte aligned base and strides (checked by
+    the caller), out/lse are fresh contiguous tensors."""
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    config = config or CONFIGS[head_dim]
+    grid = (triton.cdiv(seqlen_q, CONSUMERS.value * ROWS.value), batch * heads_q)
+    return _fa2_fwd_ws[grid](
+        _descriptor(q, ROWS.value), _descriptor(k, config["BLOCK_N"]), _descriptor(v, config["BLOCK_N"]),
+        _descriptor(out, ROWS.value), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
+        HEAD_DIM=head_dim, BLOCK_N=config["BLOCK_N"], STAGES=config["STAGES"], CAUSAL=causal,
+        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
