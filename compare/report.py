@@ -43,7 +43,7 @@ HEADLINES = [
     ("`cuda:hopper` / `sdpa:cudnn`", ["cuda:hopper"], "bf16", ["sdpa:cudnn"], "bf16"),
     ("`cuda:v5` / `sdpa:flash` (FA2)", ["cuda:v5"], "bf16", ["sdpa:flash"], "bf16"),
     ("best Triton / `sdpa:cudnn`", ["triton:fa2", "triton:fa2-tma", "triton:fa2-ws"], "bf16", ["sdpa:cudnn"], "bf16"),
-    ("`cuda:hopper-fp8` / `triton:fp8`", ["cuda:hopper-fp8"], "fp8", ["triton:fp8"], "fp8"),
+    ("`cuda:hopper-fp8` / best Triton fp8", ["cuda:hopper-fp8"], "fp8", ["triton:fp8", "triton:fp8-ws"], "fp8"),
     ("`cuda:hopper-fp8` / `cuda:hopper` bf16", ["cuda:hopper-fp8"], "fp8", ["cuda:hopper"], "bf16"),
     ("`cuda:hopper-mxfp8` / best Triton", ["cuda:hopper-mxfp8"], "mxfp8",
      ["triton:mxfp8-dequant", "triton:mxfp8-dot-scaled"], "mxfp8"),

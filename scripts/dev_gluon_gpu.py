@@ -1,12 +1,15 @@
-"""One dev call on the GPU machine for `triton:fa2-ws` (Gluon, warp-specialized): check, then time.
+"""One dev call on the GPU machine for `triton:fa2-ws` and `triton:fp8-ws` (Gluon, warp-specialized): check,
+then time.
 
     OUT=/tmp PYTHONPATH=. python scripts/dev_gluon_gpu.py
 
-1. the public API with variant "fa2-ws" against compare.oracle on awkward shapes (tails on both axes,
-   causal with Sq < Sk and Sq > Sk, GQA, MQA, one query, one key, custom scale, fp16, 'large' and
-   'shifted' inputs), then every extra config of DEV_WS_CONFIGS on a row-sampled case;
+1. the public API with variants "fa2-ws" and "fp8-ws" against compare.oracle on awkward shapes (tails on
+   both axes, causal with Sq < Sk and Sq > Sk, GQA, MQA, one query, one key, custom scale, fp16, 'large'
+   and 'shifted' inputs; fp8 also with Sk % 16 != 0, where V^T is padded), then every extra 16-bit config
+   of DEV_WS_CONFIGS on a row-sampled case;
 2. interleaved timing rounds (DEV_ROUNDS, default 3) at batch * seqlen = 16k tokens, 2048 / head_dim
-   heads: fa2-ws (each config), fa2-tma through the autotuned API, and torch SDPA on cuDNN.
+   heads: fa2-ws (each config), fa2-tma through the autotuned API and torch SDPA on cuDNN; fp8-ws against
+   fp8 (autotuned API) on the same values quantized by compare.formats.
 Timing: triton.testing.do_bench median, L2 flushed. Writes $OUT/gluon_dev.csv; prints a table last.
 """
 import argparse
@@ -23,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 import triton_impl  # noqa: E402
-from compare import oracle  # noqa: E402
+from compare import formats, oracle  # noqa: E402
 from triton_impl.kernels import fa2_ws  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
@@ -47,8 +50,10 @@ CASES = [
 ]
 
 
-def api(q, k, v, **kw):
-    return triton_impl.attention(q, k, v, variant="fa2-ws", **kw)
+def api(variant):
+    def run(q, k, v, **kw):
+        return triton_impl.attention(q, k, v, variant=variant, **kw)
+    return run
 
 
 def explicit(config):
@@ -63,9 +68,10 @@ def explicit(config):
 
 def checks():
     for i, spec in enumerate(CASES):
-        for fmt in ("bf16", "fp16") if i < 3 else ("bf16",):
+        for fmt in ("bf16", "fp16", "fp8") if i < 3 else ("bf16", "fp8"):
+            variant = "fp8-ws" if fmt == "fp8" else "fa2-ws"
             case = oracle.Case(fmt=fmt, seed=i, **spec)
-            yield f"api {case.shape_str()}", lambda case=case: devkit.oracle_check(api, case)
+            yield f"{variant} {case.shape_str()}", lambda case=case, variant=variant: devkit.oracle_check(api(variant), case)
     for head_dim, block_n, stages in EXTRA:
         config = dict(BLOCK_N=block_n, STAGES=stages)
         for causal in (False, True):
@@ -89,18 +95,21 @@ def main():
         batch, heads = TOKENS // seqlen, 2048 // head_dim
         q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flops = 4 * batch * heads * head_dim * (seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen)
-        candidates = [("fa2-ws", lambda: api(q, k, v, causal=causal))]
+        candidates = [("fa2-ws", lambda: api("fa2-ws")(q, k, v, causal=causal))]
         for d, block_n, stages in EXTRA:
             if d == head_dim and failures == 0:
                 config = dict(BLOCK_N=block_n, STAGES=stages)
                 candidates.append((fa2_ws.config_name(config), lambda c=config: explicit(c)(q, k, v, causal=causal)))
         candidates += [("fa2-tma", lambda: triton_impl.attention(q, k, v, causal=causal, variant="fa2-tma")),
                        ("cudnn", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
+        q8, k8, vt8 = formats.quantize_attention_inputs(q, k, v, "fp8")
+        candidates += [(f"{variant} (fp8)", lambda variant=variant: api(variant)(q8, k8, vt8, causal=causal))
+                       for variant in ("fp8-ws", "fp8")]
         label = f"d{head_dim} {batch}x{heads}x{seqlen} {'causal' if causal else 'full'}"
         medians = devkit.interleaved_medians(label, candidates, ROUNDS, time_ms)
         for name, ms in medians.items():
             rows.append(dict(head_dim=head_dim, seqlen=seqlen, causal=causal, impl=name, ms=ms,
-                             tflops=flops / ms * 1e-9, note=triton_impl.last_config(name) or ""))
+                             tflops=flops / ms * 1e-9, note=triton_impl.last_config(name.split()[0]) or ""))
     with open(os.path.join(OUT, "gluon_dev.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -47,15 +47,16 @@ def test_fp8_key_permuted_tiles_move_p_without_shuffles(head_dim):
 
 @pytest.mark.parametrize("head_dim", [64, 128])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp8"])
 def test_gluon_warp_specialized_kernel_compiles_for_sm90(head_dim, causal, dtype):
-    """fa2-ws: wgmma for both products, TMA loads and the TMA output store, no spills; the roles get
-    their own register budgets through setmaxnreg (PTX), the producer warp(group) down to PRODUCER_REGS and
-    the second consumer to CONSUMER_REGS."""
+    """fa2-ws / fp8-ws: wgmma for both products (QGMMA for fp8), TMA loads and the TMA output store, no
+    spills; the roles get their own register budgets through setmaxnreg (PTX), the producer warp(group)
+    down to PRODUCER_REGS and the second consumer to CONSUMER_REGS."""
     from triton_impl.kernels import fa2_ws
     compiled = offline.compile_ws(head_dim, causal, dtype=dtype)
     usage = offline.report(compiled)
-    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
+    mma, other = ("QGMMA", "HGMMA") if dtype == "fp8" else ("HGMMA", "QGMMA")
+    assert usage[mma] > 0 and usage[other] == 0 and usage["HMMA"] == 0, usage
     assert usage["UTMALDG"] > 0 and usage["UTMASTG"] > 0, usage
     assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, usage

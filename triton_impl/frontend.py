@@ -26,15 +26,16 @@ _KERNEL_MODULES = {
     "fa2-tma": "triton_impl.kernels.fa2_tma",
     "fa2-ws": "triton_impl.kernels.fa2_ws",
     "fp8": "triton_impl.kernels.fp8_tma",
+    "fp8-ws": "triton_impl.kernels.fp8_ws",
     "mxfp8-dequant": "triton_impl.kernels.mx_dequant",
     "nvfp4-dequant": "triton_impl.kernels.mx_dequant",
     "mxfp8-dot-scaled": "triton_impl.kernels.mx_dot_scaled",
 }
 # variants whose Q/K (and V for 16-bit) are read through TMA descriptors
-_TMA_VARIANTS = ("fa2-tma", "fa2-ws", "fp8")
+_TMA_VARIANTS = ("fa2-tma", "fa2-ws", "fp8", "fp8-ws")
 # written in Gluon, which Triton 3.6's interpreter does not run
-_GLUON_VARIANTS = ("fa2-ws",)
-_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma", "fa2-ws"), "fwd_fp8": ("fp8",),
+_GLUON_VARIANTS = ("fa2-ws", "fp8-ws")
+_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma", "fa2-ws"), "fwd_fp8": ("fp8", "fp8-ws"),
                 "fwd_blocked": ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
 _BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.uint8, torch.float8_e4m3fn, 2, 16)}

@@ -30,6 +30,14 @@ VARIANTS: dict[str, dict] = {
         "max_cc": None,
         "description": "FP8 e4m3 forward, per-head descales, V stored transposed, P cast to e4m3 unscaled",
     },
+    "fp8-ws": {
+        "formats": ("fp8",),
+        "head_dims": (64, 128),
+        "min_cc": (9, 0),
+        "max_cc": (9, 0),
+        "description": "FP8 e4m3 forward of 'fp8' (per-head descales, V stored transposed, P cast to e4m3 unscaled) "
+                       "on the warp-specialized Gluon kernel of 'fa2-ws'; QGMMA, sm_90 only",
+    },
     "mxfp8-dot-scaled": {
         "formats": ("mxfp8",),
         "head_dims": (64, 128, 256),

@@ -31,7 +31,7 @@ LN2 = gl.constexpr(0.6931471805599453)
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
               batch, head, head_kv, q_row0, n_tiles,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(CONSUMERS):
         tma.async_copy_global_to_shared(q_desc, [batch, head, q_row0 + c * ROWS, 0], q_ready, q_smem.index(c))
@@ -43,15 +43,19 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
         tma.async_copy_global_to_shared(k_desc, [batch, head_kv, j * BLOCK_N, 0], k_ready.index(stage),
                                         k_smem.index(stage))
         mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [batch, head_kv, j * BLOCK_N, 0], v_ready.index(stage),
-                                        v_smem.index(stage))
+        if FP8:  # V^T: (head_dim, keys) boxes
+            tma.async_copy_global_to_shared(v_desc, [batch, head_kv, 0, j * BLOCK_N], v_ready.index(stage),
+                                            v_smem.index(stage))
+        else:
+            tma.async_copy_global_to_shared(v_desc, [batch, head_kv, j * BLOCK_N, 0], v_ready.index(stage),
+                                            v_smem.index(stage))
 
 
 @gluon.jit
 def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m, offs_n,
           seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
           HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+          MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
     """One key tile of one consumer: S = Q K^T, online softmax, O += P V, release the stage."""
     stage = j % STAGES
     phase = (j // STAGES) & 1
@@ -81,9 +85,15 @@ def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_sc
     l_i = l_i * alpha + gl.sum(p, 1)
 
     acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-    p_op = gl.convert_layout(p.to(v_smem.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    # P in V's element type, in the register layout of wgmma's A operand (32 bits per k-step and thread);
+    # fp8: e4m3 with no scale, round to nearest even (compare.formats.quantize_p), l keeps the fp32 sum
+    p_op = gl.convert_layout(p.to(v_smem.dtype),
+                             gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // v_smem.dtype.primitive_bitwidth))
     mbarrier.wait(v_ready.index(stage), phase)
-    v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
+    if FP8:  # fp8 wgmma reads B K-major only: the (head_dim, keys) tile of V^T, viewed as (keys, head_dim)
+        v_tile = v_smem.index(stage).reshape([HEAD_DIM, BLOCK_N]).permute((1, 0))
+    else:
+        v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
     acc = warpgroup_mma(p_op, v_tile, acc, is_async=True)
     acc, _ = warpgroup_mma_wait(0, deps=(acc, v_tile))
     mbarrier.arrive(kv_empty.index(stage))
@@ -91,13 +101,15 @@ def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_sc
 
 
 @gluon.jit
-def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-              qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+              qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+              FP8: gl.constexpr):
+    k_step: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma K: 16 for 16-bit, 32 for fp8
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
+                                                       instr_shape=[16, BLOCK_N, k_step])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
+                                                       instr_shape=[16, HEAD_DIM, k_step])
     row0 = q_row0 + cid * ROWS
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -119,39 +131,36 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, q_ready, k_read
     for j in range(0, full_tiles):
         m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
                               offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                              HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL)
+                              HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL, FP8)
     for j in range(full_tiles, n_tiles):
         m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
                               offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                              HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL)
+                              HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL, FP8)
 
     # rows that saw no key give 0 and LSE -inf
     empty = l_i == 0.0
     safe_l = gl.where(empty, 1.0, l_i)
     lse = gl.where(empty, float("-inf"), (m_i + gl.log2(safe_l)) * LN2)
     gl.store(LSE + bh.to(gl.int64) * seqlen_q + offs_m, lse, mask=offs_m < seqlen_q)
-    out = acc * gl.expand_dims(gl.convert_layout(1.0 / safe_l, gl.SliceLayout(1, o_layout)), 1)
-    # Q's tile is dead after the last S: stage the output there; TMA clips rows past seqlen_q
-    q.store(out.to(q_smem.dtype))
+    out = acc * gl.expand_dims(gl.convert_layout(v_descale / safe_l, gl.SliceLayout(1, o_layout)), 1)
+    # staged in shared memory (16-bit: Q's tile, dead after the last S), stored by TMA, which clips rows
+    # past seqlen_q
+    o_tile = o_smem.index(cid)
+    o_tile.reshape([ROWS, HEAD_DIM]).store(out.to(o_smem.dtype))
     fence_async_shared()
-    tma.async_copy_shared_to_global(o_desc, [batch, head, row0, 0], q_tile)
+    tma.async_copy_shared_to_global(o_desc, [batch, head, row0, 0], o_tile)
     tma.store_wait(0)
 
 
-# integers that only bound loops or index heads: one binary for all their values
-@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size"])
-def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
-                qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
-                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+@gluon.jit
+def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, batch, head, head_kv, bh,
+             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+             FP8: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """One program: shared memory and barriers, then the producer and the two consumers."""
     pid_m = gl.program_id(0)
     if CAUSAL:
         # the last query blocks see the most keys: start them first so the grid drains evenly
         pid_m = gl.num_programs(0) - 1 - pid_m
-    bh = gl.program_id(1)
-    batch = bh // heads_q
-    head = bh % heads_q
-    head_kv = head // group_size
     q_row0 = pid_m * (CONSUMERS * ROWS)
     if CAUSAL:
         end = gl.minimum(seqlen_k, q_row0 + CONSUMERS * ROWS + seqlen_k - seqlen_q)
@@ -162,6 +171,10 @@ def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
     q_smem = gl.allocate_shared_memory(q_desc.dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
     k_smem = gl.allocate_shared_memory(k_desc.dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(v_desc.dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
+    if FP8:  # the bf16 output does not fit fp8 Q's tiles
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, [CONSUMERS] + o_desc.block_type.shape, o_desc.layout)
+    else:
+        o_smem = q_smem
     q_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -173,33 +186,73 @@ def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
         mbarrier.init(kv_empty.index(s), count=CONSUMERS)
 
     gl.warp_specialize([
-        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                     qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
-        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                     qk_scale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL)),
+        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                     qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8)),
+        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                     qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                     batch, head, head_kv, q_row0, n_tiles, BLOCK_N, STAGES)),
+                     batch, head, head_kv, q_row0, n_tiles, BLOCK_N, STAGES, FP8)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
-# per head_dim: (BLOCK_N, STAGES); shared memory = 2 Q tiles + STAGES * (K + V) tiles
-CONFIGS = {64: dict(BLOCK_N=128, STAGES=3), 128: dict(BLOCK_N=128, STAGES=2)}
+# integers that only bound loops or index heads: one binary for all their values
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size"])
+def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
+                qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
+                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    bh = gl.program_id(1)
+    head = bh % heads_q
+    _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, bh // heads_q, head,
+             head // group_size, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, CONSUMER_REGS, PRODUCER_REGS)
+
+
+@gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
+def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE, LSE,
+                softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
+                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """e4m3 Q, K and V^T (B, Hkv, D, Sk) with one fp32 descale per (batch, head): Q's and K's fold into the
+    softmax scale, V's into the final normalisation; bf16 output."""
+    bh = gl.program_id(1)
+    batch = bh // heads_q
+    head = bh % heads_q
+    head_kv = head // group_size
+    bh_kv = batch * heads_kv + head_kv
+    qk_scale = softmax_scale_log2 * gl.load(Q_DESCALE + bh) * gl.load(K_DESCALE + bh_kv)
+    _forward(q_desc, k_desc, vt_desc, o_desc, LSE, qk_scale, gl.load(V_DESCALE + bh_kv), seqlen_q, seqlen_k,
+             batch, head, head_kv, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, CONSUMER_REGS, PRODUCER_REGS)
+
+
+# per (head_dim, element bytes): (BLOCK_N, STAGES); shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's
+# bf16 output tiles)
+CONFIGS = {(64, 2): dict(BLOCK_N=128, STAGES=3), (128, 2): dict(BLOCK_N=128, STAGES=2),
+           (64, 1): dict(BLOCK_N=128, STAGES=4), (128, 1): dict(BLOCK_N=128, STAGES=4)}
 # setmaxnreg per role: the producer warp needs few registers, each consumer holds S, P and O
 CONSUMER_REGS, PRODUCER_REGS = 240, 24
-_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}
+_GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
+
+
+def config_for(head_dim, element_size):
+    return CONFIGS[(head_dim, element_size)]
 
 
 def config_name(config):
     return "{}x{} ws s{}".format(CONSUMERS.value * ROWS.value, config["BLOCK_N"], config["STAGES"])
 
 
-def _descriptor(t, rows):
-    """4-D TMA descriptor over (batch, heads, seqlen, head_dim) with t's strides, one (rows, head_dim) box."""
-    block = [1, 1, rows, t.shape[3]]
+def descriptor(t, box_rows, box_cols, shape=None):
+    """4-D TMA descriptor over t (batch, heads, rows, cols) with t's strides and a (box_rows, box_cols) box;
+    `shape` overrides t's shape (a padded buffer whose extra columns must read as zeros)."""
+    block = [1, 1, box_rows, box_cols]
     layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(t.shape), list(tuning.strides(t)), block, layout)
+    return TensorDescriptor(t, list(shape or t.shape), list(tuning.strides(t)), block, layout)
+
+
+def grid(seqlen_q, batch, heads_q):
+    return (triton.cdiv(seqlen_q, CONSUMERS.value * ROWS.value), batch * heads_q)
 
 
 def launch(q, k, v, out, lse, causal, scale, config=None):
@@ -207,10 +260,10 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
     the caller), out/lse are fresh contiguous tensors."""
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    config = config or CONFIGS[head_dim]
-    grid = (triton.cdiv(seqlen_q, CONSUMERS.value * ROWS.value), batch * heads_q)
-    return _fa2_fwd_ws[grid](
-        _descriptor(q, ROWS.value), _descriptor(k, config["BLOCK_N"]), _descriptor(v, config["BLOCK_N"]),
-        _descriptor(out, ROWS.value), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
-        HEAD_DIM=head_dim, BLOCK_N=config["BLOCK_N"], STAGES=config["STAGES"], CAUSAL=causal,
+    config = config or config_for(head_dim, q.element_size())
+    rows, block_n = ROWS.value, config["BLOCK_N"]
+    return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q)](
+        descriptor(q, rows, head_dim), descriptor(k, block_n, head_dim), descriptor(v, block_n, head_dim),
+        descriptor(out, rows, head_dim), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
+        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
         CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)

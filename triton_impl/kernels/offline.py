@@ -67,26 +67,38 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
 
 
 def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
-    """Compile the Gluon kernel of "fa2-ws" (config dict(BLOCK_N, STAGES), default fa2_ws.CONFIGS) for sm_<arch>."""
+    """Compile the Gluon kernel of "fa2-ws" (dtype bf16/fp16) or "fp8-ws" (dtype fp8) with config
+    dict(BLOCK_N, STAGES) (default: fa2_ws.config_for) for sm_<arch>."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton_impl.kernels import fa2_ws
 
-    config = config or fa2_ws.CONFIGS[head_dim]
-    element = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
+    fp8 = dtype == "fp8"
+    config = config or fa2_ws.config_for(head_dim, 1 if fp8 else 2)
+    rows, block_n = fa2_ws.ROWS.value, config["BLOCK_N"]
 
-    def descriptor(rows):
-        block = [1, 1, rows, head_dim]
-        return f"tensordesc<{dtype}{block},{gl.NVMMASharedLayout.get_default_for(block, element)!r}>"
+    def descriptor(element, box_rows, box_cols):
+        block = [1, 1, box_rows, box_cols]
+        layout = gl.NVMMASharedLayout.get_default_for(block, {"bf16": gl.bfloat16, "fp16": gl.float16,
+                                                              "fp8e4nv": gl.float8e4nv}[element])
+        return f"tensordesc<{element}{block},{layout!r}>"
 
-    rows = fa2_ws.ROWS.value
-    signature = dict(q_desc=descriptor(rows), k_desc=descriptor(config["BLOCK_N"]), v_desc=descriptor(config["BLOCK_N"]),
-                     o_desc=descriptor(rows), LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32",
-                     heads_q="i32", group_size="i32")
-    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=config["BLOCK_N"], STAGES=config["STAGES"], CAUSAL=causal,
+    element = "fp8e4nv" if fp8 else dtype
+    signature = dict(q_desc=descriptor(element, rows, head_dim), k_desc=descriptor(element, block_n, head_dim))
+    if fp8:
+        signature.update(vt_desc=descriptor(element, head_dim, block_n), o_desc=descriptor("bf16", rows, head_dim),
+                         Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32", LSE="*fp32",
+                         softmax_scale_log2="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32", heads_kv="i32",
+                         group_size="i32")
+    else:
+        signature.update(v_desc=descriptor(element, block_n, head_dim), o_desc=descriptor(element, rows, head_dim),
+                         LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
+                         group_size="i32")
+    constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
                       CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
     signature.update({name: "constexpr" for name in constexprs})
-    source = GluonASTSource(fn=fa2_ws._fa2_fwd_ws, signature=signature, constexprs=constexprs)
+    kernel = fa2_ws._fp8_fwd_ws if fp8 else fa2_ws._fa2_fwd_ws
+    source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs)
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=4))
 
 

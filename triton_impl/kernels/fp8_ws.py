@@ -1,0 +1,32 @@
+"""Variant "fp8-ws": the e4m3 forward of `fp8` (per-head descales, V stored transposed, P cast to e4m3
+unscaled) on the warp-specialized Gluon kernel of `fa2_ws` (one TMA producer warp, two consumer
+warpgroups; QGMMA for both products, P from registers).
+
+V^T's rows (Sk bytes) must be 16-byte multiples for TMA: at other lengths V^T is copied into a buffer
+padded to 16 keys, and the descriptor still ends at Sk, so the padding reads as zeros.
+"""
+import torch
+
+from triton_impl.kernels import fa2_ws, tuning
+from triton_impl.kernels.fp8_tma import vt_via_tma
+
+
+def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, config=None):
+    """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk) e4m3; descales (B, H) fp32 contiguous;
+    out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous."""
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    config = config or fa2_ws.config_for(head_dim, 1)
+    rows, block_n = fa2_ws.ROWS.value, config["BLOCK_N"]
+    vt_shape = list(vt.shape)
+    if not vt_via_tma(vt):
+        padded = torch.zeros(*vt.shape[:3], -(-seqlen_k // 16) * 16, dtype=vt.dtype, device=vt.device)
+        padded[..., :seqlen_k] = vt
+        vt = padded
+    return fa2_ws._fp8_fwd_ws[fa2_ws.grid(seqlen_q, batch, heads_q)](
+        fa2_ws.descriptor(q, rows, head_dim), fa2_ws.descriptor(k, block_n, head_dim),
+        fa2_ws.descriptor(vt, head_dim, block_n, shape=vt_shape), fa2_ws.descriptor(out, rows, head_dim),
+        q_descale, k_descale, v_descale, lse,
+        scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
+        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
+        CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS, num_warps=4)
