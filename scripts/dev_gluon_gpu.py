@@ -5,11 +5,12 @@ then time.
 
 1. the public API with variants "fa2-ws" and "fp8-ws" against compare.oracle on awkward shapes (tails on
    both axes, causal with Sq < Sk and Sq > Sk, GQA, MQA, one query, one key, custom scale, fp16, 'large'
-   and 'shifted' inputs; fp8 also with Sk % 16 != 0, where V^T is padded), then every extra 16-bit config
-   of DEV_WS_CONFIGS on a row-sampled case;
+   and 'shifted' inputs; fp8 also with Sk % 16 != 0, where V^T is padded), then every extra config of
+   DEV_WS_CONFIGS on a row-sampled case;
 2. interleaved timing rounds (DEV_ROUNDS, default 3) at batch * seqlen = 16k tokens, 2048 / head_dim
    heads: fa2-ws (each config), fa2-tma through the autotuned API and torch SDPA on cuDNN; fp8-ws against
-   fp8 (autotuned API) on the same values quantized by compare.formats.
+   fp8 (autotuned API) on the same values quantized by compare.formats; each DEV_WS_CONFIGS config beside
+   its format.
 Timing: triton.testing.do_bench median, L2 flushed. Writes $OUT/gluon_dev.csv; prints a table last.
 """
 import argparse
@@ -27,13 +28,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import devkit  # noqa: E402  (scripts/devkit.py: python puts the script's folder on sys.path)
 import triton_impl  # noqa: E402
 from compare import formats, oracle  # noqa: E402
-from triton_impl.kernels import fa2_ws  # noqa: E402
+from triton_impl.kernels import fa2_ws, fp8_ws  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 ROUNDS = int(os.environ.get("DEV_ROUNDS", "3"))
 TOKENS = 16384
-# extra (head_dim, BLOCK_N, STAGES) configs to check and time beside the default, e.g. "128:128:3,128:64:4"
-EXTRA = [tuple(int(x) for x in item.split(":")) for item in os.environ.get("DEV_WS_CONFIGS", "").split(",") if item]
+# extra configs to check and time beside the defaults, "FORMAT:HEAD_DIM:BLOCK_N:STAGES:OVERLAP" each (FORMAT bf16
+# or fp8), e.g. "bf16:128:128:2:1,fp8:128:128:4:1"
+EXTRA = [(fmt, int(d), dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o))))
+         for fmt, d, n, st, o in (item.split(":") for item in os.environ.get("DEV_WS_CONFIGS", "").split(",") if item)]
 
 CASES = [
     dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=True),
@@ -57,11 +60,18 @@ def api(variant):
 
 
 def explicit(config):
+    """fn(q, k, v, causal=, scale=, return_lse=) launching `config` directly (16-bit tensors, or fp8 QuantTensors)."""
     def run(q, k, v, *, causal=False, scale=None, return_lse=False):
-        out = torch.empty_like(q)
-        lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-        scale = q.shape[-1] ** -0.5 if scale is None else scale
-        fa2_ws.launch(q, k, v, out, lse, causal, scale, config)
+        quantized = hasattr(q, "fmt")
+        shape = q.data.shape if quantized else q.shape
+        out = torch.empty(shape, device="cuda", dtype=torch.bfloat16 if quantized else q.dtype)
+        lse = torch.empty(shape[:3], device="cuda", dtype=torch.float32)
+        scale = shape[-1] ** -0.5 if scale is None else scale
+        if quantized:
+            fp8_ws.launch(q.data, k.data, v.data, q.scale.contiguous(), k.scale.contiguous(), v.scale.contiguous(),
+                          out, lse, causal, scale, config)
+        else:
+            fa2_ws.launch(q, k, v, out, lse, causal, scale, config)
         return (out, lse) if return_lse else out
     return run
 
@@ -72,11 +82,10 @@ def checks():
             variant = "fp8-ws" if fmt == "fp8" else "fa2-ws"
             case = oracle.Case(fmt=fmt, seed=i, **spec)
             yield f"{variant} {case.shape_str()}", lambda case=case, variant=variant: devkit.oracle_check(api(variant), case)
-    for head_dim, block_n, stages in EXTRA:
-        config = dict(BLOCK_N=block_n, STAGES=stages)
+    for fmt, head_dim, config in EXTRA:
         for causal in (False, True):
             case = oracle.Case(batch=2, heads_q=8, heads_kv=2, seqlen_q=1000, seqlen_k=1080, head_dim=head_dim,
-                               causal=causal, seed=7)
+                               causal=causal, fmt=fmt, seed=7)
             yield (f"{fa2_ws.config_name(config)} d{head_dim} {case.shape_str()}",
                    lambda case=case, config=config: devkit.oracle_check(explicit(config), case))
 
@@ -96,15 +105,16 @@ def main():
         q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flops = 4 * batch * heads * head_dim * (seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen)
         candidates = [("fa2-ws", lambda: api("fa2-ws")(q, k, v, causal=causal))]
-        for d, block_n, stages in EXTRA:
-            if d == head_dim and failures == 0:
-                config = dict(BLOCK_N=block_n, STAGES=stages)
-                candidates.append((fa2_ws.config_name(config), lambda c=config: explicit(c)(q, k, v, causal=causal)))
         candidates += [("fa2-tma", lambda: triton_impl.attention(q, k, v, causal=causal, variant="fa2-tma")),
                        ("cudnn", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
         q8, k8, vt8 = formats.quantize_attention_inputs(q, k, v, "fp8")
         candidates += [(f"{variant} (fp8)", lambda variant=variant: api(variant)(q8, k8, vt8, causal=causal))
                        for variant in ("fp8-ws", "fp8")]
+        for fmt, d, config in EXTRA:  # only configs whose oracle checks passed (all of them, or none is timed)
+            if d == head_dim and failures == 0:
+                inputs = (q8, k8, vt8) if fmt == "fp8" else (q, k, v)
+                candidates.append((f"{fa2_ws.config_name(config)} ({fmt})",
+                                   lambda c=config, x=inputs: explicit(c)(*x, causal=causal)))
         label = f"d{head_dim} {batch}x{heads}x{seqlen} {'causal' if causal else 'full'}"
         medians = devkit.interleaved_medians(label, candidates, ROUNDS, time_ms)
         for name, ms in medians.items():

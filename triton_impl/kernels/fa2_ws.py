@@ -52,19 +52,34 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
 
 
 @gluon.jit
-def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m, offs_n,
-          seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
-          HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
-    """One key tile of one consumer: S = Q K^T, online softmax, O += P V, release the stage."""
+def _issue_scores(j, q, k_smem, k_ready, s_layout: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                  STAGES: gl.constexpr):
+    """Wait for K(j) and issue S = Q K(j)^T (asynchronous: the caller waits)."""
     stage = j % STAGES
-    phase = (j // STAGES) & 1
-    mbarrier.wait(k_ready.index(stage), phase)
+    mbarrier.wait(k_ready.index(stage), (j // STAGES) & 1)
     k_tile = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
-    qk = warpgroup_mma(q, k_tile.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
-                       use_acc=False, is_async=True)
-    qk, _, _ = warpgroup_mma_wait(0, deps=(qk, q, k_tile))
+    return warpgroup_mma(q, k_tile.permute((1, 0)), gl.zeros([ROWS, BLOCK_N], gl.float32, s_layout),
+                         use_acc=False, is_async=True)
 
+
+@gluon.jit
+def _issue_pv(j, p_op, acc, v_smem, v_ready, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              FP8: gl.constexpr):
+    """Wait for V(j) and issue O += P V(j) (asynchronous: the caller waits)."""
+    stage = j % STAGES
+    mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
+    if FP8:  # fp8 wgmma reads B K-major only: the (head_dim, keys) tile of V^T, viewed as (keys, head_dim)
+        v_tile = v_smem.index(stage).reshape([HEAD_DIM, BLOCK_N]).permute((1, 0))
+    else:
+        v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
+    return warpgroup_mma(p_op, v_tile, acc, is_async=True)
+
+
+@gluon.jit
+def _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout: gl.constexpr,
+             p_dtype: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """Online-softmax update for the raw scores of key tile j. Returns P as the A operand of P V, the
+    accumulator's rescale factor (in O's row layout) and the new running max and sum."""
     if MASKED:
         keys = gl.expand_dims(j * BLOCK_N + offs_n, 0)
         visible = keys < seqlen_k
@@ -82,29 +97,53 @@ def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_sc
         # one FFMA per score: Triton does not contract a separate multiply and subtract
         p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_new, 1)))
         alpha = gl.exp2(m_i - m_new)
-    l_i = l_i * alpha + gl.sum(p, 1)
-
-    acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    l_new = l_i * alpha + gl.sum(p, 1)
     # P in V's element type, in the register layout of wgmma's A operand (32 bits per k-step and thread);
     # fp8: e4m3 with no scale, round to nearest even (compare.formats.quantize_p), l keeps the fp32 sum
-    p_op = gl.convert_layout(p.to(v_smem.dtype),
-                             gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // v_smem.dtype.primitive_bitwidth))
-    mbarrier.wait(v_ready.index(stage), phase)
-    if FP8:  # fp8 wgmma reads B K-major only: the (head_dim, keys) tile of V^T, viewed as (keys, head_dim)
-        v_tile = v_smem.index(stage).reshape([HEAD_DIM, BLOCK_N]).permute((1, 0))
-    else:
-        v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
-    acc = warpgroup_mma(p_op, v_tile, acc, is_async=True)
-    acc, _ = warpgroup_mma_wait(0, deps=(acc, v_tile))
-    mbarrier.arrive(kv_empty.index(stage))
-    return m_new, l_i, acc
+    p_op = gl.convert_layout(p.to(p_dtype),
+                             gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=32 // p_dtype.primitive_bitwidth))
+    alpha_o = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+    return p_op, alpha_o, m_new, l_new
+
+
+@gluon.jit
+def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m, offs_n,
+          seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
+          HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
+    """One key tile in sequence (OVERLAP off): S, wait, softmax, O *= alpha, P V, wait, release the stage."""
+    qk = _issue_scores(j, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N, STAGES)
+    qk = warpgroup_mma_wait(0, deps=(qk, ))
+    p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
+                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL)
+    acc = _issue_pv(j, p_op, acc * alpha_o, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    mbarrier.arrive(kv_empty.index(j % STAGES))
+    return m_i, l_i, acc
+
+
+@gluon.jit
+def _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m,
+                     offs_n, seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+                     MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
+    """Key tile j with the P V of tile j - 1 (OVERLAP on): S(j) and P(j-1) V(j-1) go to the tensor cores back
+    to back, softmax(j) runs while P(j-1) V(j-1) may still be in flight; then O *= alpha(j), release j - 1."""
+    qk = _issue_scores(j, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N, STAGES)
+    acc = _issue_pv(j - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
+    qk = warpgroup_mma_wait(1, deps=(qk, ))  # S(j) retired; P(j-1) V(j-1) may be pending
+    p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
+                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL)
+    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    mbarrier.arrive(kv_empty.index((j - 1) % STAGES))
+    return p_op, m_i, l_i, acc * alpha_o
 
 
 @gluon.jit
 def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
               qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              FP8: gl.constexpr):
+              FP8: gl.constexpr, OVERLAP: gl.constexpr):
     k_step: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma K: 16 for 16-bit, 32 for fp8
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, k_step])
@@ -128,14 +167,39 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
     q_tile = q_smem.index(cid)
     q = q_tile.reshape([ROWS, HEAD_DIM])
     mbarrier.wait(q_ready, 0)
-    for j in range(0, full_tiles):
-        m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
-                              offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                              HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL, FP8)
-    for j in range(full_tiles, n_tiles):
-        m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
-                              offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                              HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL, FP8)
+    if OVERLAP:
+        if n_tiles > 0:
+            # tile 0 alone (masked when it is not below full_tiles), then each step carries the previous P
+            qk = warpgroup_mma_wait(0, deps=(_issue_scores(0, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N,
+                                                           STAGES), ))
+            if full_tiles > 0:
+                p_op, alpha_o, m_i, l_i = _softmax(qk, 0, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
+                                                   o_layout, v_smem.dtype, BLOCK_N, False, CAUSAL)
+            else:
+                p_op, alpha_o, m_i, l_i = _softmax(qk, 0, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
+                                                   o_layout, v_smem.dtype, BLOCK_N, True, CAUSAL)
+            for j in range(1, full_tiles):
+                p_op, m_i, l_i, acc = _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i,
+                                                       l_i, acc, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
+                                                       s_layout, o_layout, HEAD_DIM, BLOCK_N, STAGES, False,
+                                                       CAUSAL, FP8)
+            for j in range(gl.maximum(full_tiles, 1), n_tiles):
+                p_op, m_i, l_i, acc = _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i,
+                                                       l_i, acc, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
+                                                       s_layout, o_layout, HEAD_DIM, BLOCK_N, STAGES, True,
+                                                       CAUSAL, FP8)
+            acc = warpgroup_mma_wait(0, deps=(_issue_pv(n_tiles - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N,
+                                                        STAGES, FP8), ))
+            mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES))
+    else:
+        for j in range(0, full_tiles):
+            m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
+                                  offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
+                                  HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL, FP8)
+        for j in range(full_tiles, n_tiles):
+            m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
+                                  offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
+                                  HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL, FP8)
 
     # rows that saw no key give 0 and LSE -inf
     empty = l_i == 0.0
@@ -155,7 +219,7 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
 @gluon.jit
 def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, batch, head, head_kv, bh,
              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-             FP8: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+             FP8: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """One program: shared memory and barriers, then the producer and the two consumers."""
     pid_m = gl.program_id(0)
     if CAUSAL:
@@ -188,10 +252,10 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
     gl.warp_specialize([
         (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
                      qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8)),
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP)),
         (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
                      qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8)),
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
                      batch, head, head_kv, q_row0, n_tiles, BLOCK_N, STAGES, FP8)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
@@ -202,18 +266,18 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
 def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
                 qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     bh = gl.program_id(1)
     head = bh % heads_q
     _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, bh // heads_q, head,
-             head // group_size, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, CONSUMER_REGS, PRODUCER_REGS)
+             head // group_size, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE, LSE,
                 softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """e4m3 Q, K and V^T (B, Hkv, D, Sk) with one fp32 descale per (batch, head): Q's and K's fold into the
     softmax scale, V's into the final normalisation; bf16 output."""
     bh = gl.program_id(1)
@@ -223,13 +287,18 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
     bh_kv = batch * heads_kv + head_kv
     qk_scale = softmax_scale_log2 * gl.load(Q_DESCALE + bh) * gl.load(K_DESCALE + bh_kv)
     _forward(q_desc, k_desc, vt_desc, o_desc, LSE, qk_scale, gl.load(V_DESCALE + bh_kv), seqlen_q, seqlen_k,
-             batch, head, head_kv, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, CONSUMER_REGS, PRODUCER_REGS)
+             batch, head, head_kv, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, CONSUMER_REGS,
+             PRODUCER_REGS)
 
 
-# per (head_dim, element bytes): (BLOCK_N, STAGES); shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's
+# per (head_dim, element bytes): BLOCK_N, STAGES, OVERLAP; shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's
 # bf16 output tiles)
-CONFIGS = {(64, 2): dict(BLOCK_N=128, STAGES=3), (128, 2): dict(BLOCK_N=128, STAGES=2),
-           (64, 1): dict(BLOCK_N=128, STAGES=4), (128, 1): dict(BLOCK_N=128, STAGES=4)}
+# OVERLAP: S(j) and P(j-1) V(j-1) issued back to back (_overlapped_tile) instead of one tile in sequence
+# (measured: docs/perf-notes-triton.md, session 11). bf16 d128: three stages (224 KB) and OVERLAP, +8% over two
+# stages in sequence; OVERLAP with two stages loses (the next K waits for both consumers' releases); d64 level
+# either way; fp8 loses 17% with OVERLAP.
+CONFIGS = {(64, 2): dict(BLOCK_N=128, STAGES=3, OVERLAP=False), (128, 2): dict(BLOCK_N=128, STAGES=3, OVERLAP=True),
+           (64, 1): dict(BLOCK_N=128, STAGES=4, OVERLAP=False), (128, 1): dict(BLOCK_N=128, STAGES=4, OVERLAP=False)}
 # setmaxnreg per role: the producer warp needs few registers, each consumer holds S, P and O
 CONSUMER_REGS, PRODUCER_REGS = 240, 24
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
@@ -240,7 +309,8 @@ def config_for(head_dim, element_size):
 
 
 def config_name(config):
-    return "{}x{} ws s{}".format(CONSUMERS.value * ROWS.value, config["BLOCK_N"], config["STAGES"])
+    name = "{}x{} ws s{}".format(CONSUMERS.value * ROWS.value, config["BLOCK_N"], config["STAGES"])
+    return name + (" overlap" if config["OVERLAP"] else "")
 
 
 def descriptor(t, box_rows, box_cols, shape=None):
@@ -265,5 +335,5 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
     return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q)](
         descriptor(q, rows, head_dim), descriptor(k, block_n, head_dim), descriptor(v, block_n, head_dim),
         descriptor(out, rows, head_dim), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
-        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
+        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal, OVERLAP=config["OVERLAP"],
         CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)

@@ -28,5 +28,5 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
         fa2_ws.descriptor(vt, head_dim, block_n, shape=vt_shape), fa2_ws.descriptor(out, rows, head_dim),
         q_descale, k_descale, v_descale, lse,
         scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
-        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
+        HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal, OVERLAP=config["OVERLAP"],
         CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS, num_warps=4)

@@ -68,7 +68,7 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
 
 def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
     """Compile the Gluon kernel of "fa2-ws" (dtype bf16/fp16) or "fp8-ws" (dtype fp8) with config
-    dict(BLOCK_N, STAGES) (default: fa2_ws.config_for) for sm_<arch>."""
+    dict(BLOCK_N, STAGES, OVERLAP) (default: fa2_ws.config_for) for sm_<arch>."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton_impl.kernels import fa2_ws
@@ -95,7 +95,7 @@ def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
                          LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
                          group_size="i32")
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
-                      CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
+                      OVERLAP=config["OVERLAP"], CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
     signature.update({name: "constexpr" for name in constexprs})
     kernel = fa2_ws._fp8_fwd_ws if fp8 else fa2_ws._fa2_fwd_ws
     source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs)
