@@ -33,10 +33,14 @@ from triton_impl.kernels import fa2_ws, fp8_ws  # noqa: E402
 OUT = os.environ.get("OUT", "/tmp")
 ROUNDS = int(os.environ.get("DEV_ROUNDS", "3"))
 TOKENS = 16384
-# extra configs to check and time beside the defaults, "FORMAT:HEAD_DIM:BLOCK_N:STAGES:OVERLAP" each (FORMAT bf16
-# or fp8), e.g. "bf16:128:128:2:1,fp8:128:128:4:1"
-EXTRA = [(fmt, int(d), dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o))))
-         for fmt, d, n, st, o in (item.split(":") for item in os.environ.get("DEV_WS_CONFIGS", "").split(",") if item)]
+# extra configs to check and time beside the defaults, "FORMAT:HEAD_DIM:BLOCK_N:STAGES:OVERLAP[:PERMUTED_K]" each
+# (FORMAT bf16 or fp8; PERMUTED_K 0 keeps fp8's K tiles in key order), e.g. "bf16:128:128:2:1,fp8:128:128:4:0:0"
+EXTRA = [(fmt, int(d), dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o)),
+                            **({"PERMUTED_K": bool(int(pk[0]))} if pk else {})))
+         for fmt, d, n, st, o, *pk in (item.split(":") for item in os.environ.get("DEV_WS_CONFIGS", "").split(",")
+                                       if item)]
+# the formats timed (DEV_FORMATS, default both)
+TIMED = os.environ.get("DEV_FORMATS", "bf16,fp8").split(",")
 
 CASES = [
     dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=True),
@@ -104,14 +108,17 @@ def main():
         batch, heads = TOKENS // seqlen, 2048 // head_dim
         q, k, v = (torch.randn(batch, heads, seqlen, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
         flops = 4 * batch * heads * head_dim * (seqlen * (seqlen + 1) // 2 if causal else seqlen * seqlen)
-        candidates = [("fa2-ws", lambda: api("fa2-ws")(q, k, v, causal=causal))]
-        candidates += [("fa2-tma", lambda: triton_impl.attention(q, k, v, causal=causal, variant="fa2-tma")),
-                       ("cudnn", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
+        candidates = []
+        if "bf16" in TIMED:
+            candidates += [("fa2-ws", lambda: api("fa2-ws")(q, k, v, causal=causal)),
+                           ("fa2-tma", lambda: triton_impl.attention(q, k, v, causal=causal, variant="fa2-tma")),
+                           ("cudnn", lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal))]
         q8, k8, vt8 = formats.quantize_attention_inputs(q, k, v, "fp8")
-        candidates += [(f"{variant} (fp8)", lambda variant=variant: api(variant)(q8, k8, vt8, causal=causal))
-                       for variant in ("fp8-ws", "fp8")]
+        if "fp8" in TIMED:
+            candidates += [(f"{variant} (fp8)", lambda variant=variant: api(variant)(q8, k8, vt8, causal=causal))
+                           for variant in ("fp8-ws", "fp8")]
         for fmt, d, config in EXTRA:  # only configs whose oracle checks passed (all of them, or none is timed)
-            if d == head_dim and failures == 0:
+            if d == head_dim and fmt in TIMED and failures == 0:
                 inputs = (q8, k8, vt8) if fmt == "fp8" else (q, k, v)
                 candidates.append((f"{fa2_ws.config_name(config)} ({fmt})",
                                    lambda c=config, x=inputs: explicit(c)(*x, causal=causal)))

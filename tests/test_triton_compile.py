@@ -64,6 +64,18 @@ def test_gluon_warp_specialized_kernel_compiles_for_sm90(head_dim, causal, dtype
     assert {fa2_ws.PRODUCER_REGS, fa2_ws.CONSUMER_REGS} <= budgets, budgets
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_fp8_ws_key_permuted_tiles_move_p_without_shuffles(head_dim):
+    """fp8-ws with K through the 5-D descriptor (fp8_ws.k_descriptor) relabels P for the e4m3 A operand: the
+    loop has no SHFL.IDX left (one remains outside it); K in key order needs 16 per tile and thread."""
+    from triton_impl.kernels import fa2_ws
+    config = fa2_ws.config_for(head_dim, 1)
+    permuted = offline.report(offline.compile_ws(head_dim, False, {**config, "PERMUTED_K": True}, dtype="fp8"))
+    in_order = offline.report(offline.compile_ws(head_dim, False, {**config, "PERMUTED_K": False}, dtype="fp8"))
+    assert permuted["UTMALDG.5D"] > 0 and permuted["SHFL.IDX"] <= 1, permuted
+    assert in_order["UTMALDG.5D"] == 0 and in_order["SHFL.IDX"] >= 64, in_order
+
+
 # ---------------------------------------------------------------- MXFP8 / NVFP4
 
 BLOCKED_VARIANTS = ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")

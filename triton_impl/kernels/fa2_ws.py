@@ -30,8 +30,8 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-              batch, head, head_kv, q_row0, n_tiles,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr):
+              batch, head, head_kv, k_row0, q_row0, n_tiles,
+              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr, PERMUTED_K: gl.constexpr):
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(CONSUMERS):
         tma.async_copy_global_to_shared(q_desc, [batch, head, q_row0 + c * ROWS, 0], q_ready, q_smem.index(c))
@@ -40,8 +40,12 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
         # a fresh barrier counts as having completed the phase before its first: round 0 passes
         mbarrier.wait(kv_empty.index(stage), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [batch, head_kv, j * BLOCK_N, 0], k_ready.index(stage),
-                                        k_smem.index(stage))
+        if PERMUTED_K:  # 16-key groups of the flattened rows: k_row0 = this head's first row
+            tma.async_copy_global_to_shared(k_desc, [(k_row0 + j * BLOCK_N) // 16, 0, 0, 0, 0], k_ready.index(stage),
+                                            k_smem.index(stage))
+        else:
+            tma.async_copy_global_to_shared(k_desc, [batch, head_kv, j * BLOCK_N, 0], k_ready.index(stage),
+                                            k_smem.index(stage))
         mbarrier.expect(v_ready.index(stage), v_desc.block_type.nbytes)
         if FP8:  # V^T: (head_dim, keys) boxes
             tma.async_copy_global_to_shared(v_desc, [batch, head_kv, 0, j * BLOCK_N], v_ready.index(stage),
@@ -49,6 +53,18 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, 
         else:
             tma.async_copy_global_to_shared(v_desc, [batch, head_kv, j * BLOCK_N, 0], v_ready.index(stage),
                                             v_smem.index(stage))
+
+
+@gluon.jit
+def _key_of_column(BLOCK_N: gl.constexpr, layout: gl.constexpr, PERMUTED_K: gl.constexpr):
+    """The key (within the tile) whose score lands in each column of S. With PERMUTED_K the K tile's rows
+    arrive in the order (16-key group, keys 2 apart, keys 4 apart, single keys) of the 5-D descriptor
+    (fp8_ws.k_descriptor): column 16a + 8b + 2t + e holds key 16a + 4t + 2b + e, which puts in each thread the
+    keys that the e4m3 A fragment of P V wants from it."""
+    col = gl.arange(0, BLOCK_N, layout=layout)
+    if PERMUTED_K:
+        col = (col // 16) * 16 + ((col // 2) % 4) * 4 + ((col // 8) % 2) * 2 + col % 2
+    return col
 
 
 @gluon.jit
@@ -77,9 +93,10 @@ def _issue_pv(j, p_op, acc, v_smem, v_ready, HEAD_DIM: gl.constexpr, BLOCK_N: gl
 
 @gluon.jit
 def _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout: gl.constexpr,
-             p_dtype: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """Online-softmax update for the raw scores of key tile j. Returns P as the A operand of P V, the
-    accumulator's rescale factor (in O's row layout) and the new running max and sum."""
+             p_dtype: gl.constexpr, BLOCK_N: gl.constexpr, MASKED: gl.constexpr, CAUSAL: gl.constexpr,
+             PERMUTED_K: gl.constexpr):
+    """Online-softmax update for the raw scores of key tile j (offs_n: the key of each column). Returns P as
+    the A operand of P V, the accumulator's rescale factor (in O's row layout) and the new running max and sum."""
     if MASKED:
         keys = gl.expand_dims(j * BLOCK_N + offs_n, 0)
         visible = keys < seqlen_k
@@ -98,6 +115,10 @@ def _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_la
         p = gl.exp2(gl.fma(qk, qk_scale, -gl.expand_dims(m_new, 1)))
         alpha = gl.exp2(m_i - m_new)
     l_new = l_i * alpha + gl.sum(p, 1)
+    if PERMUTED_K:
+        # columns back in key order: column 16a + 4t + 2b + e takes column 16a + 8b + 2t + e, a register of the
+        # same thread, where e4m3's A fragment wants it (no shuffles; see _key_of_column)
+        p = gl.reshape(gl.permute(gl.reshape(p, [ROWS, BLOCK_N // 16, 2, 4, 2]), (0, 1, 3, 2, 4)), [ROWS, BLOCK_N])
     # P in V's element type, in the register layout of wgmma's A operand (32 bits per k-step and thread);
     # fp8: e4m3 with no scale, round to nearest even (compare.formats.quantize_p), l keeps the fp32 sum
     p_op = gl.convert_layout(p.to(p_dtype),
@@ -110,12 +131,12 @@ def _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_la
 def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m, offs_n,
           seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
           HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
+          MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr, PERMUTED_K: gl.constexpr):
     """One key tile in sequence (OVERLAP off): S, wait, softmax, O *= alpha, P V, wait, release the stage."""
     qk = _issue_scores(j, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N, STAGES)
     qk = warpgroup_mma_wait(0, deps=(qk, ))
     p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
-                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL)
+                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL, PERMUTED_K)
     acc = _issue_pv(j, p_op, acc * alpha_o, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(kv_empty.index(j % STAGES))
@@ -126,14 +147,14 @@ def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_sc
 def _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale, offs_m,
                      offs_n, seqlen_k, diagonal, s_layout: gl.constexpr, o_layout: gl.constexpr,
                      HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-                     MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr):
+                     MASKED: gl.constexpr, CAUSAL: gl.constexpr, FP8: gl.constexpr, PERMUTED_K: gl.constexpr):
     """Key tile j with the P V of tile j - 1 (OVERLAP on): S(j) and P(j-1) V(j-1) go to the tensor cores back
     to back, softmax(j) runs while P(j-1) V(j-1) may still be in flight; then O *= alpha(j), release j - 1."""
     qk = _issue_scores(j, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N, STAGES)
     acc = _issue_pv(j - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
     qk = warpgroup_mma_wait(1, deps=(qk, ))  # S(j) retired; P(j-1) V(j-1) may be pending
     p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
-                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL)
+                                       v_smem.dtype, BLOCK_N, MASKED, CAUSAL, PERMUTED_K)
     acc = warpgroup_mma_wait(0, deps=(acc, ))
     mbarrier.arrive(kv_empty.index((j - 1) % STAGES))
     return p_op, m_i, l_i, acc * alpha_o
@@ -143,7 +164,7 @@ def _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i
 def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
               qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
               HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              FP8: gl.constexpr, OVERLAP: gl.constexpr):
+              FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr):
     k_step: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma K: 16 for 16-bit, 32 for fp8
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, k_step])
@@ -151,7 +172,7 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
                                                        instr_shape=[16, HEAD_DIM, k_step])
     row0 = q_row0 + cid * ROWS
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, s_layout))
-    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+    offs_n = _key_of_column(BLOCK_N, gl.SliceLayout(0, s_layout), PERMUTED_K)
     m_i = gl.full([ROWS], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([ROWS, HEAD_DIM], gl.float32, o_layout)
@@ -174,20 +195,20 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
                                                            STAGES), ))
             if full_tiles > 0:
                 p_op, alpha_o, m_i, l_i = _softmax(qk, 0, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
-                                                   o_layout, v_smem.dtype, BLOCK_N, False, CAUSAL)
+                                                   o_layout, v_smem.dtype, BLOCK_N, False, CAUSAL, PERMUTED_K)
             else:
                 p_op, alpha_o, m_i, l_i = _softmax(qk, 0, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
-                                                   o_layout, v_smem.dtype, BLOCK_N, True, CAUSAL)
+                                                   o_layout, v_smem.dtype, BLOCK_N, True, CAUSAL, PERMUTED_K)
             for j in range(1, full_tiles):
                 p_op, m_i, l_i, acc = _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i,
                                                        l_i, acc, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
                                                        s_layout, o_layout, HEAD_DIM, BLOCK_N, STAGES, False,
-                                                       CAUSAL, FP8)
+                                                       CAUSAL, FP8, PERMUTED_K)
             for j in range(gl.maximum(full_tiles, 1), n_tiles):
                 p_op, m_i, l_i, acc = _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i,
                                                        l_i, acc, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
                                                        s_layout, o_layout, HEAD_DIM, BLOCK_N, STAGES, True,
-                                                       CAUSAL, FP8)
+                                                       CAUSAL, FP8, PERMUTED_K)
             acc = warpgroup_mma_wait(0, deps=(_issue_pv(n_tiles - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N,
                                                         STAGES, FP8), ))
             mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES))
@@ -195,11 +216,11 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
         for j in range(0, full_tiles):
             m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
                                   offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                                  HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL, FP8)
+                                  HEAD_DIM, BLOCK_N, STAGES, False, CAUSAL, FP8, PERMUTED_K)
         for j in range(full_tiles, n_tiles):
             m_i, l_i, acc = _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_scale,
                                   offs_m, offs_n, seqlen_k, diagonal, s_layout, o_layout,
-                                  HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL, FP8)
+                                  HEAD_DIM, BLOCK_N, STAGES, True, CAUSAL, FP8, PERMUTED_K)
 
     # rows that saw no key give 0 and LSE -inf
     empty = l_i == 0.0
@@ -218,8 +239,9 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
 
 @gluon.jit
 def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, batch, head, head_kv, bh,
-             HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-             FP8: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+             k_row0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+             FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+             PRODUCER_REGS: gl.constexpr):
     """One program: shared memory and barriers, then the producer and the two consumers."""
     pid_m = gl.program_id(0)
     if CAUSAL:
@@ -252,12 +274,12 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
     gl.warp_specialize([
         (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
                      qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP)),
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
         (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
                      qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP)),
+                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
         (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                     batch, head, head_kv, q_row0, n_tiles, BLOCK_N, STAGES, FP8)),
+                     batch, head, head_kv, k_row0, q_row0, n_tiles, BLOCK_N, STAGES, FP8, PERMUTED_K)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -270,14 +292,16 @@ def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
     bh = gl.program_id(1)
     head = bh % heads_q
     _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, bh // heads_q, head,
-             head // group_size, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, CONSUMER_REGS, PRODUCER_REGS)
+             head // group_size, bh, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, False, CONSUMER_REGS,
+             PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE, LSE,
                 softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                PRODUCER_REGS: gl.constexpr):
     """e4m3 Q, K and V^T (B, Hkv, D, Sk) with one fp32 descale per (batch, head): Q's and K's fold into the
     softmax scale, V's into the final normalisation; bf16 output."""
     bh = gl.program_id(1)
@@ -287,8 +311,8 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
     bh_kv = batch * heads_kv + head_kv
     qk_scale = softmax_scale_log2 * gl.load(Q_DESCALE + bh) * gl.load(K_DESCALE + bh_kv)
     _forward(q_desc, k_desc, vt_desc, o_desc, LSE, qk_scale, gl.load(V_DESCALE + bh_kv), seqlen_q, seqlen_k,
-             batch, head, head_kv, bh, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, CONSUMER_REGS,
-             PRODUCER_REGS)
+             batch, head, head_kv, bh, bh_kv * seqlen_k, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, PERMUTED_K,
+             CONSUMER_REGS, PRODUCER_REGS)
 
 
 # per (head_dim, element bytes): BLOCK_N, STAGES, OVERLAP; shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's

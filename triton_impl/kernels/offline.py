@@ -68,7 +68,8 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
 
 def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
     """Compile the Gluon kernel of "fa2-ws" (dtype bf16/fp16) or "fp8-ws" (dtype fp8) with config
-    dict(BLOCK_N, STAGES, OVERLAP) (default: fa2_ws.config_for) for sm_<arch>."""
+    dict(BLOCK_N, STAGES, OVERLAP[, PERMUTED_K]) (default: fa2_ws.config_for; fp8 K key-permuted unless
+    PERMUTED_K is False) for sm_<arch>."""
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
     from triton_impl.kernels import fa2_ws
@@ -77,14 +78,16 @@ def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
     config = config or fa2_ws.config_for(head_dim, 1 if fp8 else 2)
     rows, block_n = fa2_ws.ROWS.value, config["BLOCK_N"]
 
-    def descriptor(element, box_rows, box_cols):
-        block = [1, 1, box_rows, box_cols]
+    def descriptor(element, box_rows, box_cols, block=None):
+        block = block or [1, 1, box_rows, box_cols]
         layout = gl.NVMMASharedLayout.get_default_for(block, {"bf16": gl.bfloat16, "fp16": gl.float16,
                                                               "fp8e4nv": gl.float8e4nv}[element])
         return f"tensordesc<{element}{block},{layout!r}>"
 
     element = "fp8e4nv" if fp8 else dtype
-    signature = dict(q_desc=descriptor(element, rows, head_dim), k_desc=descriptor(element, block_n, head_dim))
+    permuted = fp8 and config.get("PERMUTED_K", True)
+    k_block = [block_n // 16, 2, 4, 2, head_dim] if permuted else None
+    signature = dict(q_desc=descriptor(element, rows, head_dim), k_desc=descriptor(element, block_n, head_dim, k_block))
     if fp8:
         signature.update(vt_desc=descriptor(element, head_dim, block_n), o_desc=descriptor("bf16", rows, head_dim),
                          Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32", LSE="*fp32",
@@ -95,7 +98,8 @@ def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
                          LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
                          group_size="i32")
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
-                      OVERLAP=config["OVERLAP"], CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
+                      OVERLAP=config["OVERLAP"], **(dict(PERMUTED_K=permuted) if fp8 else {}),
+                      CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
     signature.update({name: "constexpr" for name in constexprs})
     kernel = fa2_ws._fp8_fwd_ws if fp8 else fa2_ws._fa2_fwd_ws
     source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs)
