@@ -46,7 +46,7 @@ step() {
 timing_lane() {
   step timing 280 quick python3 -m compare run --sweep quick --out "$OUT/quick.csv" --no-progress
   step timing 50 seed python3 -m compare run --sweep seed --out "$OUT/seed.csv" --no-progress
-  step timing 150 check-triton python3 -m compare check --backends 'triton:*'
+  step timing 200 check-triton python3 -m compare check --backends 'triton:*'
   if [ -n "${GPU_MEASURE_EXTRA:-}" ]; then
     step timing "${GPU_MEASURE_EXTRA_LIMIT:-200}" extra bash -c "$GPU_MEASURE_EXTRA"
   fi
