@@ -76,3 +76,17 @@ def test_torch_compile_fullgraph():
     compiled = torch.compile(lambda a, b, c: triton_impl.attention(a, b, c, causal=True, variant="fa2-tma") * 2,
                              fullgraph=True)
     assert torch.equal(compiled(q, k, v), run(q, k, v, causal=True) * 2)
+
+
+def test_gluon_variants_name_their_config():
+    """The driver writes last_config into each timed row's note: the Gluon variants report their table's
+    config (and fp8-ws whether K came key-permuted)."""
+    run = _runner("fa2-ws")
+    import triton_impl
+    from compare import formats
+    gen = torch.Generator(device="cuda").manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 256, 128, device="cuda", generator=gen, dtype=torch.bfloat16) for _ in range(3))
+    run(q, k, v)
+    assert triton_impl.last_config("fa2-ws") == "128x128 ws s3 overlap"
+    triton_impl.attention(*formats.quantize_attention_inputs(q, k, v, "fp8"), variant="fp8-ws")
+    assert triton_impl.last_config("fp8-ws") == "128x128 ws s4 k-permuted"

@@ -46,9 +46,13 @@ def _interpreting():
 
 
 def last_config(variant):
-    """The tile config the autotuner picked for the latest launch of `variant` ('64x128 w4 s3': BLOCK_M x
-    BLOCK_N, warps, stages[, maxnreg]); None when none went through the autotuner in this process."""
-    tuning = sys.modules.get("triton_impl.kernels.tuning")  # not imported: no kernel has run
+    """The tile config of the latest launch of `variant`: the autotuner's pick ('64x128 w4 s3': BLOCK_M x
+    BLOCK_N, warps, stages[, maxnreg]), or for the Gluon variants their table's config ('128x128 ws s3
+    overlap'); None when none ran in this process."""
+    if variant in _GLUON_VARIANTS:
+        gluon = sys.modules.get("triton_impl.kernels.fa2_ws")  # not imported: no kernel has run
+        return None if gluon is None else gluon.last_config(variant)
+    tuning = sys.modules.get("triton_impl.kernels.tuning")
     return None if tuning is None else tuning.last_config(variant)
 
 

@@ -328,8 +328,20 @@ CONSUMER_REGS, PRODUCER_REGS = 240, 24
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
 
 
+_LAST_CONFIG = {}  # variant -> config_name of its latest launch (not autotuned: the table above decides)
+
+
 def config_for(head_dim, element_size):
     return CONFIGS[(head_dim, element_size)]
+
+
+def record_launch(variant, config, suffix=""):
+    _LAST_CONFIG[variant] = config_name(config) + suffix
+
+
+def last_config(variant):
+    """The config of the latest launch of a Gluon variant, e.g. '128x128 ws s3 overlap'; None before one."""
+    return _LAST_CONFIG.get(variant)
 
 
 def config_name(config):
@@ -356,6 +368,7 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
     config = config or config_for(head_dim, q.element_size())
     rows, block_n = ROWS.value, config["BLOCK_N"]
+    record_launch("fa2-ws", config)
     return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q)](
         descriptor(q, rows, head_dim), descriptor(k, block_n, head_dim), descriptor(v, block_n, head_dim),
         descriptor(out, rows, head_dim), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,

@@ -50,6 +50,7 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
         padded = torch.zeros(*vt.shape[:3], -(-seqlen_k // 16) * 16, dtype=vt.dtype, device=vt.device)
         padded[..., :seqlen_k] = vt
         vt = padded
+    fa2_ws.record_launch("fp8-ws", config, " k-permuted" if permuted else "")
     return fa2_ws._fp8_fwd_ws[fa2_ws.grid(seqlen_q, batch, heads_q)](
         fa2_ws.descriptor(q, rows, head_dim), k_descriptor(k, block_n, permuted),
         fa2_ws.descriptor(vt, head_dim, block_n, shape=vt_shape), fa2_ws.descriptor(out, rows, head_dim),
