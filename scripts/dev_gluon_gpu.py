@@ -42,11 +42,7 @@ EXTRA = [(fmt, int(d), dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o))
 # the formats timed (DEV_FORMATS, default both)
 TIMED = os.environ.get("DEV_FORMATS", "bf16,fp8").split(",")
 
-CASES = [
-    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=True),
-    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=False),
-    dict(batch=1, heads_q=4, heads_kv=4, seqlen_q=517, seqlen_k=300, head_dim=128, causal=True),
-    dict(batch=1, heads_q=4, heads_kv=1, seqlen_q=1000, seqlen_k=1000, head_dim=64, causal=True, dist="large"),
+CASES = devkit.AWKWARD_CASES + [
     dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=333, seqlen_k=448, head_dim=64, causal=False, dist="shifted"),
     dict(batch=1, heads_q=2, heads_kv=1, seqlen_q=1, seqlen_k=1, head_dim=128, causal=True),
     dict(batch=1, heads_q=3, heads_kv=1, seqlen_q=1, seqlen_k=700, head_dim=128, causal=True),

@@ -14,6 +14,16 @@ import traceback
 from typing import Callable, Iterable
 
 
+# Oracle cases every kernel's dev script starts with: tails on both axes with GQA (causal Sq < Sk and not),
+# causal Sq > Sk (rows that see no key), MQA with 'large' inputs at head_dim 64.
+AWKWARD_CASES = [
+    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=True),
+    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=300, seqlen_k=517, head_dim=128, causal=False),
+    dict(batch=1, heads_q=4, heads_kv=4, seqlen_q=517, seqlen_k=300, head_dim=128, causal=True),
+    dict(batch=1, heads_q=4, heads_kv=1, seqlen_q=1000, seqlen_k=1000, head_dim=64, causal=True, dist="large"),
+]
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
