@@ -63,7 +63,7 @@ def test_headline_ratio_across_two_runs_is_marked_and_explained():
     ])
     table = report.headline_table(df)
     lines = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()}
-    assert "| 128 | 1.20 / - |" in lines["`cuda:hopper-fp8` / `triton:fp8`"]  # one run: no mark
+    assert "| 128 | 1.20 / - |" in lines["`cuda:hopper-fp8` / best Triton fp8"]  # one run: no mark
     assert "| 128 | 0.80 / - |" in lines["`cuda:hopper` / `sdpa:cudnn`"]
     assert "| 128 | 1.50† / 1.00 |" in lines["`cuda:hopper-fp8` / `cuda:hopper` bf16"]  # fp8 from bbb
     assert table.splitlines()[-1].startswith("† The two sides of this ratio come from different runs")
