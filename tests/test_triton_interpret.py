@@ -272,8 +272,8 @@ def _bad_calls():
         ("tensor and QuantTensor mixed", lambda a: a(_fp8(q), kv, kv), TypeError, "QuantTensor"),
         ("V not transposed", lambda a: a(_fp8(q), _fp8(kv), _fp8(kv)), ValueError, "transposed"),
         ("misaligned for TMA", lambda a: a(_misaligned(q), kv, kv, variant="fa2-tma"), ValueError, "16-byte"),
-        ("head_dim 256 to the Gluon variant", lambda a: a(*(torch.randn(1, 1, 8, 256, **half) for _ in range(3)),
-                                                          variant="fa2-ws"), ValueError, "head_dim 256"),
+        ("head_dim 256 to fp8-ws", lambda a: a(*_fp8_inputs(torch.randn(1, 1, 8, 256)), variant="fp8-ws"),
+         ValueError, "head_dim 256"),
         ("Gluon variant in the interpreter", lambda a: a(q, kv, kv, variant="fa2-ws"), RuntimeError, "Gluon"),
         ("mxfp8 input to the fp8 variant", lambda a: a(*(_quantized(x, "mxfp8") for x in (q, kv, kv)), variant="fp8"),
          TypeError, "format"),
@@ -284,6 +284,12 @@ def _bad_calls():
 
 def _fp8(x):
     return _quantized(x, "fp8")
+
+
+def _fp8_inputs(x):
+    """q, k, v (v stored transposed) quantized to fp8 from the same values."""
+    from compare.formats import quantize_attention_inputs
+    return quantize_attention_inputs(x, x, x, "fp8")
 
 
 def _quantized(x, fmt):

@@ -17,7 +17,7 @@ VARIANTS: dict[str, dict] = {
     },
     "fa2-ws": {
         "formats": ("bf16", "fp16"),
-        "head_dims": (64, 128),
+        "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
         "max_cc": (9, 0),
         "description": "FlashAttention-2 forward in Gluon (Triton's explicit dialect): a TMA producer warp and two "
