@@ -7,11 +7,15 @@ two consumer warpgroups of 64 query rows each, every one with its own instructio
 CUDA kernel `cuda:hopper`. While one consumer runs its softmax, the other's wgmma keep the tensor
 cores busy, which Triton's lock-step 128-row blocks only get from a second co-resident program.
 
-Shared memory: Q (two 64-row tiles, reused for the output store), a ring of STAGES K and V tiles.
-Barriers: `q_ready`; per stage `k_ready`, `v_ready` (TMA transaction counts) and `kv_empty` (one
-arrival per consumer). Descriptors are 4-D over (batch, head, seqlen, head_dim) with the inputs'
-own strides, so tails are zero-filled by TMA on loads and clipped on the output store per head, and
-GQA is a head index.
+Shared memory: Q (two 64-row tiles, reused for the 16-bit output store; fp8 stages its bf16 output in
+tiles of its own), a ring of STAGES K and V tiles. Barriers: `q_ready`; per stage `k_ready`, `v_ready`
+(TMA transaction counts) and `kv_empty` (one arrival per consumer). Descriptors are 4-D over (batch, head,
+seqlen, head_dim) with the inputs' own strides, so tails are zero-filled by TMA on loads and clipped on the
+output store per head, and GQA is a head index (fp8's key-permuted K: fp8_ws.k_descriptor).
+
+The same program serves `fp8-ws` (`FP8`: e4m3 operands, V^T tiles, descales) and takes two loop orders
+(`OVERLAP`, chosen per head_dim and format in CONFIGS from measurements): one key tile in sequence, or
+S(j) and P(j-1) V(j-1) issued back to back.
 """
 import torch
 import triton
