@@ -356,12 +356,21 @@ def config_name(config):
     return name + (" overlap" if config["OVERLAP"] else "")
 
 
+def box(box_rows, box_cols):
+    """The block of the 4-D descriptors: one (box_rows, box_cols) tile of one (batch, head)."""
+    return [1, 1, box_rows, box_cols]
+
+
+def box_layout(block, dtype):
+    """The shared-memory layout TMA writes a `block` of torch `dtype` in (the widest swizzle that fits)."""
+    return gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[dtype])
+
+
 def descriptor(t, box_rows, box_cols, shape=None):
     """4-D TMA descriptor over t (batch, heads, rows, cols) with t's strides and a (box_rows, box_cols) box;
     `shape` overrides t's shape (a padded buffer whose extra columns must read as zeros)."""
-    block = [1, 1, box_rows, box_cols]
-    layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPES[t.dtype])
-    return TensorDescriptor(t, list(shape or t.shape), list(tuning.strides(t)), block, layout)
+    block = box(box_rows, box_cols)
+    return TensorDescriptor(t, list(shape or t.shape), list(tuning.strides(t)), block, box_layout(block, t.dtype))
 
 
 def grid(seqlen_q, batch, heads_q):

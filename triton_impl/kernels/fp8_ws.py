@@ -13,7 +13,6 @@ flattened across (batch, head): a tile that runs past its head's Sk reads the ne
 descriptor and the shuffles.
 """
 import torch
-from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from triton_impl.kernels import fa2_ws, tuning
@@ -25,16 +24,21 @@ def permuted_k(k):
     return k.is_contiguous() and k.shape[2] % 16 == 0
 
 
+def permuted_k_box(block_n, head_dim):
+    """The box of the key-permuted K descriptor: (16-key groups, keys 2 apart, keys 4 apart, single keys,
+    head_dim) (see fa2_ws._key_of_column)."""
+    return [block_n // 16, 2, 4, 2, head_dim]
+
+
 def k_descriptor(k, block_n, permuted):
-    """K's TMA descriptor: the 4-D one of fa2_ws, or with `permuted` a 5-D one over the flattened rows whose
-    box is (16-key groups, keys 2 apart, keys 4 apart, single keys, head_dim) (see fa2_ws._key_of_column)."""
+    """K's TMA descriptor: the 4-D one of fa2_ws, or with `permuted` a 5-D one over the flattened rows."""
     head_dim = k.shape[3]
     if not permuted:
         return fa2_ws.descriptor(k, block_n, head_dim)
-    block = [block_n // 16, 2, 4, 2, head_dim]
-    layout = gl.NVMMASharedLayout.get_default_for(block, gl.float8e4nv)
+    block = permuted_k_box(block_n, head_dim)
     return TensorDescriptor(k, [k.numel() // (16 * head_dim), 2, 4, 2, head_dim],
-                            [16 * head_dim, 2 * head_dim, 4 * head_dim, head_dim, 1], block, layout)
+                            [16 * head_dim, 2 * head_dim, 4 * head_dim, head_dim, 1], block,
+                            fa2_ws.box_layout(block, k.dtype))
 
 
 def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, config=None):

@@ -70,31 +70,31 @@ def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
     """Compile the Gluon kernel of "fa2-ws" (dtype bf16/fp16) or "fp8-ws" (dtype fp8) with config
     dict(BLOCK_N, STAGES, OVERLAP[, PERMUTED_K]) (default: fa2_ws.config_for; fp8 K key-permuted unless
     PERMUTED_K is False) for sm_<arch>."""
-    from triton.experimental.gluon import language as gl
+    import torch
     from triton.experimental.gluon._runtime import GluonASTSource
-    from triton_impl.kernels import fa2_ws
+    from triton_impl.kernels import fa2_ws, fp8_ws
 
     fp8 = dtype == "fp8"
     config = config or fa2_ws.config_for(head_dim, 1 if fp8 else 2)
     rows, block_n = fa2_ws.ROWS.value, config["BLOCK_N"]
+    torch_dtypes = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp8e4nv": torch.float8_e4m3fn}
 
-    def descriptor(element, box_rows, box_cols, block=None):
-        block = block or [1, 1, box_rows, box_cols]
-        layout = gl.NVMMASharedLayout.get_default_for(block, {"bf16": gl.bfloat16, "fp16": gl.float16,
-                                                              "fp8e4nv": gl.float8e4nv}[element])
-        return f"tensordesc<{element}{block},{layout!r}>"
+    def descriptor(element, block):
+        return f"tensordesc<{element}{block},{fa2_ws.box_layout(block, torch_dtypes[element])!r}>"
 
     element = "fp8e4nv" if fp8 else dtype
     permuted = fp8 and config.get("PERMUTED_K", True)
-    k_block = [block_n // 16, 2, 4, 2, head_dim] if permuted else None
-    signature = dict(q_desc=descriptor(element, rows, head_dim), k_desc=descriptor(element, block_n, head_dim, k_block))
+    k_block = fp8_ws.permuted_k_box(block_n, head_dim) if permuted else fa2_ws.box(block_n, head_dim)
+    signature = dict(q_desc=descriptor(element, fa2_ws.box(rows, head_dim)), k_desc=descriptor(element, k_block))
     if fp8:
-        signature.update(vt_desc=descriptor(element, head_dim, block_n), o_desc=descriptor("bf16", rows, head_dim),
+        signature.update(vt_desc=descriptor(element, fa2_ws.box(head_dim, block_n)),
+                         o_desc=descriptor("bf16", fa2_ws.box(rows, head_dim)),
                          Q_DESCALE="*fp32", K_DESCALE="*fp32", V_DESCALE="*fp32", LSE="*fp32",
                          softmax_scale_log2="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32", heads_kv="i32",
                          group_size="i32")
     else:
-        signature.update(v_desc=descriptor(element, block_n, head_dim), o_desc=descriptor(element, rows, head_dim),
+        signature.update(v_desc=descriptor(element, fa2_ws.box(block_n, head_dim)),
+                         o_desc=descriptor(element, fa2_ws.box(rows, head_dim)),
                          LSE="*fp32", qk_scale="fp32", seqlen_q="i32", seqlen_k="i32", heads_q="i32",
                          group_size="i32")
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
