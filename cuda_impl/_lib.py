@@ -104,18 +104,28 @@ _STRUCTS = (("cuda_fa_params_size", FwdParams, "fwd_common.cuh"),
             ("cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu"))
 
 
+def _checked(path) -> ctypes.CDLL:
+    lib = ctypes.CDLL(str(path))
+    for size_fn, struct, source in _STRUCTS:
+        fn = getattr(lib, size_fn)
+        fn.restype = ctypes.c_int
+        if fn() != ctypes.sizeof(struct):
+            raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ ({path})")
+    return lib
+
+
 def load(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The library (built on first use when not cached), its parameter blocks checked against the C side."""
     with _load_lock:
         if extra_flags not in _loaded:
-            lib = ctypes.CDLL(str(build.build_library(library_spec(extra_flags))))
-            for size_fn, struct, source in _STRUCTS:
-                fn = getattr(lib, size_fn)
-                fn.restype = ctypes.c_int
-                if fn() != ctypes.sizeof(struct):
-                    raise RuntimeError(f"cuda_impl: {struct.__name__} in _lib.py and csrc/{source} differ")
-            _loaded[extra_flags] = lib
+            _loaded[extra_flags] = _checked(build.build_library(library_spec(extra_flags)))
         return _loaded[extra_flags]
+
+
+def register_library(key: tuple[str, ...], path) -> None:
+    """Serve `load(key)` from a prebuilt library at `path` (dev scripts: another commit's build)."""
+    with _load_lock:
+        _loaded[key] = _checked(path)
 
 
 def entry_point(lib: ctypes.CDLL, variant: str):

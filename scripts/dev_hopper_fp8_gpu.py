@@ -4,7 +4,7 @@ Build here first (`python scripts/dev_hopper_fp8_gpu.py --build-only [NAME... | 
 library and the ALT_BUILDS named) and carry cuda_impl/_build; the ALT_BUILDS that were not built and
 carried are skipped. On the H200:
 
-    PYTHONPATH=. [DEV_ROUNDS=3] python scripts/dev_hopper_fp8_gpu.py
+    PYTHONPATH=. [DEV_ROUNDS=3] [DEV_BASELINE_LIB=path/libcuda_fa.so] python scripts/dev_hopper_fp8_gpu.py
     PYTHONPATH=. timeout 120 compute-sanitizer --tool memcheck python scripts/dev_hopper_fp8_gpu.py --sanitize
     PYTHONPATH=. ncu -k regex:fwd_hopper_fp8 --launch-skip 1 --launch-count 1 --section WarpStateStats \
         python scripts/dev_hopper_fp8_gpu.py --profile-once
@@ -63,7 +63,7 @@ def carried(flags) -> bool:
     return build.cached_library(_lib.library_spec(flags)) is not None
 
 
-ALT_BUILDS = {name: flags for name, flags in ALL_ALT_BUILDS.items() if carried(flags)}
+ALT_BUILDS = {name: flags for name, flags in ALL_ALT_BUILDS.items() if carried(flags)} | devkit.baseline_build()
 
 # b, hq, hkv, sq, sk, d, causal, dist, scale
 CORRECTNESS_CASES = [

@@ -3,14 +3,17 @@
 Run from the repository root on the H200 with the libraries built here and carried in
 cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev machine):
 
-    PYTHONPATH=. [DEV_ROUNDS=5] [DEV_POWER_LOG=1] python scripts/dev_hopper_gpu.py [--head-dim 256]
+    PYTHONPATH=. [DEV_ROUNDS=5] [DEV_POWER_LOG=1] [DEV_BASELINE_LIB=path/libcuda_fa.so] \
+        python scripts/dev_hopper_gpu.py [--head-dim 256]
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
 
 The default run has two stages (three with --gap), each in a child process with a timeout, so
 that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
-   and carried): 26 shapes (9 of them d256; 5 with more items than SMs, 5 in clusters of two CTAs) against float64, each under freshly NaN-poisoned outputs, one line
+   and carried; with DEV_BASELINE_LIB, build "baseline": another commit's library, devkit.baseline_build):
+   26 shapes (9 of them d256; 5 with more items than SMs, 5 in clusters of two CTAs) against float64,
+   each under freshly NaN-poisoned outputs, one line
    per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
    printed without hiding the others (a CUDA fault poisons the context, so the rest are then
    marked as skipped);
@@ -90,7 +93,7 @@ ALT_FLAGS = {
     # non-causal d128 / d256 one CTA per K/V load, no clusters and no multicast (before session 7)
     "no-cluster": ("-DFA_HOPPER_D128_CLUSTER=1", "-DFA_HOPPER_D256_CLUSTER=1"),
 }
-BUILDS = {"hopper": (), **ALT_FLAGS}
+BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 
 # b, hq, hkv, sq, sk, d, dtype, causal
 CORRECTNESS_SHAPES = [
@@ -421,7 +424,7 @@ def main() -> int:
     start = time.time()
     passed, failed = [], []
     for name, flags in BUILDS.items():
-        if flags and build.cached_library(_lib.library_spec(flags)) is None:
+        if flags and name != "baseline" and build.cached_library(_lib.library_spec(flags)) is None:
             log(f"{name}: not built here, skipped")
             continue
         rc = run_stage("correctness", name)

@@ -6,6 +6,7 @@ and interleaved timing rounds."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +23,21 @@ AWKWARD_CASES = [
     dict(batch=1, heads_q=4, heads_kv=4, seqlen_q=517, seqlen_k=300, head_dim=128, causal=True),
     dict(batch=1, heads_q=4, heads_kv=1, seqlen_q=1000, seqlen_k=1000, head_dim=64, causal=True, dist="large"),
 ]
+
+
+def baseline_build() -> dict[str, tuple[str, ...]]:
+    """{"baseline": ("baseline",)} when DEV_BASELINE_LIB names a prebuilt libcuda_fa.so (another commit's,
+    built on the dev machine and carried), else {}. The library is registered under that pseudo flag
+    tuple, so `_lib.launch_*(..., extra_flags=("baseline",))` runs its kernels beside this checkout's:
+    how a change that has no build flag to switch it off is timed against the code before it. Its
+    parameter blocks are checked against this checkout's, as for any library."""
+    path = os.environ.get("DEV_BASELINE_LIB")
+    if not path:
+        return {}
+    from cuda_impl import _lib
+
+    _lib.register_library(("baseline",), path)
+    return {"baseline": ("baseline",)}
 
 
 def log(msg: str) -> None:

@@ -86,10 +86,11 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
         assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
+    # one SHFL.IDX broadcasts the warpgroup index at the start (warp-uniform to ptxas); the rest permute P
     if permuted_k:  # K rows arrive key-permuted through a 5-D map; P is packed in place
-        assert ops["UTMALDG.5D"] > 0 and ops["SHFL.IDX"] == 0
+        assert ops["UTMALDG.5D"] > 0 and ops["SHFL.IDX"] == 1
     else:
-        assert ops["SHFL.IDX"] >= 16 and ops["UTMALDG.5D"] == 0, "the P permutation's shuffles are missing"
+        assert ops["SHFL.IDX"] >= 1 + 16 and ops["UTMALDG.5D"] == 0, "the P permutation's shuffles are missing"
     assert ops["USETMAXREG.DEALLOC.CTAPOOL"] == 1 and ops["USETMAXREG.TRY_ALLOC.CTAPOOL"] == 1
     # consumers: 240 registers each, 160 at d64 (three of them: 128 x 24 + 384 x 160 <= 65536)
     (alloc,) = [i for i in instructions if i.startswith("USETMAXREG.TRY_ALLOC")]

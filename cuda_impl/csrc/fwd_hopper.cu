@@ -405,12 +405,12 @@ struct PingPong {
 // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
 template <typename T, typename C>
 __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
+  const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, C::BLOCK_KV>(
-        S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
-        sm90::desc_sw128(k_smem + (kk / 4) * C::KV_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
+    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+                                   sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
@@ -420,9 +420,9 @@ __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, 
 template <typename T, typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
+  const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
 #pragma unroll
-  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
-    sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_sw128(v_smem + kk * 2048, C::KV_PANEL_BYTES, 1024));
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
   sm90::wgmma_commit();
 }
 
@@ -588,7 +588,8 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   else
     __syncthreads();
 
-  const int group = threadIdx.x / 128;
+  // shfl: warp-uniform to ptxas, so the Q descriptors (consumer-dependent) live in uniform registers
+  const int group = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) {

@@ -224,11 +224,11 @@ __device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P
 // S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
 template <typename C>
 __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
+  const uint64_t q_desc = sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem), k_desc = sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem);
   sm90::wgmma_fence();
 #pragma unroll
   for (int kk = 0; kk < C::K_STEPS_QK; kk++)
-    sm90::qgmma_ss_n128(S, sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem + kk * 32),
-                        sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem + kk * 32), kk > 0);
+    sm90::qgmma_ss_n128(S, sm90::desc_advance(q_desc, kk * 32), sm90::desc_advance(k_desc, kk * 32), kk > 0);
   sm90::wgmma_commit();
 }
 
@@ -236,11 +236,11 @@ __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem,
 template <typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::K_STEPS_PV][4],
                                          uint32_t v_smem) {
+  const uint64_t v_desc = sm90::desc_kmajor<128>(v_smem);
   sm90::fence_regs(O);
   sm90::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < C::K_STEPS_PV; kk++)
-    sm90::qgmma_rs<C::DIM>(O, P[kk], sm90::desc_kmajor<128>(v_smem + kk * 32));
+  for (int kk = 0; kk < C::K_STEPS_PV; kk++) sm90::qgmma_rs<C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 32));
   sm90::wgmma_commit();
 }
 

@@ -178,25 +178,25 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
   auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
   // S = Q K^T, issued: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
   auto issue_qk = [&](float (&S)[C::S_REGS], int s) {
+    const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem(s), 16, 1024);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::DIM / 16; kk++) {
       const uint32_t in_panel = (kk % 4) * 32;
-      sm90::wgmma_ss_n128<T>(
-          S, sm90::desc_sw128(q_smem + (kk / 4) * C::Q_PANEL_BYTES + in_panel, 16, 1024),
-          sm90::desc_sw128(k_smem(s) + (kk / 4) * C::K_PANEL_BYTES + in_panel, 16, 1024), kk > 0);
+      sm90::wgmma_ss_n128<T>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+                             sm90::desc_advance(k_desc, (kk / 4) * C::K_PANEL_BYTES + in_panel), kk > 0);
     }
     sm90::wgmma_commit();
   };
   // O += P V, issued: key step kk is 32 bytes into panel kk / 4 of every V^T row (K-major B).
   auto issue_pv = [&](const uint32_t (&P)[C::BLOCK_KV / 16][4], int s) {
-    const uint32_t v_smem = k_smem(s) + C::K_BYTES;
+    const uint64_t v_desc = sm90::desc_sw128(k_smem(s) + C::K_BYTES, 16, 1024);
     sm90::fence_regs(O);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
-      sm90::wgmma_rs_kmajor<T, C::DIM>(
-          O, P[kk], sm90::desc_sw128(v_smem + (kk / 4) * C::V_PANEL_BYTES + (kk % 4) * 32, 16, 1024));
+      sm90::wgmma_rs_kmajor<T, C::DIM>(O, P[kk],
+                                       sm90::desc_advance(v_desc, (kk / 4) * C::V_PANEL_BYTES + (kk % 4) * 32));
     sm90::wgmma_commit();
   };
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {

@@ -161,6 +161,13 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint
          1ull << 62;  // layout type 1 = 128B swizzle
 }
 
+// The same descriptor `bytes` further on (a multiple of 16): the start address field holds
+// address / 16 in 14 bits, and shared addresses stay below 256 KB, so the sum never carries out
+// of it. One descriptor per operand and GEMM, advanced per k-step, instead of one built per
+// k-step: ptxas did not fold the mask and shifts of desc_sw128 and rebuilt every descriptor
+// (about ten instructions, two of them R2UR, per wgmma).
+__device__ __forceinline__ uint64_t desc_advance(uint64_t desc, uint32_t bytes) { return desc + (bytes >> 4); }
+
 __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 }

@@ -171,7 +171,7 @@ __device__ __forceinline__ void run_roles(const Barriers<C::STAGES>& bars, Produ
     sm90::mbar_init_fence();
   }
   __syncthreads();
-  const int group = threadIdx.x / 128;
+  const int group = __shfl_sync(0xffffffffu, threadIdx.x / 128, 0);  // warp-uniform to ptxas (see fwd_hopper.cu)
   if (group == 0) {
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) produce();
