@@ -73,8 +73,6 @@ ALT_FLAGS = {
     # non-causal d128 on 128-key tiles in a 3-stage ring too (triton:fa2-ws's shape, 3 x 64 + 32 = 224 KB)
     "kv128-3-stage": ("-DFA_HOPPER_D128_BLOCK_KV=128", "-DFA_HOPPER_D128_STAGES=3"),
     "3-stage-no-pingpong": ("-DFA_HOPPER_D128_STAGES=3", "-DFA_HOPPER_PINGPONG=0"),
-    # row 1's max reduction held back until row 0's max is known (session 12)
-    "row-order": ("-DFA_HOPPER_ROW_ORDER=1",),
     # causal d128 as triton:fa2-ws runs it: one CTA per item, 3 stages, no ping-pong
     "gluon-like": ("-DFA_HOPPER_D128_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D128_STAGES=3", "-DFA_HOPPER_PINGPONG=0"),
     "d256-kv64": ("-DFA_HOPPER_D256_BLOCK_KV=64",),  # d256 with 64-key tiles (192 KB of shared)

@@ -182,11 +182,6 @@
 
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max):
 // fewer dependent FMNMX / FADD between "S retired" and the next GEMM issue.
-// Row 1's max reduction held back until row 0's max is known, so that its FMNMX interleave with row 0's
-// exps instead of delaying the first exp2 (docs/perf-notes-hopper.md, session 12).
-#ifndef FA_HOPPER_ROW_ORDER
-#define FA_HOPPER_ROW_ORDER 0
-#endif
 #ifndef FA_HOPPER_SOFTMAX_CHAINS
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
@@ -343,13 +338,9 @@ template <typename C>
 __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
                                             float (&row_sum)[2], float (&alpha)[2],
                                             float scale_log2) {
-  float row0_done = 0.f;  // row 0's scaled max, once known (FA_HOPPER_ROW_ORDER)
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    // FA_HOPPER_ROW_ORDER: row 1's chains start from a value that depends on row 0's max (x * 0 + y is
-    // y for finite x, and not folded), so ptxas cannot hoist row 1's max reduction ahead of row 0's exps
-    const float init = FA_HOPPER_ROW_ORDER && h == 1 ? fmaf(row0_done, 0.f, row_max[1]) : row_max[h];
-    float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, init);
+    float m = wgmma_row_max<C::SOFTMAX_CHAINS>(S, h, row_max[h]);
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
     m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
     if (C::LAZY_RESCALE > 0 && row_max[h] != -INFINITY &&
@@ -359,7 +350,6 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
-    row0_done = m_scaled;
     const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
         S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
     row_sum[h] = row_sum[h] * alpha[h] + sum;
