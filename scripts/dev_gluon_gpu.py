@@ -33,12 +33,20 @@ from triton_impl.kernels import fa2_ws, fp8_ws  # noqa: E402
 OUT = os.environ.get("OUT", "/tmp")
 ROUNDS = int(os.environ.get("DEV_ROUNDS", "3"))
 TOKENS = 16384
-# extra configs to check and time beside the defaults, "FORMAT:HEAD_DIM:BLOCK_N:STAGES:OVERLAP[:PERMUTED_K]" each
-# (FORMAT bf16 or fp8; PERMUTED_K 0 keeps fp8's K tiles in key order), e.g. "bf16:128:128:2:1,fp8:128:128:4:0:0"
-EXTRA = [(fmt, int(d), dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o)),
-                            **({"PERMUTED_K": bool(int(pk[0]))} if pk else {})))
-         for fmt, d, n, st, o, *pk in (item.split(":") for item in os.environ.get("DEV_WS_CONFIGS", "").split(",")
-                                       if item)]
+# extra configs to check and time beside the defaults, "FORMAT:HEAD_DIM:BLOCK_N:STAGES:OVERLAP[:OPTION...]" each
+# (FORMAT bf16 or fp8; OPTION "cN": N consumer warpgroups, "0" / "1": fp8's PERMUTED_K, 0 keeps K tiles in key
+# order), e.g. "bf16:128:128:2:1,fp8:128:128:4:0:0,bf16:64:128:3:0:c3"
+
+
+def extra_config(n, st, o, *options):
+    config = dict(BLOCK_N=int(n), STAGES=int(st), OVERLAP=bool(int(o)))
+    for option in options:
+        config.update({"CONSUMERS": int(option[1:])} if option.startswith("c") else {"PERMUTED_K": bool(int(option))})
+    return config
+
+
+EXTRA = [(fmt, int(d), extra_config(*rest))
+         for fmt, d, *rest in (item.split(":") for item in os.environ.get("DEV_WS_CONFIGS", "").split(",") if item)]
 # the formats timed (DEV_FORMATS, default both) and the head_dims (DEV_HEAD_DIMS, default 128,64; fp8 has no 256)
 TIMED = os.environ.get("DEV_FORMATS", "bf16,fp8").split(",")
 HEAD_DIMS = [int(d) for d in os.environ.get("DEV_HEAD_DIMS", "128,64").split(",")]

@@ -28,13 +28,12 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from triton_impl.kernels import tuning
 
 ROWS = gl.constexpr(64)       # query rows per consumer warpgroup: one wgmma M
-CONSUMERS = gl.constexpr(2)
 LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-              batch, head, head_kv, k_row0, q_row0, n_tiles,
+              batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS: gl.constexpr,
               BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr, PERMUTED_K: gl.constexpr):
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(CONSUMERS):
@@ -244,9 +243,9 @@ def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready
 @gluon.jit
 def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, batch, head, head_kv, bh,
              k_row0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-             FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-             PRODUCER_REGS: gl.constexpr):
-    """One program: shared memory and barriers, then the producer and the two consumers."""
+             FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMERS: gl.constexpr,
+             CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """One program: shared memory and barriers, then the producer and the CONSUMERS (2 or 3) consumers."""
     pid_m = gl.program_id(0)
     if CAUSAL:
         # the last query blocks see the most keys: start them first so the grid drains evenly
@@ -275,16 +274,32 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(kv_empty.index(s), count=CONSUMERS)
 
-    gl.warp_specialize([
-        (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                     qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-        (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                     qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                     HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-        (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                     batch, head, head_kv, k_row0, q_row0, n_tiles, BLOCK_N, STAGES, FP8, PERMUTED_K)),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    # one argument tuple per consumer: its id must reach _consumer as a constexpr
+    if CONSUMERS == 3:  # (d64: three 64-row consumers, as cuda:hopper runs it)
+        gl.warp_specialize([
+            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (2, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                         batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
+                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
+                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
+                         batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 # integers that only bound loops or index heads: one binary for all their values
@@ -292,20 +307,21 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
 def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
                 qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+                OVERLAP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                PRODUCER_REGS: gl.constexpr):
     bh = gl.program_id(1)
     head = bh % heads_q
     _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, bh // heads_q, head,
-             head // group_size, bh, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, False, CONSUMER_REGS,
-             PRODUCER_REGS)
+             head // group_size, bh, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, False, CONSUMERS,
+             CONSUMER_REGS, PRODUCER_REGS)
 
 
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE, LSE,
                 softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                PRODUCER_REGS: gl.constexpr):
+                OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMERS: gl.constexpr,
+                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """e4m3 Q, K and V^T (B, Hkv, D, Sk) with one fp32 descale per (batch, head): Q's and K's fold into the
     softmax scale, V's into the final normalisation; bf16 output."""
     bh = gl.program_id(1)
@@ -316,7 +332,7 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
     qk_scale = softmax_scale_log2 * gl.load(Q_DESCALE + bh) * gl.load(K_DESCALE + bh_kv)
     _forward(q_desc, k_desc, vt_desc, o_desc, LSE, qk_scale, gl.load(V_DESCALE + bh_kv), seqlen_q, seqlen_k,
              batch, head, head_kv, bh, bh_kv * seqlen_k, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, PERMUTED_K,
-             CONSUMER_REGS, PRODUCER_REGS)
+             CONSUMERS, CONSUMER_REGS, PRODUCER_REGS)
 
 
 # per (head_dim, element bytes): BLOCK_N, STAGES, OVERLAP; shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's
@@ -330,8 +346,9 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
 CONFIGS = {(64, 2): dict(BLOCK_N=128, STAGES=3, OVERLAP=False), (128, 2): dict(BLOCK_N=128, STAGES=3, OVERLAP=True),
            (256, 2): dict(BLOCK_N=64, STAGES=2, OVERLAP=False),
            (64, 1): dict(BLOCK_N=128, STAGES=4, OVERLAP=False), (128, 1): dict(BLOCK_N=128, STAGES=4, OVERLAP=False)}
-# setmaxnreg per role: the producer warp needs few registers, each consumer holds S, P and O
-CONSUMER_REGS, PRODUCER_REGS = 240, 24
+# CONSUMERS (default 2): 64-row consumer warpgroups per program. setmaxnreg per role: the producer warp needs few
+# registers, each consumer holds S, P and O; three consumers (13 warps) share the 64K registers at 160 each.
+CONSUMER_REGS, PRODUCER_REGS = {2: 240, 3: 160}, 24
 _GL_DTYPES = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}
 
 
@@ -340,6 +357,16 @@ _LAST_CONFIG = {}  # variant -> config_name of its latest launch (not autotuned:
 
 def config_for(head_dim, element_size):
     return CONFIGS[(head_dim, element_size)]
+
+
+def consumers(config):
+    return config.get("CONSUMERS", 2)
+
+
+def roles(config):
+    """The kernel's role constexprs for `config`: consumer count and the registers of each role."""
+    n = consumers(config)
+    return dict(CONSUMERS=n, CONSUMER_REGS=CONSUMER_REGS[n], PRODUCER_REGS=PRODUCER_REGS)
 
 
 def record_launch(variant, config, suffix=""):
@@ -352,7 +379,7 @@ def last_config(variant):
 
 
 def config_name(config):
-    name = "{}x{} ws s{}".format(CONSUMERS.value * ROWS.value, config["BLOCK_N"], config["STAGES"])
+    name = "{}x{} ws s{}".format(consumers(config) * ROWS.value, config["BLOCK_N"], config["STAGES"])
     return name + (" overlap" if config["OVERLAP"] else "")
 
 
@@ -373,8 +400,8 @@ def descriptor(t, box_rows, box_cols, shape=None):
     return TensorDescriptor(t, list(shape or t.shape), list(tuning.strides(t)), block, box_layout(block, t.dtype))
 
 
-def grid(seqlen_q, batch, heads_q):
-    return (triton.cdiv(seqlen_q, CONSUMERS.value * ROWS.value), batch * heads_q)
+def grid(seqlen_q, batch, heads_q, config):
+    return (triton.cdiv(seqlen_q, consumers(config) * ROWS.value), batch * heads_q)
 
 
 def launch(q, k, v, out, lse, causal, scale, config=None):
@@ -385,8 +412,8 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
     config = config or config_for(head_dim, q.element_size())
     rows, block_n = ROWS.value, config["BLOCK_N"]
     record_launch("fa2-ws", config)
-    return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q)](
+    return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q, config)](
         descriptor(q, rows, head_dim), descriptor(k, block_n, head_dim), descriptor(v, block_n, head_dim),
         descriptor(out, rows, head_dim), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
         HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal, OVERLAP=config["OVERLAP"],
-        CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4)
+        **roles(config), num_warps=4)

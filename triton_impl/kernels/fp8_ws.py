@@ -55,10 +55,10 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
         padded[..., :seqlen_k] = vt
         vt = padded
     fa2_ws.record_launch("fp8-ws", config, " k-permuted" if permuted else "")
-    return fa2_ws._fp8_fwd_ws[fa2_ws.grid(seqlen_q, batch, heads_q)](
+    return fa2_ws._fp8_fwd_ws[fa2_ws.grid(seqlen_q, batch, heads_q, config)](
         fa2_ws.descriptor(q, rows, head_dim), k_descriptor(k, block_n, permuted),
         fa2_ws.descriptor(vt, head_dim, block_n, shape=vt_shape), fa2_ws.descriptor(out, rows, head_dim),
         q_descale, k_descale, v_descale, lse,
         scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
         HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal, OVERLAP=config["OVERLAP"],
-        PERMUTED_K=permuted, CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS, num_warps=4)
+        PERMUTED_K=permuted, **fa2_ws.roles(config), num_warps=4)

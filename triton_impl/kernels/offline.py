@@ -99,7 +99,7 @@ def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
                          group_size="i32")
     constexprs = dict(HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal,
                       OVERLAP=config["OVERLAP"], **(dict(PERMUTED_K=permuted) if fp8 else {}),
-                      CONSUMER_REGS=fa2_ws.CONSUMER_REGS, PRODUCER_REGS=fa2_ws.PRODUCER_REGS)
+                      **fa2_ws.roles(config))
     signature.update({name: "constexpr" for name in constexprs})
     kernel = fa2_ws._fp8_fwd_ws if fp8 else fa2_ws._fa2_fwd_ws
     source = GluonASTSource(fn=kernel, signature=signature, constexprs=constexprs)
