@@ -50,8 +50,8 @@ def test_fp8_key_permuted_tiles_move_p_without_shuffles(head_dim):
 @pytest.mark.parametrize("causal", [False, True])
 def test_gluon_warp_specialized_kernel_compiles_for_sm90(head_dim, causal, dtype):
     """fa2-ws / fp8-ws: wgmma for both products (QGMMA for fp8), TMA loads and the TMA output store, no
-    spills; the roles get their own register budgets through setmaxnreg (PTX), the producer warp(group)
-    down to PRODUCER_REGS and the second consumer to CONSUMER_REGS."""
+    spills; the roles get their own register budgets through setmaxnreg (PTX): the producer warp(group)
+    PRODUCER_REGS, the consumers CONSUMER_REGS (240 with two, 160 with the three of head_dim 64)."""
     from triton_impl.kernels import fa2_ws
     compiled = offline.compile_ws(head_dim, causal, dtype=dtype)
     usage = offline.report(compiled)
@@ -60,7 +60,7 @@ def test_gluon_warp_specialized_kernel_compiles_for_sm90(head_dim, causal, dtype
     assert usage["UTMALDG"] > 0 and usage["UTMASTG"] > 0, usage
     assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, usage
-    budgets = {int(n) for n in re.findall(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+(\d+);", compiled.asm["ptx"])}
+    budgets = {int(n) for n in re.findall(r"setmaxnreg\.(?:dec|inc)\.sync\.aligned\.u32\s+(\d+);", compiled.asm["ptx"])}
     roles = fa2_ws.roles(fa2_ws.config_for(head_dim, 1 if dtype == "fp8" else 2))
     assert {roles["PRODUCER_REGS"], roles["CONSUMER_REGS"]} <= budgets, budgets
 

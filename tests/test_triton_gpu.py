@@ -90,3 +90,6 @@ def test_gluon_variants_name_their_config():
     assert triton_impl.last_config("fa2-ws") == "128x128 ws s3 overlap"
     triton_impl.attention(*formats.quantize_attention_inputs(q, k, v, "fp8"), variant="fp8-ws")
     assert triton_impl.last_config("fp8-ws") == "128x128 ws s4 k-permuted"
+    q64, k64, v64 = (t[..., :64].contiguous() for t in (q, k, v))  # head_dim 64: three consumers, 192 rows
+    run(q64, k64, v64)
+    assert triton_impl.last_config("fa2-ws") == "192x128 ws s3"
