@@ -142,3 +142,24 @@ def test_blocked_kernels_scale_scores_without_fma_contraction(variant):
     config = tuning.candidates(variant, 128, False, 1)[0]
     ptx = mx_offline.compile_for(variant, 128, False, config).asm["ptx"]
     assert re.search(r"\bmul\.rn(\.ftz)?\.f32\b", ptx), "scores no longer scaled by an uncontractible multiply"
+
+
+def test_gluon_head_dim_64_takes_three_consumers_except_on_short_causal_rows():
+    """d64 programs are 192 rows (three consumers) but for causal launches of at most SHORT_CAUSAL_ROWS
+    queries, which keep 128-row programs; the two-consumer d64 kernel still compiles without spills."""
+    from triton_impl.kernels import fa2_ws
+    short = fa2_ws.SHORT_CAUSAL_ROWS
+    for size in (1, 2):
+        assert fa2_ws.consumers(fa2_ws.config_for(64, size)) == 3
+        assert fa2_ws.consumers(fa2_ws.config_for(64, size, False, 512)) == 3
+        assert fa2_ws.consumers(fa2_ws.config_for(64, size, True, short)) == 2
+        assert fa2_ws.consumers(fa2_ws.config_for(64, size, True, short + 1)) == 3
+        assert fa2_ws.consumers(fa2_ws.config_for(128, size, True, 512)) == 2
+    assert fa2_ws.grid(1000, 2, 8, fa2_ws.config_for(64, 2)) == (6, 16)
+    assert fa2_ws.grid(1000, 2, 8, fa2_ws.config_for(64, 2, True, 1000)) == (8, 16)
+    config = fa2_ws.config_for(64, 2, True, 512)
+    assert fa2_ws.config_name(config) == "128x128 ws s3"
+    compiled = offline.compile_ws(64, True, config)
+    usage = offline.report(compiled)
+    assert usage["stack"] == 0 and usage["STL"] == 0, usage
+    assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", compiled.asm["ptx"])

@@ -46,7 +46,7 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
     out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous."""
     batch, heads_q, seqlen_q, head_dim = q.shape
     heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    config = config or fa2_ws.config_for(head_dim, 1)
+    config = config or fa2_ws.config_for(head_dim, 1, causal, seqlen_q)
     rows, block_n = fa2_ws.ROWS.value, config["BLOCK_N"]
     vt_shape = list(vt.shape)
     permuted = permuted_k(k) and config.get("PERMUTED_K", True)  # a config may turn it off (dev ablation)
