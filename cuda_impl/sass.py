@@ -1,8 +1,9 @@
 """Read the machine code (SASS) of a built library with cuobjdump.
 
 Used to check that a kernel really contains the instructions it was written for (HMMA for
-mma.sync, LDSM for ldmatrix, LDGSTS for cp.async), and by the mma.sync ceiling benchmark to
-prove that the compiler did not merge its independent chains.
+mma.sync, LDSM for ldmatrix, LDGSTS for cp.async), what a Hopper kernel's KV-tile loop issues
+(steady_loop), and by the mma.sync ceiling benchmark to prove that the compiler did not merge its
+independent chains.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from pathlib import Path
 
 _ARCH = re.compile(r"code for (sm_\w+)")
 _FUNCTION = re.compile(r"Function : (\S+)")
-_INSTRUCTION = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;")
+_INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+_BRANCH_TARGET = re.compile(r"\bBRA\b.*?0x([0-9a-f]+)")
+_SS_WGMMA = re.compile(r"[HQ]GMMA\S*\s+R\d+,\s+gdesc")  # D, A and B from shared memory
+_RS_WGMMA = re.compile(r"[HQ]GMMA\S*\s+R\d+,\s+R\d+,\s+gdesc")  # D, A from registers, B from shared memory
 
 
 def find_cuobjdump() -> str | None:
@@ -40,19 +44,20 @@ def find_cuobjdump() -> str | None:
         return None
 
 
-def dump_sass(library: Path) -> dict[tuple[str, str], list[str]]:
-    """{(arch, mangled function name): [instruction text, ...]} for every cubin in `library`."""
+def dump_sass(library: Path, with_addresses: bool = False) -> dict[tuple[str, str], list]:
+    """{(arch, mangled function name): [instruction text, ...]} for every cubin in `library`;
+    with_addresses: [(address, instruction text), ...] (what steady_loop reads)."""
     tool = find_cuobjdump()
     if tool is None:
         raise RuntimeError("cuobjdump not found (CUDA toolkit bin/ or the triton wheel provide it)")
     text = subprocess.run(
         [tool, "--dump-sass", str(library)], capture_output=True, text=True, check=True
     ).stdout
-    return parse_sass(text)
+    return parse_sass(text, with_addresses)
 
 
-def parse_sass(text: str) -> dict[tuple[str, str], list[str]]:
-    functions: dict[tuple[str, str], list[str]] = {}
+def parse_sass(text: str, with_addresses: bool = False) -> dict[tuple[str, str], list]:
+    functions: dict[tuple[str, str], list] = {}
     arch, current = "", None
     for line in text.splitlines():
         if m := _ARCH.search(line):
@@ -60,8 +65,26 @@ def parse_sass(text: str) -> dict[tuple[str, str], list[str]]:
         elif m := _FUNCTION.search(line):
             current = functions.setdefault((arch, m.group(1)), [])
         elif current is not None and (m := _INSTRUCTION.search(line)):
-            current.append(m.group(1))
+            current.append((int(m.group(1), 16), m.group(2)) if with_addresses else m.group(2))
     return functions
+
+
+def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
+    """The instructions of a Hopper kernel's KV-tile loop: the shortest span from a backward branch's
+    target to the branch that issues both GEMMs of a tile, a wgmma with both operands in shared memory
+    (S = Q K^T) and one with A in registers (P V); [] if there is none. `addressed` as from
+    dump_sass(..., with_addresses=True)."""
+    index = {address: i for i, (address, _) in enumerate(addressed)}
+    loops = []
+    for i, (address, ins) in enumerate(addressed):
+        target = _BRANCH_TARGET.search(ins) if _opcode(ins).startswith("BRA") else None
+        start = int(target.group(1), 16) if target else None
+        if start is None or start >= address or start not in index:
+            continue
+        body = [text for _, text in addressed[index[start]: i + 1]]
+        if any(_SS_WGMMA.search(t) for t in body) and any(_RS_WGMMA.search(t) for t in body):
+            loops.append(body)
+    return min(loops, key=len, default=[])
 
 
 def _opcode(ins: str) -> str:

@@ -28,6 +28,13 @@ SPEC = cuda_impl.VARIANTS["hopper"]
 
 
 @pytest.fixture(scope="module")
+def hopper_sass_addressed(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    return sass.dump_sass(fa_library, with_addresses=True)
+
+
+@pytest.fixture(scope="module")
 def hopper_sass(fa_library) -> dict:
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
@@ -77,6 +84,27 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     # C7519 (warpgroup.arrive injected) / C7520 (wgmmas serialised): a branch or a register
     # touched between a wgmma and its wait would silently undo the overlap.
     assert "C751" not in log and "C752" not in log, f"ptxas changed the wgmma pipeline:\n{log}"
+
+
+# R2UR (vector to uniform register moves) left in the KV-tile loop: the d256 cluster kernel builds its Q
+# descriptors in vector registers (14 moves per tile); every other loop keeps them uniform.
+KNOWN_LOOP_R2UR = {(256, 80, 2): 14}
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim, block_kv, cluster", SHAPES)
+def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addressed, fmt, head_dim, block_kv,
+                                                               cluster):
+    """Each GEMM advances one shared-memory descriptor per operand (sm90::desc_advance) and the warpgroup
+    index is warp-uniform to ptxas, so the loop has no descriptor rebuilt from vector registers per wgmma
+    (session 12: 597 -> 512 instructions per tile and warp at d128); the loop issues both GEMMs of a tile."""
+    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}E"
+    (addressed,) = [ins for (arch, fn), ins in hopper_sass_addressed.items() if arch == "sm_90" and tag in fn]
+    loop = sass.steady_loop(addressed)
+    ops = sass.opcode_counts(loop)
+    wgmma = sum(n for op, n in ops.items() if op.startswith("HGMMA"))
+    assert wgmma == head_dim // 16 + block_kv // 16, ops  # S(t) and P(t-1) V(t-1)
+    assert ops["R2UR"] == KNOWN_LOOP_R2UR.get((head_dim, block_kv, cluster), 0), ops
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
