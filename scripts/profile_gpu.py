@@ -18,12 +18,19 @@ Written to DIR: `ncu-raw.csv` (every collected metric of every profiled kernel, 
 explain its speed (duration, SM clock, instructions, issue slots, tensor pipe, MUFU and FMA pipes,
 shared-memory bank conflicts, occupancy, the top warp stall reasons), also printed as a table.
 `--report --out DIR` rebuilds profile.csv from a committed ncu-raw.csv and cases.txt.
+
+`--source` collects ncu's SourceCounters instead (the SASS of every profiled kernel with the warp stall
+samples of each instruction) into DIR/sass.csv.gz and prints `stall_summary` of it; `--stalls FILE`
+prints that summary again from a committed sass.csv[.gz] (no GPU): per kernel, the share of the samples
+by instruction class and by stall reason, and the instructions that hold the most.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import gzip
+import io
 import os
 import re
 import subprocess
@@ -171,6 +178,59 @@ def report(raw: Path, cases: list[str], out: Path) -> None:
         print("\t".join(v for k, v in row.items() if k != "kernel"), flush=True)
 
 
+# instruction classes of the stall summary (first match, by opcode prefix)
+STALL_CLASSES = ("WARPGROUP.DEPBAR", "SYNCS.PHASECHK", "BAR.SYNC", "BAR.ARV", "HGMMA", "QGMMA", "MUFU", "FMNMX",
+                 "FADD", "FMUL", "FFMA", "F2FP", "SHFL", "BRA", "NOP")
+
+
+def stall_summary(text: str, top: int = 8) -> list[dict]:
+    """Per profiled kernel of an ncu `--page source --print-source sass --csv` dump (the marker kernels and
+    kernels without samples left out): name, samples, shares of the samples by instruction class and by
+    stall reason, and the `top` instructions holding the most samples (share, text, two main reasons)."""
+    kernels = []
+    for block in re.split(r'^"Kernel Name",', text, flags=re.M)[1:]:
+        name, _, body = block.partition("\n")
+        rows = list(csv.reader(io.StringIO(body)))
+        if not rows:
+            continue
+        header = rows[0]
+        rows = [dict(zip(header, r)) for r in rows[1:] if len(r) == len(header)]
+        samples = lambda r: number(r.get("Warp Stall Sampling (All Samples)", "")) or 0.0  # noqa: E731
+        total = sum(map(samples, rows))
+        if MARKER in name or total == 0:
+            continue
+        reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
+        by_class, by_reason = {}, {}
+        for r in rows:
+            words = r["Source"].split()
+            op = (words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0]) if words else ""
+            key = next((c for c in STALL_CLASSES if op.startswith(c)), "other")
+            by_class[key] = by_class.get(key, 0.0) + samples(r) / total
+            for h in reasons:
+                by_reason[h[6:]] = by_reason.get(h[6:], 0.0) + (number(r[h]) or 0.0) / total
+        heavy = sorted(rows, key=samples, reverse=True)[:top]
+        kernels.append(dict(
+            name=name.strip('",')[:100], samples=total,
+            by_class=dict(sorted(by_class.items(), key=lambda kv: -kv[1])),
+            by_reason=dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
+            top=[(samples(r) / total, r["Source"].strip(),
+                  [h[6:] for h in sorted(reasons, key=lambda h: -(number(r[h]) or 0.0))[:2]]) for r in heavy]))
+    return kernels
+
+
+def print_stalls(text: str) -> None:
+    for k in stall_summary(text):
+        print(f"== {k['name']} ({k['samples']:.0f} samples)")
+        print("  by instruction: " + ", ".join(f"{c} {100 * v:.1f}%" for c, v in list(k["by_class"].items())[:12]))
+        print("  by reason: " + ", ".join(f"{c} {100 * v:.1f}%" for c, v in list(k["by_reason"].items())[:8]))
+        for share, source, why in k["top"]:
+            print(f"    {100 * share:5.1f}%  {source[:70]:70} {', '.join(why)}")
+
+
+def read_text(path: Path) -> str:
+    return gzip.open(path, "rt").read() if path.suffix == ".gz" else path.read_text()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("cases", nargs="*")
@@ -178,8 +238,14 @@ def main() -> None:
     parser.add_argument("--ncu", default="ncu")
     parser.add_argument("--report", action="store_true",
                         help="only rebuild profile.csv and the table from --out's ncu-raw.csv and cases.txt")
+    parser.add_argument("--source", action="store_true",
+                        help="SourceCounters (stall samples per SASS instruction) into --out/sass.csv.gz")
+    parser.add_argument("--stalls", type=Path, help="only summarize a committed sass.csv[.gz] (no GPU)")
     parser.add_argument("--stage", choices=["child"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stalls:
+        print_stalls(read_text(args.stalls))
+        return
     if args.stage == "child":
         child(args.cases)
         return
@@ -191,6 +257,19 @@ def main() -> None:
     for text in args.cases:
         parse_case(text)  # bad case text fails here, before ncu starts
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.source:
+        cmd = [args.ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "source",
+               "--print-source", "sass", "--section", "SourceCounters",
+               sys.executable, __file__, "--stage", "child", *args.cases]
+        print("$ " + " ".join(cmd[:3]) + " ... (" + str(len(args.cases)) + " cases)", flush=True)
+        result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if result.returncode:
+            print(result.stdout[-3000:], result.stderr[-3000:])
+            raise SystemExit(f"ncu exited with {result.returncode}")
+        with gzip.open(args.out / "sass.csv.gz", "wt") as f:
+            f.write(result.stdout)
+        print_stalls(result.stdout)
+        return
     known = known_metrics(args.ncu)
     metrics = [m for m in EXTRA_METRICS if m.split(".")[0] in known]
     raw = args.out / "ncu-raw.csv"

@@ -141,3 +141,28 @@ def test_profile_case_text_parses_and_rejects_short_shapes():
     assert profile_gpu.parse_case("sdpa:cudnn@1,8,8,4096,8192,128")[1].fmt == "bf16"
     with pytest.raises(SystemExit, match="bad case"):
         profile_gpu.parse_case("cuda:v5@1,8,8")
+
+
+PROFILE_SOURCE = '''"Kernel Name","at::cuda::<unnamed>::spin_kernel(long)",
+"Address","Source","Warp Stall Sampling (All Samples)","stall_wait"
+"0x0","NANOSLEEP 0x10","5","5"
+"Kernel Name","void fa::fwd_hopper_kernel<bf16, 128, 128, 1>(FwdParams)",
+"Address","Source","Warp Stall Sampling (All Samples)","stall_barrier","stall_wait","stall_barrier (Not Issued)"
+"0x10","WARPGROUP.DEPBAR.LE gsb0, 0x1","30","28","2","28"
+"0x20","@!P0  BRA 0x10","10","0","10","0"
+"0x30","MUFU.EX2 R1, R2","60","0","60","0"
+'''
+
+
+def test_stall_summary_shares_samples_by_instruction_class_and_reason():
+    import profile_gpu
+
+    (kernel,) = profile_gpu.stall_summary(PROFILE_SOURCE)  # the marker kernel is left out
+    assert kernel["name"].startswith("void fa::fwd_hopper_kernel") and kernel["samples"] == 100
+    assert list(kernel["by_class"]) == ["MUFU", "WARPGROUP.DEPBAR", "BRA"]
+    assert kernel["by_class"] == pytest.approx({"MUFU": 0.6, "WARPGROUP.DEPBAR": 0.3, "BRA": 0.1})
+    # the "(Not Issued)" columns are not counted twice
+    assert kernel["by_reason"] == pytest.approx({"wait": 0.72, "barrier": 0.28})
+    assert [(share, source, why[0]) for share, source, why in kernel["top"]] == [
+        (0.6, "MUFU.EX2 R1, R2", "wait"), (0.3, "WARPGROUP.DEPBAR.LE gsb0, 0x1", "barrier"),
+        (0.1, "@!P0  BRA 0x10", "wait")]
