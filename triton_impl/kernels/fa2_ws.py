@@ -32,9 +32,11 @@ LN2 = gl.constexpr(0.6931471805599453)
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-              batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS: gl.constexpr,
-              BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr, PERMUTED_K: gl.constexpr):
+def _producer(loads, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr,
+              PERMUTED_K: gl.constexpr):
+    """The TMA warp: Q once, then K and V of each key tile into the ring; `loads`: its runtime values."""
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, batch, head, head_kv, k_row0,
+     q_row0, n_tiles) = loads
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(CONSUMERS):
         tma.async_copy_global_to_shared(q_desc, [batch, head, q_row0 + c * ROWS, 0], q_ready, q_smem.index(c))
@@ -164,10 +166,12 @@ def _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i
 
 
 @gluon.jit
-def _consumer(cid: gl.constexpr, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-              qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-              HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-              FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr):
+def _consumer(cid: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+              CAUSAL: gl.constexpr, FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr):
+    """Consumer `cid` (its 64 rows start cid * ROWS into the program's block); `args`: the runtime values
+    _forward shares among the consumers (a tuple does not keep constexprs: those come one by one)."""
+    (o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE, qk_scale, v_descale, batch, head,
+     bh, q_row0, seqlen_q, seqlen_k, n_tiles) = args
     k_step: gl.constexpr = 256 // q_smem.dtype.primitive_bitwidth  # wgmma K: 16 for 16-bit, 32 for fp8
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, k_step])
@@ -274,31 +278,23 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(kv_empty.index(s), count=CONSUMERS)
 
-    # one argument tuple per consumer: its id must reach _consumer as a constexpr
+    # the runtime values all consumers share in one tuple; ids and constexprs beside it, where they stay constexprs
+    args = (o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE, qk_scale, v_descale, batch,
+            head, bh, q_row0, seqlen_q, seqlen_k, n_tiles)
+    loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, batch, head, head_kv,
+             k_row0, q_row0, n_tiles)
     if CONSUMERS == 3:  # (d64: three 64-row consumers, as cuda:hopper runs it)
         gl.warp_specialize([
-            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-            (_consumer, (2, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                         batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
+            (_consumer, (0, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (1, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (2, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_producer, (loads, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (0, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-            (_consumer, (1, o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE,
-                         qk_scale, v_descale, batch, head, bh, q_row0, seqlen_q, seqlen_k, n_tiles,
-                         HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
-            (_producer, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty,
-                         batch, head, head_kv, k_row0, q_row0, n_tiles, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
+            (_consumer, (0, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_consumer, (1, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
+            (_producer, (loads, CONSUMERS, BLOCK_N, STAGES, FP8, PERMUTED_K)),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
