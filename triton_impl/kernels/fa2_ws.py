@@ -3,12 +3,13 @@
 Triton's tile language cannot split a program into roles on Hopper (`tl.range(warp_specialize=True)`
 is Blackwell-only in 3.6, docs/perf-notes-triton.md). Gluon, shipped in the same wheel as
 `triton.experimental.gluon`, can: a program here is one producer warp that issues the TMA loads and
-two consumer warpgroups of 64 query rows each (three at head_dim 64), every one with its own instruction
-stream, as in the CUDA kernel `cuda:hopper`. While one consumer runs its softmax, the other's wgmma keep the tensor
-cores busy, which Triton's lock-step 128-row blocks only get from a second co-resident program.
+two consumer warpgroups of 64 query rows each (three at head_dim 64), every one with its own
+instruction stream, as in the CUDA kernel `cuda:hopper`. While one consumer runs its softmax, the
+others' wgmma keep the tensor cores busy, which Triton's lock-step 128-row blocks only get from a
+second co-resident program.
 
-Shared memory: Q (one 64-row tile per consumer, reused for the 16-bit output store; fp8 stages its bf16 output in
-tiles of its own), a ring of STAGES K and V tiles. Barriers: `q_ready`; per stage `k_ready`, `v_ready`
+Shared memory: Q (one 64-row tile per consumer, reused for the 16-bit output store; fp8 stages its bf16
+output in tiles of its own), a ring of STAGES K and V tiles. Barriers: `q_ready`; per stage `k_ready`, `v_ready`
 (TMA transaction counts) and `kv_empty` (one arrival per consumer). Descriptors are 4-D over (batch, head,
 seqlen, head_dim) with the inputs' own strides, so tails are zero-filled by TMA on loads and clipped on the
 output store per head, and GQA is a head index (fp8's key-permuted K: fp8_ws.k_descriptor).
