@@ -77,7 +77,7 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
     index = {address: i for i, (address, _) in enumerate(addressed)}
     loops = []
     for i, (address, ins) in enumerate(addressed):
-        target = _BRANCH_TARGET.search(ins) if _opcode(ins).startswith("BRA") else None
+        target = _BRANCH_TARGET.search(ins) if opcode(ins).startswith("BRA") else None
         start = int(target.group(1), 16) if target else None
         if start is None or start >= address or start not in index:
             continue
@@ -87,7 +87,7 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
     return min(loops, key=len, default=[])
 
 
-def _opcode(ins: str) -> str:
+def opcode(ins: str) -> str:
     """The full opcode with modifiers ('HMMA.16816.F32.BF16'), its predicate stripped; '' if none."""
     words = ins.split()
     if words and words[0].startswith("@"):
@@ -97,7 +97,7 @@ def _opcode(ins: str) -> str:
 
 def opcode_counts(instructions: list[str]) -> Counter:
     """Count full opcodes with modifiers ('HMMA.16816.F32.BF16'), predicates stripped."""
-    return Counter(op for op in map(_opcode, instructions) if op)
+    return Counter(op for op in map(opcode, instructions) if op)
 
 
 def exps_under_pending_wgmma(instructions: list[str]) -> int:
@@ -107,7 +107,7 @@ def exps_under_pending_wgmma(instructions: list[str]) -> int:
     makes this 0 (docs/perf-notes-hopper.md, session 6)."""
     exps, open_span = 0, False
     for ins in instructions:
-        op = _opcode(ins)
+        op = opcode(ins)
         if op.startswith("WARPGROUP.DEPBAR"):
             open_span = "0x1" in ins
         elif open_span and op == "MUFU.EX2":

@@ -187,6 +187,8 @@ def stall_summary(text: str, top: int = 8) -> list[dict]:
     """Per profiled kernel of an ncu `--page source --print-source sass --csv` dump (the marker kernels and
     kernels without samples left out): name, samples, shares of the samples by instruction class and by
     stall reason, and the `top` instructions holding the most samples (share, text, two main reasons)."""
+    from cuda_impl import sass  # (imports torch: only where a summary is made)
+
     kernels = []
     for block in re.split(r'^"Kernel Name",', text, flags=re.M)[1:]:
         name, _, body = block.partition("\n")
@@ -202,8 +204,7 @@ def stall_summary(text: str, top: int = 8) -> list[dict]:
         reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
         by_class, by_reason = {}, {}
         for r in rows:
-            words = r["Source"].split()
-            op = (words[1] if words and words[0].startswith("@") and len(words) > 1 else words[0]) if words else ""
+            op = sass.opcode(r["Source"])
             key = next((c for c in STALL_CLASSES if op.startswith(c)), "other")
             by_class[key] = by_class.get(key, 0.0) + samples(r) / total
             for h in reasons:

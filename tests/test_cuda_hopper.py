@@ -29,19 +29,16 @@ SPEC = cuda_impl.VARIANTS["hopper"]
 
 @pytest.fixture(scope="module")
 def hopper_sass_addressed(fa_library) -> dict:
+    """{(arch, function): [(address, instruction), ...]} of the hopper kernels: one cuobjdump run per module."""
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
-    return sass.dump_sass(fa_library, with_addresses=True)
+    functions = sass.dump_sass(fa_library, with_addresses=True)
+    return {(arch, fn): ins for (arch, fn), ins in functions.items() if "fwd_hopper_kernel" in fn}
 
 
 @pytest.fixture(scope="module")
-def hopper_sass(fa_library) -> dict:
-    if sass.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found")
-    functions = sass.dump_sass(fa_library)
-    return {
-        (arch, fn): ins for (arch, fn), ins in functions.items() if "fwd_hopper_kernel" in fn
-    }
+def hopper_sass(hopper_sass_addressed) -> dict:
+    return {key: [text for _, text in ins] for key, ins in hopper_sass_addressed.items()}
 
 
 # (head_dim, BLOCK_KV, CTAs per cluster) instantiations: non-causal d128 takes 176 keys per tile,
