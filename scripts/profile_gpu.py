@@ -19,6 +19,12 @@ explain its speed (duration, SM clock, instructions, issue slots, tensor pipe, M
 shared-memory bank conflicts, occupancy, the top warp stall reasons), also printed as a table.
 `--report --out DIR` rebuilds profile.csv from a committed ncu-raw.csv and cases.txt.
 
+`--cycles --repeat N` collects only the elapsed cycles and the duration of each launch (one pass, so fast), the
+case list profiled N times over, into DIR/cycles.csv, and prints per case the median cycles and their spread: an
+A/B measure that the clock swings of a power-capped GPU move less than they move the time. A case may name a
+build of the CUDA library, `cuda:hopper[-DFLAG=V,...]@...` (16-bit formats), built here first with
+`--build-only CASES` and carried.
+
 `--source` collects ncu's SourceCounters instead (the SASS of every profiled kernel with the warp stall
 samples of each instruction) into DIR/sass.csv.gz and prints `stall_summary` of it; `--stalls FILE`
 prints that summary again from a committed sass.csv[.gz] (no GPU): per kernel, the share of the samples
@@ -76,37 +82,64 @@ MARKER = "spin_kernel"
 
 
 def parse_case(text: str):
+    """(backend name, build flags, oracle case) of `backend:variant[FLAGS]@B,Hq,Hkv,Sq,Sk,D[,causal][,FORMAT]`."""
     from compare import oracle
 
     name, _, shape = text.partition("@")
+    name, _, flags = name.partition("[")
     fields = shape.split(",")
-    if len(fields) < 6:
-        raise SystemExit(f"bad case {text!r}: want backend:variant@B,Hq,Hkv,Sq,Sk,D[,causal][,FORMAT]")
+    if len(fields) < 6 or (flags and not flags.endswith("]")):
+        raise SystemExit(f"bad case {text!r}: want backend:variant[FLAGS]@B,Hq,Hkv,Sq,Sk,D[,causal][,FORMAT]")
+    flags = tuple(f for f in flags[:-1].split(",") if f)
+    if flags and not name.startswith("cuda:"):
+        raise SystemExit(f"bad case {text!r}: build flags only for cuda:* backends")
     extra = fields[6:]
     fmt = next((f for f in extra if f != "causal"), "bf16")
-    return name, oracle.Case(*map(int, fields[:6]), causal="causal" in extra, fmt=fmt)
+    case = oracle.Case(*map(int, fields[:6]), causal="causal" in extra, fmt=fmt)
+    if flags and fmt not in ("bf16", "fp16"):
+        raise SystemExit(f"bad case {text!r}: build flags only for bf16 / fp16 cases")
+    return name, flags, case
 
 
-def child(cases: list[str]) -> None:
-    import torch
+def build_call(name: str, flags: tuple[str, ...], case, inputs):
+    """One forward of `name` on the oracle inputs: the registry backend, or with build flags the library built
+    with them (built here and carried: the GPU machine does not build it) through cuda_impl._lib."""
+    if not flags:
+        from compare import backends
 
-    from compare import backends, oracle
-
-    runs = []
-    for text in cases:
-        name, case = parse_case(text)
         backend = backends.get(name)
         reason = backend.unavailable_reason() or backend.unsupported_reason(case)
         if reason:
-            raise SystemExit(f"{text}: {reason}")
-        inputs = oracle.make_inputs(case, "cuda")
-        call = (lambda b=backend, i=inputs, c=case: b(i.q, i.k, i.v, causal=c.causal, scale=c.scale))
+            raise SystemExit(f"{name}: {reason}")
+        return lambda: backend(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale)
+    import torch
+
+    from cuda_impl import _lib, build
+
+    if build.cached_library(_lib.library_spec(flags)) is None:
+        raise SystemExit(f"{name}{list(flags)}: library not built (python scripts/profile_gpu.py --build FLAGS ...)")
+    out = torch.empty_like(inputs.q)
+    lse = torch.empty(inputs.q.shape[:-1], device=inputs.q.device, dtype=torch.float32)
+    return lambda: _lib.launch_forward(name.split(":")[1], inputs.q, inputs.k, inputs.v, out, lse,
+                                       causal=case.causal, scale=case.scale, extra_flags=flags)
+
+
+def child(cases: list[str], repeat: int) -> None:
+    """Every case once in the profiled window, `repeat` times over (rounds in the same order)."""
+    import torch
+
+    from compare import oracle
+
+    runs = []
+    for text in cases:
+        name, flags, case = parse_case(text)
+        call = build_call(name, flags, case, oracle.make_inputs(case, "cuda"))
         for _ in range(3):  # compile, autotune, warm the clocks; outside the profiled window
             call()
         runs.append(call)
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for call in runs:
+    for call in runs * repeat:
         torch.cuda._sleep(1000)
         call()
     torch.cuda.synchronize()
@@ -183,6 +216,35 @@ STALL_CLASSES = ("WARPGROUP.DEPBAR", "SYNCS.PHASECHK", "BAR.SYNC", "BAR.ARV", "H
                  "FADD", "FMUL", "FFMA", "F2FP", "SHFL", "BRA", "NOP")
 
 
+CYCLE_METRICS = ("gpc__cycles_elapsed.max", "gpu__time_duration.sum", "gpc__cycles_elapsed.avg.per_second")
+
+
+def cycles_report(raw: Path, cases: list[str], repeat: int, out: Path) -> None:
+    """--cycles: every profiled launch into cycles.csv; per case the median cycles (what a kernel change
+    moves, clock-independent where the kernel is not waiting on memory), the spread over the rounds and
+    the median duration and clock, printed as a table."""
+    kernels, units = read_raw(raw)
+    picked = per_case(kernels, cases * repeat)
+    rows = []
+    for i, (case, kernel) in enumerate(picked):
+        value = {m: (number(kernel.get(m, "")) or 0.0) * SCALE.get(units.get(m, "").lower(), 1.0)
+                 for m in CYCLE_METRICS}
+        rows.append({"case": case, "round": i // len(cases), "cycles": int(value[CYCLE_METRICS[0]]),
+                     "ms": f"{value[CYCLE_METRICS[1]]:.5f}", "GHz": f"{value[CYCLE_METRICS[2]]:.3f}"})
+    with open(out / "cycles.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    median = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    print(f"{'case':70} {'Mcycles':>8} {'spread':>7} {'ms':>8} {'GHz':>6}  rounds")
+    for case in cases:
+        mine = [r for r in rows if r["case"] == case]
+        cycles = [r["cycles"] for r in mine]
+        spread = (max(cycles) - min(cycles)) / median(cycles)
+        print(f"{case:70} {median(cycles) / 1e6:8.4f} {100 * spread:6.2f}% {median([float(r['ms']) for r in mine]):8.4f} "
+              f"{median([float(r['GHz']) for r in mine]):6.3f}  {len(mine)}", flush=True)
+
+
 def stall_summary(text: str, top: int = 8) -> list[dict]:
     """Per profiled kernel of an ncu `--page source --print-source sass --csv` dump (the marker kernels and
     kernels without samples left out): name, samples, shares of the samples by instruction class and by
@@ -242,13 +304,26 @@ def main() -> None:
     parser.add_argument("--source", action="store_true",
                         help="SourceCounters (stall samples per SASS instruction) into --out/sass.csv.gz")
     parser.add_argument("--stalls", type=Path, help="only summarize a committed sass.csv[.gz] (no GPU)")
+    parser.add_argument("--cycles", action="store_true",
+                        help="only elapsed cycles and duration per launch (one pass: fast) into --out/cycles.csv")
+    parser.add_argument("--repeat", type=int, default=1, help="profile the case list this many times over")
+    parser.add_argument("--build-only", action="store_true",
+                        help="(dev machine) build the libraries of the cases' build flags, then stop")
     parser.add_argument("--stage", choices=["child"], help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat: at least 1")
     if args.stalls:
         print_stalls(read_text(args.stalls))
         return
     if args.stage == "child":
-        child(args.cases)
+        child(args.cases, args.repeat)
+        return
+    if args.build_only:
+        from cuda_impl import _lib, build
+
+        for flags in sorted({parse_case(text)[1] for text in args.cases}):
+            print(f"built {list(flags)}: {build.build_library(_lib.library_spec(flags))}", flush=True)
         return
     if args.report:
         report(args.out / "ncu-raw.csv", (args.out / "cases.txt").read_text().split(), args.out)
@@ -271,21 +346,27 @@ def main() -> None:
             f.write(result.stdout)
         print_stalls(result.stdout)
         return
-    known = known_metrics(args.ncu)
-    metrics = [m for m in EXTRA_METRICS if m.split(".")[0] in known]
     raw = args.out / "ncu-raw.csv"
-    cmd = [args.ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "raw",
-           *[arg for s in SECTIONS for arg in ("--section", s)],
-           *(["--metrics", ",".join(metrics)] if metrics else []),
-           sys.executable, __file__, "--stage", "child", *args.cases]
-    print("$ " + " ".join(cmd[:3]) + " ... (" + str(len(args.cases)) + " cases)", flush=True)
+    if args.cycles:
+        collect = ["--metrics", ",".join(CYCLE_METRICS)]
+    else:
+        known = known_metrics(args.ncu)
+        metrics = [m for m in EXTRA_METRICS if m.split(".")[0] in known]
+        collect = [*[arg for s in SECTIONS for arg in ("--section", s)],
+                   *(["--metrics", ",".join(metrics)] if metrics else [])]
+    cmd = [args.ncu, "--profile-from-start", "off", "--clock-control", "none", "--csv", "--page", "raw", *collect,
+           sys.executable, __file__, "--stage", "child", "--repeat", str(args.repeat), *args.cases]
+    print("$ " + " ".join(cmd[:3]) + f" ... ({len(args.cases)} cases x {args.repeat})", flush=True)
     with open(raw, "w") as f:
         rc = subprocess.run(cmd, stdout=f, check=False).returncode
     if rc:
         print(raw.read_text()[-3000:])
         raise SystemExit(f"ncu exited with {rc}")
     (args.out / "cases.txt").write_text("\n".join(args.cases) + "\n")
-    report(raw, args.cases, args.out)
+    if args.cycles:
+        cycles_report(raw, args.cases, args.repeat, args.out)
+    else:
+        report(raw, args.cases, args.out)
 
 
 if __name__ == "__main__":

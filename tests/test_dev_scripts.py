@@ -133,14 +133,56 @@ def test_profile_splits_kernels_at_markers_and_keeps_each_cases_longest(tmp_path
 def test_profile_case_text_parses_and_rejects_short_shapes():
     import profile_gpu
 
-    name, case = profile_gpu.parse_case("cuda:hopper-fp8@2,16,4,1000,2000,64,causal,fp8")
-    assert name == "cuda:hopper-fp8"
+    name, flags, case = profile_gpu.parse_case("cuda:hopper-fp8@2,16,4,1000,2000,64,causal,fp8")
+    assert name == "cuda:hopper-fp8" and flags == ()
     assert (case.batch, case.heads_q, case.heads_kv, case.seqlen_q, case.seqlen_k, case.head_dim) == \
         (2, 16, 4, 1000, 2000, 64)
     assert case.causal and case.fmt == "fp8"
-    assert profile_gpu.parse_case("sdpa:cudnn@1,8,8,4096,8192,128")[1].fmt == "bf16"
-    with pytest.raises(SystemExit, match="bad case"):
-        profile_gpu.parse_case("cuda:v5@1,8,8")
+    assert profile_gpu.parse_case("sdpa:cudnn@1,8,8,4096,8192,128")[2].fmt == "bf16"
+    name, flags, case = profile_gpu.parse_case("cuda:hopper[-DA=0,-DB=1]@4,16,16,4096,4096,128")
+    assert (name, flags, case.fmt, case.causal) == ("cuda:hopper", ("-DA=0", "-DB=1"), "bf16", False)
+    for bad in ("cuda:v5@1,8,8", "cuda:hopper[-DA=0@1,8,8,64,64,128", "sdpa:cudnn[-DA=0]@1,8,8,64,64,128",
+                "cuda:hopper-fp8[-DA=0]@1,8,8,64,64,128,fp8"):
+        with pytest.raises(SystemExit, match="bad case"):
+            profile_gpu.parse_case(bad)
+
+
+CYCLES_RAW = """"ID","Kernel Name","gpc__cycles_elapsed.max","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second"
+"","","cycle","ns","hz"
+"0","spin_kernel(long)","900","1,000","1700000000"
+"1","fwd_hopper_kernel","1,000,000","600,000","1650000000"
+"2","spin_kernel(long)","900","1,000","1700000000"
+"3","fwd_hopper_kernel","2,000,000","1,200,000","1650000000"
+"4","spin_kernel(long)","900","1,000","1700000000"
+"5","fwd_hopper_kernel","1,100,000","700,000","1570000000"
+"6","spin_kernel(long)","900","1,000","1700000000"
+"7","fwd_hopper_kernel","2,000,000","1,100,000","1800000000"
+"8","spin_kernel(long)","900","1,000","1700000000"
+"9","fwd_hopper_kernel","1,050,000","650,000","1610000000"
+"10","spin_kernel(long)","900","1,000","1700000000"
+"11","fwd_hopper_kernel","2,200,000","1,300,000","1700000000"
+"""
+
+
+def test_cycles_report_takes_rounds_in_case_order_and_medians_per_case(tmp_path, capsys):
+    import csv
+
+    import profile_gpu
+
+    (tmp_path / "ncu-raw.csv").write_text(CYCLES_RAW)
+    cases = ["cuda:hopper@1,1,1,64,64,128", "cuda:hopper[-DX=0]@1,1,1,64,64,128"]
+    profile_gpu.cycles_report(tmp_path / "ncu-raw.csv", cases, 3, tmp_path)
+    with open(tmp_path / "cycles.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["case"], r["round"], r["cycles"]) for r in rows] == [
+        (cases[0], "0", "1000000"), (cases[1], "0", "2000000"), (cases[0], "1", "1100000"),
+        (cases[1], "1", "2000000"), (cases[0], "2", "1050000"), (cases[1], "2", "2200000")]
+    assert rows[0]["ms"] == "0.60000" and rows[0]["GHz"] == "1.650"
+    table = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:]}
+    assert table[cases[0]][1:3] == ["1.0500", "9.52%"]  # median 1.05 M cycles, spread (1.1 - 1.0) / 1.05
+    assert table[cases[1]][1:4] == ["2.0000", "10.00%", "1.2000"]
+    with pytest.raises(SystemExit, match="marker kernels"):
+        profile_gpu.cycles_report(tmp_path / "ncu-raw.csv", cases, 4, tmp_path)
 
 
 PROFILE_SOURCE = '''"Kernel Name","at::cuda::<unnamed>::spin_kernel(long)",
