@@ -120,8 +120,9 @@ def build_call(name: str, flags: tuple[str, ...], case, inputs):
         raise SystemExit(f"{name}{list(flags)}: library not built (python scripts/profile_gpu.py --build FLAGS ...)")
     out = torch.empty_like(inputs.q)
     lse = torch.empty(inputs.q.shape[:-1], device=inputs.q.device, dtype=torch.float32)
+    scale = case.head_dim**-0.5 if case.scale is None else case.scale  # (None: the backends' default)
     return lambda: _lib.launch_forward(name.split(":")[1], inputs.q, inputs.k, inputs.v, out, lse,
-                                       causal=case.causal, scale=case.scale, extra_flags=flags)
+                                       causal=case.causal, scale=scale, extra_flags=flags)
 
 
 def child(cases: list[str], repeat: int) -> None:
