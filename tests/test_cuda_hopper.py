@@ -45,9 +45,6 @@ def hopper_sass(hopper_sass_addressed) -> dict:
 # d256 80 (O is 128 registers per consumer thread), the rest 128; non-causal d128 and d256 also run
 # in clusters of two CTAs that share each K/V tile through TMA multicast.
 SHAPES = [(64, 128, 1), (128, 128, 1), (128, 176, 1), (256, 80, 1), (128, 176, 2), (256, 80, 2)]
-# Keys of the narrow last tile (FA_HOPPER_D128_NARROW_KV): the 176-key kernels have a second copy of the
-# last step with S as m64n64k16 and a last P V of 64 / 16 k-steps.
-NARROW_KV = {(128, 176): 64}
 
 
 def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int) -> str:
@@ -115,27 +112,20 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
     suffix = HGMMA_SUFFIX[fmt]
     # S = Q K^T (head_dim / 16 k-steps of m64n{block_kv}k16) is issued twice in the code: for
     # tile 0 and in the loop; O += P V (block_kv / 16 k-steps of m64n{head_dim}k16) also twice:
-    # in the loop and for the last tile. A narrow last step adds its S (m64n{narrow}k16), its
-    # P(t-1) V(t-1) (full) and a narrow last P V (narrow / 16 k-steps).
-    narrow = NARROW_KV.get((head_dim, block_kv), 0)
+    # in the loop and for the last tile.
     s_steps, pv_steps = 2 * head_dim // 16, 2 * block_kv // 16
     hgmma = {f"HGMMA.64x{block_kv}x16.F32{suffix}": s_steps}
-    if narrow:
-        hgmma[f"HGMMA.64x{narrow}x16.F32{suffix}"] = head_dim // 16
-        pv_steps += block_kv // 16 + narrow // 16
     pv = f"HGMMA.64x{head_dim}x16.F32{suffix}"
     hgmma[pv] = hgmma.get(pv, 0) + pv_steps
     assert {op: n for op, n in ops.items() if op.startswith("HGMMA")} == hgmma
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
     assert len(transposed_b) == pv_steps, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
-    # One wgmma.fence per batch (tile 0, loop, last P V; the narrow step and P V): none injected by
-    # ptxas. The loop waits for S(t) alone (DEPBAR.LE 1); waits: tile 0's S, the two retires, the loop's
-    # S, the last P V (and the narrow step's S and retire, and its last P V).
-    assert ops["WARPGROUP.ARRIVE"] == (5 if narrow else 3)
+    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
+    # for S(t) alone (DEPBAR.LE 1); waits: tile 0's S, the two retires, the loop's S, the last P V.
+    assert ops["WARPGROUP.ARRIVE"] == 3
     waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
-    assert sum("gsb0, 0x1" in i for i in waits) == (2 if narrow else 1), waits
-    assert len(waits) == (8 if narrow else 5), waits
+    assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 5, waits
     if head_dim == 256:  # retire at the top of the next step: every exp runs under P(t-1) V(t-1)
         assert sass.exps_under_pending_wgmma(instructions) == block_kv // 2 + 2  # every p, both alphas
     # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.
@@ -155,8 +145,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
     # Q alone, then K and V: this CTA's half of each tile's panels, multicast into both CTAs
     assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
     # the other CTA's producer hears each K/V release: remote arrivals, one per release site
-    # (d128: 4, and 3 more in the narrow last step and P V)
-    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 7)
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
     # on the remote arrivals would put one before each of them (7-16% slower, perf-notes-hopper)
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1
@@ -289,9 +278,6 @@ GPU_SHAPES = [
     (1, 2, 2, 1536, 640),  # causal with Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1),
     (8, 16, 4, 500, 700),  # 4 query tiles per head: non-causal d128/d256 in two-CTA clusters, 256 pairs
-    # non-causal d128's narrow last tile (64 keys wide): 400 = 2 x 176 + 48 keys, in clusters; 353 = 2 x 176 + 1
-    (2, 4, 2, 256, 400),
-    (1, 3, 3, 384, 353),
 ]
 
 

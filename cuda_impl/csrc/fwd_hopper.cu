@@ -91,12 +91,6 @@
 #ifndef FA_HOPPER_D256_BLOCK_KV
 #define FA_HOPPER_D256_BLOCK_KV 80
 #endif
-// Keys of the narrow last tile of non-causal d128 (0: off): a last tile whose keys past seqlen_k leave at
-// most this many runs its S and P V as wgmmas this many keys wide instead of BLOCK_KV (4096 keys are 23
-// tiles of 176 and one of 48: the full-width tile computes 4224). One width, so one extra copy of a step.
-#ifndef FA_HOPPER_D128_NARROW_KV
-#define FA_HOPPER_D128_NARROW_KV 64
-#endif
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -220,11 +214,6 @@ struct HopperTiles {
   static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
-  // Width of the narrow last tile, 0 if none: the 176-key d128 kernels (non-causal only). Their steps
-  // retire P V inside the step, so no wgmma is in flight where the last step branches off.
-  static constexpr int NARROW_KV = DIM == 128 && BLOCK_KV > 128 ? FA_HOPPER_D128_NARROW_KV : 0;
-  static_assert(NARROW_KV % 16 == 0 && NARROW_KV < BLOCK_KV, "a narrow tile: whole 16-key P V steps");
-  static_assert(NARROW_KV == 0 || !RETIRE_AT_TOP, "a narrow last step needs no P V in flight across it");
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)
@@ -270,10 +259,6 @@ struct HopperTiles {
 
 #if FA_SM90A
 namespace hopper {
-
-// A KV tile's width in keys as a type, so that lambdas can take it as a compile-time argument.
-template <int N>
-using Keys = std::integral_constant<int, N>;
 
 // Shared addresses of the CTA's mbarriers (8 bytes each, after the tiles).
 template <int STAGES>
@@ -349,8 +334,8 @@ __device__ void drain_ring(Barriers<C::STAGES> bars, const sm90::Progress& done)
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
 // thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
 // difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
-template <typename C, int S_REGS>
-__device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)[2],
+template <typename C>
+__device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
                                             float (&row_sum)[2], float (&alpha)[2],
                                             float scale_log2) {
 #pragma unroll
@@ -371,14 +356,14 @@ __device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, P = S (the first KEYS keys: a
-// narrow tile leaves the rest of P unread) as wgmma A fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
+// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
 // No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 // (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
 // docs/perf-notes-hopper.md, session 5.)
-template <typename T, typename C, int KEYS>
-__device__ __forceinline__ void rescale_and_pack(const float (&S)[KEYS / 2], float (&O)[C::O_REGS],
+template <typename T, typename C>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -388,7 +373,7 @@ __device__ __forceinline__ void rescale_and_pack(const float (&S)[KEYS / 2], flo
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; kk++)
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
@@ -417,28 +402,27 @@ struct PingPong {
   }
 };
 
-// S = Q K^T over the first KEYS keys of the K tile: k-step kk reads 16 columns = 32 bytes inside panel
-// kk / 4 of both operands.
-template <typename T, typename C, int KEYS>
-__device__ __forceinline__ void issue_s(float (&S)[KEYS / 2], uint32_t q_smem, uint32_t k_smem) {
+// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
+template <typename T, typename C>
+__device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
   const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, KEYS>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
                                    sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
 
-// O += P V over the first KEYS keys: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes)
-// further; the head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
-template <typename T, typename C, int KEYS>
+// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
+// head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+template <typename T, typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
   const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
   sm90::wgmma_commit();
 }
 
@@ -471,67 +455,26 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
-  // A tile's width in keys, Keys<N>: BLOCK_KV, or NARROW_KV for a last tile that needs no more; a
-  // narrow tile lives in the first NARROW_KV / 2 registers of S (the accumulator layout of m64nNk16
-  // is a prefix of the wider one's) and the first NARROW_KV / 16 blocks of P.
-  const auto keys_of = [&](auto keys) -> float(&)[decltype(keys)::value / 2] {
-    return reinterpret_cast<float(&)[decltype(keys)::value / 2]>(S);
-  };
-  const bool narrow_last =
-      C::NARROW_KV > 0 && n > 1 && !p.causal && p.seqlen_k - (n - 1) * C::BLOCK_KV <= C::NARROW_KV;
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
-  const auto softmax = [&](auto keys, int tile) {
-    constexpr int KEYS = decltype(keys)::value;
+  const auto softmax = [&](int tile) {
     const int kv_start = tile * C::BLOCK_KV;
-    if (tile_needs_mask<KEYS>(p, w, kv_start)) mask_scores(keys_of(keys), p, w, row0, kv_start);
-    softmax_exp<C>(keys_of(keys), row_max, row_sum, alpha, scale_log2);
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
   // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
   // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
   // wait to the start of its basic block, so written right after softmax(t) the wait ran before
   // the softmax, which then never overlapped its own warpgroup's P V (docs/perf-notes-hopper.md,
   // session 6).
-  const auto retire = [&](auto keys, int tile) {
+  const auto retire = [&](int tile) {
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     if (tile >= 0) release(bars.v_empty(stage(tile)));
-    rescale_and_pack<T, C, decltype(keys)::value>(keys_of(keys), O, alpha, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
-  };
-  const Keys<C::BLOCK_KV> full;
-  // Step t >= 1: S(t), keys wide, and O += P(t-1) V(t-1) (tile t - 1 is always a full one).
-  const auto step = [&](auto keys, int tile) {
-    const int s = stage(tile), prev = stage(tile - 1);
-    sm90::mbar_wait(bars.k_full(s), parity(tile));
-    // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
-    // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
-    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-    if (C::RETIRE_AT_TOP) retire(full, tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
-    turns.wait_turn();
-    sm90::wgmma_fence();
-    issue_s<T, C, decltype(keys)::value>(keys_of(keys), q_smem, k_smem(s));
-    issue_pv<T, C, C::BLOCK_KV>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
-    turns.pass_turn();
-    sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
-    sm90::fence_regs(S);
-    release(bars.k_empty(s));
-    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(keys, tile);
-    if (!C::RETIRE_AT_TOP) retire(keys, tile - 1);
-  };
-  // The last tile's P V, keys wide.
-  const auto last_pv = [&](auto keys) {
-    const int s = stage(n - 1);
-    sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (C::RETIRE_AT_TOP) retire(full, n - 2);
-    sm90::wgmma_fence();
-    issue_pv<T, C, decltype(keys)::value>(O, P, k_smem(s) + C::KV_BYTES);
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    release(bars.v_empty(s));
   };
 
   // One block for tile 0, the loop and the last P V: with the loop outside it, ptxas saw a path
@@ -542,26 +485,42 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
     turns.wait_turn();
     sm90::wgmma_fence();
-    issue_s<T, C, C::BLOCK_KV>(S, q_smem, k_smem(stage(0)));
+    issue_s<T, C>(S, q_smem, k_smem(stage(0)));
     turns.pass_turn();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
     release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(full, 0);
-    if (!C::RETIRE_AT_TOP) retire(full, -1);  // P(0); then each retire right after its softmax
-    for (int tile = 1; tile < n - narrow_last; tile++) step(full, tile);
-    // (the narrow last step and P V exist only where no P V is in flight between steps: see NARROW_KV)
-    if constexpr (C::NARROW_KV > 0) {
-      if (narrow_last) {
-        step(Keys<C::NARROW_KV>{}, n - 1);
-        last_pv(Keys<C::NARROW_KV>{});
-      } else {
-        last_pv(full);
-      }
-    } else {
-      last_pv(full);
+    softmax(0);
+    if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+    for (int tile = 1; tile < n; tile++) {
+      const int s = stage(tile), prev = stage(tile - 1);
+      sm90::mbar_wait(bars.k_full(s), parity(tile));
+      // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
+      // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
+      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+      if (C::RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
+      turns.wait_turn();
+      sm90::wgmma_fence();
+      issue_s<T, C>(S, q_smem, k_smem(s));
+      issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+      turns.pass_turn();
+      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
+      sm90::fence_regs(S);
+      release(bars.k_empty(s));
+      if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
+      softmax(tile);
+      if (!C::RETIRE_AT_TOP) retire(tile - 1);
     }
+    // the last tile's P V
+    const int s = stage(n - 1);
+    sm90::mbar_wait(bars.v_full(s), parity(n - 1));
+    if (C::RETIRE_AT_TOP) retire(n - 2);
+    sm90::wgmma_fence();
+    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    release(bars.v_empty(s));
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
