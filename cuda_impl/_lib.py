@@ -46,6 +46,7 @@ class FwdParams(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
         ("tile_counter", ctypes.c_void_p),
+        ("split_workspace", ctypes.c_void_p),
     ]
 
 
@@ -197,6 +198,30 @@ def _zeroed_tile_counter(params: FwdParams, device) -> torch.Tensor:
     return counter
 
 
+def _split_workspace(lib: ctypes.CDLL, params: FwdParams, device) -> torch.Tensor | None:
+    """The workspace of a hopper launch that splits its last round (None if it asks for none), the prefix the
+    kernel counts in zeroed on the launch's stream, into params.split_workspace; held by the caller as above."""
+    key = (id(lib), "cuda_fa_hopper_split_workspace")
+    if key not in _typed_entries:
+        fn = lib.cuda_fa_hopper_split_workspace
+        fn.restype = ctypes.c_int64
+        fn.argtypes = [ctypes.POINTER(FwdParams), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int]
+        _typed_entries[key] = fn
+    zeroed = ctypes.c_int64(0)
+    err = ctypes.create_string_buffer(_ERR_LEN)
+    index = torch.cuda.current_device() if device.index is None else device.index
+    with torch.cuda.device(index):  # (the query sizes the grid on the launch's device)
+        size = _typed_entries[key](ctypes.byref(params), ctypes.byref(zeroed), err, _ERR_LEN)
+    if size < 0:
+        raise RuntimeError(f"cuda_impl hopper: {err.value.decode(errors='replace')}")
+    if size == 0:
+        return None
+    workspace = torch.empty(size, dtype=torch.uint8, device=device)
+    workspace[: zeroed.value].zero_()
+    params.split_workspace = workspace.data_ptr()
+    return workspace
+
+
 def launch_forward(
     variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
 ) -> None:
@@ -206,6 +231,8 @@ def launch_forward(
     lib = load(extra_flags)
     if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal(q.shape[3]):
         counter = _zeroed_tile_counter(params, q.device)  # noqa: F841 (held until the launch is queued)
+    if variant == "hopper" and not causal:
+        workspace = _split_workspace(lib, params, q.device)  # noqa: F841 (held until the launch is queued)
     _call(lib, f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
 
 

@@ -12,11 +12,10 @@ that a hung kernel (a barrier waiting for an arrival that never comes) is report
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
    and carried; with DEV_BASELINE_LIB, build "baseline": another commit's library, devkit.baseline_build):
-   26 shapes (9 of them d256; 5 with more items than SMs, 5 in clusters of two CTAs) against float64,
-   each under freshly NaN-poisoned outputs, one line
-   per shape (max error, the FlashAttention bound, pass/fail); a crash in one shape is caught and
-   printed without hiding the others (a CUDA fault poisons the context, so the rest are then
-   marked as skipped);
+   28 shapes (9 of them d256; 7 with more items than SMs, 6 in clusters of two CTAs, 2 with a split
+   last round) against float64, each under freshly NaN-poisoned outputs, one line per shape (max
+   error, the FlashAttention bound, pass/fail); a crash in one shape is caught and printed without
+   hiding the others (a CUDA fault poisons the context, so the rest are then marked as skipped);
 2. timing of the builds that passed: triton.testing.do_bench medians beside torch SDPA cuDNN
    (timed before and after them, so the ratio is taken at the same clocks; with DEV_ROUNDS=N every
    build N times in alternating order, medians kept), TFLOP/s with
@@ -68,6 +67,7 @@ ALT_FLAGS = {
     "static-causal": ("-DFA_HOPPER_D128_DYNAMIC_CAUSAL=0",),  # d128 causal one CTA per item (before session 9)
     # d64 / d256 causal persistent at every length too, items from a counter (d128's scheduler)
     "dynamic-causal-all": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=1", "-DFA_HOPPER_D256_DYNAMIC_CAUSAL=1"),
+    "no-split": ("-DFA_HOPPER_SPLIT_TAIL=0",),  # a plain last round for non-causal d128 (before session 13)
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
     # non-causal d128 on 128-key tiles in a 3-stage ring too (triton:fa2-ws's shape, 3 x 64 + 32 = 224 KB)
@@ -127,6 +127,9 @@ CORRECTNESS_SHAPES = [
     (4, 16, 16, 384, 333, 256, "bf16", False),
     # clusters (even query tiles per head, non-causal): more pairs than clusters, tails on both axes
     (8, 16, 4, 500, 700, 128, "bf16", False),
+    # non-causal d128's split last round: 96 pairs on 66 clusters; 192 single CTAs on 132
+    (3, 16, 4, 500, 1999, 128, "bf16", False),
+    (4, 16, 16, 384, 3000, 128, "fp16", False),
     (8, 8, 2, 500, 333, 256, "fp16", False),
 ]
 BENCH_CASES = [  # b, h, s, d, causal

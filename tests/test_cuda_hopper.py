@@ -139,8 +139,13 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
     local = ops.get("STL", 0) + ops.get("LDL", 0)
     assert local == 0, "local memory (spills)"
     panels = head_dim // 64
+    # the split last round (176-key d128 kernels): one gpu-scope acq_rel count of a split unit's parts (its
+    # fence brings a CGAERRBAR)
+    split = int(block_kv == 176)
+    assert ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
     if cluster == 1:
-        assert not any(op.startswith(("UTMALDG.4D.MULTICAST", "UCGABAR", "CGAERRBAR")) for op in ops)
+        assert not any(op.startswith(("UTMALDG.4D.MULTICAST", "UCGABAR")) for op in ops)
+        assert ops.get("CGAERRBAR", 0) == split
         return
     # Q alone, then K and V: this CTA's half of each tile's panels, multicast into both CTAs
     assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
@@ -148,7 +153,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
     assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
     # on the remote arrivals would put one before each of them (7-16% slower, perf-notes-hopper)
-    assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1
+    assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split
 
 
 def test_d256_fits_the_consumer_register_budget(hopper_sass):
@@ -173,7 +178,9 @@ def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library
             ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster))
             atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
             dynamic = (head_dim, block_kv) == (128, 128)
-            assert atomics == ({"ATOMG.E.ADD.STRONG.GPU"} if dynamic else set()), (head_dim, block_kv, atomics)
+            split = block_kv == 176  # the split last round's count of parts (test_sm90a_machine_code)
+            expected = {"ATOMG.E.ADD.STRONG.GPU"} if dynamic else {"ATOMG.E.ADD.S32.STRONG.GPU"} if split else set()
+            assert atomics == expected, (head_dim, block_kv, atomics)
 
 
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
@@ -191,6 +198,70 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
     # The ladder's entries keep their own list.
     assert _lib.entry_point(_lib.load(), "v5")(ctypes.byref(bad_dim), None, err, 256) != 0
     assert err.value == b"head_dim: supported: 64, 128"
+
+
+def split_parts(units: int, clusters: int, seqlen_k: int, block_kv: int = 176) -> list[tuple[int, ...]] | None:
+    """cuda_fa_hopper_split_parts: (cluster, tail unit, t0, t1, first, last cluster of the unit) per part."""
+    fn = _lib.load().cuda_fa_hopper_split_parts
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_uint32, ctypes.c_uint32, ctypes.c_int, ctypes.c_int, ctypes.POINTER(ctypes.c_int32),
+                   ctypes.c_int]
+    rows = (ctypes.c_int32 * (6 * 4096))()
+    count = fn(units, clusters, seqlen_k, block_kv, rows, 4096)
+    return None if count < 0 else [tuple(rows[6 * i:6 * i + 6]) for i in range(count)]
+
+
+@pytest.mark.parametrize("units, clusters, seqlen_k", [
+    (1024, 66, 4096),  # b4 h16 4k and b1 h16 16k at d128: 34 tail pairs of 24 tiles on 66 clusters
+    (1024, 66, 16384),
+    (2048, 132, 8192),  # one CTA per cluster (odd query tiles per head)
+    (67, 66, 16384),  # one tail unit of 94 tiles, cut into 66 parts
+    (100, 66, 3000),  # 18 tiles per unit, the last of them partial (seqlen_k % 176)
+    (23, 7, 4096),  # units spanning four clusters
+])
+def test_split_tail_covers_every_tile_once_in_contiguous_ranges(fa_library, units, clusters, seqlen_k):
+    """The split last round (FA_HOPPER_SPLIT_TAIL): the tail's tiles, unit after unit, go to the clusters in
+    contiguous ranges of nearly equal length; each split unit's parts sit on the clusters first..last that the
+    kernel merges, the first of them holding the unit's first tiles as the last part of its range and every
+    other one at the start of its range (the two partial blocks a cluster owns)."""
+    parts = split_parts(units, clusters, seqlen_k)
+    n = -(-seqlen_k // 176)
+    tail_units = units % clusters
+    covered = {}
+    per_cluster = {g: [p for p in parts if p[0] == g] for g in range(clusters)}
+    for g, mine in per_cluster.items():
+        tiles = [(u, t) for _, u, t0, t1, _, _ in mine for t in range(t0, t1)]
+        assert tiles == sorted(tiles) and len(set(tiles)) == len(tiles)
+        flat = [u * n + t for u, t in tiles]
+        assert flat == list(range(flat[0], flat[0] + len(flat))) if flat else True  # one contiguous range
+        for tile in tiles:
+            covered[tile] = covered.get(tile, 0) + 1
+        for k, (_, u, t0, t1, first, last) in enumerate(mine):
+            split = t0 > 0 or t1 < n
+            if not split:
+                continue
+            assert first <= g <= last and last > first
+            if t0 == 0:
+                assert g == first and k == len(mine) - 1  # the unit's first tiles end this range
+            else:
+                assert g > first and k == 0  # a continued unit starts this range
+    assert covered == {(u, t): 1 for u in range(tail_units) for t in range(n)}
+    lengths = [sum(p[3] - p[2] for p in per_cluster[g]) for g in range(clusters)]
+    assert max(lengths) - min(lengths) <= 1
+    for u in range(tail_units):  # the clusters holding unit u are exactly first..last
+        holders = sorted({p[0] for p in parts if p[1] == u})
+        first, last = next((p[4], p[5]) for p in parts if p[1] == u)
+        assert holders == list(range(first, last + 1))
+
+
+@pytest.mark.parametrize("units, clusters, seqlen_k", [
+    (1056, 66, 4096),  # b2 h33 4k: 16 full rounds, no tail
+    (66 * 15 + 62, 66, 4096),  # a last round 62 / 66 full: splitting saves 1 tile of 24 (< SPLIT_MIN_SAVED_TILES)
+    (1024, 66, 352),  # 2 tiles per item
+    (67, 66, 4096),  # 24 tail tiles for 66 clusters: some ranges would be empty
+])
+def test_split_tail_only_where_it_saves_tiles(fa_library, units, clusters, seqlen_k):
+    assert split_parts(units, clusters, seqlen_k) is None
 
 
 # --- validation (CPU) ------------------------------------------------------------------------
@@ -278,6 +349,10 @@ GPU_SHAPES = [
     (1, 2, 2, 1536, 640),  # causal with Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1),
     (8, 16, 4, 500, 700),  # 4 query tiles per head: non-causal d128/d256 in two-CTA clusters, 256 pairs
+    # non-causal d128's split last round: 96 pairs on 66 clusters (30 split over all 66, 12 tiles each); 192
+    # single CTAs on 132 (3 query tiles per head: no clusters), 60 split, 18 tiles each
+    (3, 16, 4, 500, 1999),
+    (4, 16, 16, 384, 3000),
 ]
 
 

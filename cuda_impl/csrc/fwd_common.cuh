@@ -29,6 +29,8 @@ struct FwdParams {
   int32_t dtype;           // FA_DTYPE_*
   int32_t* tile_counter;   // zeroed by the caller for each launch that takes one (hopper's dynamic causal
                            // scheduler, cuda_fa_hopper_dynamic_causal(head_dim)), else null and unused
+  void* split_workspace;   // hopper's split last round: cuda_fa_hopper_split_workspace() bytes, the first
+                           // `zeroed` of them zeroed by the caller for each launch; null when it asks for none
 };
 }
 
@@ -85,7 +87,8 @@ struct LadderTiles<128> : Tiles<128, FA_D128_WARPS, 1, 64> {};
 struct CtaWork {
   int batch, head_q, head_kv;
   int q_start;       // first query row of the CTA
-  int n_kv_tiles;    // KV tiles holding at least one key some row of the CTA sees
+  int n_kv_tiles;    // KV tiles holding at least one key some row of the CTA sees (from kv_tile0 on)
+  int kv_tile0;      // first KV tile: 0, or where a part of a split item starts (hopper, non-causal)
   int diag;          // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag
 };
 
@@ -104,6 +107,7 @@ __device__ __forceinline__ CtaWork tile_work(const FwdParams& p, int batch, int 
     kv_end = max(0, min(kv_end, last_row + w.diag + 1));
   }
   w.n_kv_tiles = (kv_end + BLOCK_KV - 1) / BLOCK_KV;
+  w.kv_tile0 = 0;
   return w;
 }
 

@@ -186,6 +186,19 @@
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
 
+// Non-causal persistent launches split their last, partly filled round (1: on; 0: a plain last round, the
+// ablation). G clusters (CTAs when CLUSTER is 1) take U units (a cluster's CLUSTER adjacent items) U / G
+// full rounds at a time; a plain last round of M = U % G units leaves G - M clusters idle for a whole item
+// (b4 h16 4k and b1 h16 16k at d128: 1024 pairs on 66 clusters, 15.5 rounds, 3% of the run). Split, the
+// tail's M * n KV tiles (n per item) are laid end to end, unit after unit, and cut into G equal ranges, one
+// per cluster (stream-K's tail): a range holds the end of one unit, whole units and the start of another.
+// Each part of a split unit leaves its unnormalised O, row max and row sum in the workspace, and whichever
+// part finishes last (a counter per unit and warp) merges the others into its own and stores the rows, so
+// no part waits for another.
+#ifndef FA_HOPPER_SPLIT_TAIL
+#define FA_HOPPER_SPLIT_TAIL 1
+#endif
+
 namespace fa {
 
 // Whether causal launches at head_dim take the dynamic causal scheduler (FA_HOPPER_D*_DYNAMIC_CAUSAL).
@@ -193,6 +206,70 @@ constexpr bool hopper_dynamic_causal(int head_dim) {
   return head_dim == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
          : head_dim == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
                            : FA_HOPPER_D256_DYNAMIC_CAUSAL;
+}
+
+// The split of a non-causal persistent launch's last round (FA_HOPPER_SPLIT_TAIL), the same on host and device.
+// 32-bit arithmetic: the host splits only while clusters * tail tiles stays below 2^32.
+struct SplitPlan {
+  uint32_t full_rounds = 0;  // rounds of whole units before the tail
+  uint32_t tail_units = 0;   // M, the units of the split tail; 0: no split
+  uint32_t clusters = 1;     // G
+  uint32_t n = 0;            // KV tiles per item
+  __host__ __device__ bool split() const { return tail_units > 0; }
+  // First tail tile of cluster g's range (g = clusters: the end of the last range).
+  __host__ __device__ uint32_t range_start(uint32_t g) const { return g * (tail_units * n) / clusters; }
+  // The cluster whose range holds tail tile x.
+  __host__ __device__ uint32_t cluster_of(uint32_t x) const {
+    return ((x + 1) * clusters + tail_units * n - 1) / (tail_units * n) - 1;
+  }
+};
+
+// A split part costs about one item boundary more than the tiles it computes (its own Q load, a first S
+// without overlap, the merge): the tail is split only where that takes this many tiles off the busiest cluster.
+constexpr int SPLIT_MIN_SAVED_TILES = 3;
+
+__host__ __device__ inline SplitPlan split_plan(const FwdParams& p, uint32_t units, uint32_t clusters, int block_kv,
+                                                bool allowed) {
+  SplitPlan plan;
+  plan.clusters = clusters;
+  plan.n = uint32_t(p.seqlen_k + block_kv - 1) / uint32_t(block_kv);
+  plan.full_rounds = units / clusters;
+  const uint32_t m = units % clusters;
+  const uint64_t tail_tiles = uint64_t(m) * plan.n;
+  const uint64_t busiest = (tail_tiles + clusters - 1) / clusters;  // tail tiles of the longest range
+  // (every range holds a tile, so the parts of a unit are the clusters cluster_of(its first tile) .. (its last))
+  if (allowed && !p.causal && m > 0 && plan.n >= busiest + SPLIT_MIN_SAVED_TILES && tail_tiles >= clusters &&
+      (tail_tiles + 1) * clusters < (uint64_t(1) << 32))
+    plan.tail_units = m;
+  return plan;
+}
+
+// A cluster's part of the split tail: the rounds from `first_round` on take the parts of tiles [lo, hi) of
+// the tail laid end to end (n per unit), from unit `first_unit` on. first_round is ~0 without a split.
+struct TailRange {
+  uint32_t first_round = ~0u, lo = 0, hi = 0, n = 1;
+  __host__ __device__ TailRange() {}
+  __host__ __device__ TailRange(const SplitPlan& plan, uint32_t g) {
+    if (!plan.split()) return;
+    first_round = plan.full_rounds;
+    lo = plan.range_start(g);
+    hi = plan.range_start(g + 1);
+    n = plan.n;
+  }
+};
+
+// Part k (0, 1, ...) of a tail range: tiles [t0, t1) of tail unit `tail_unit`; false past the range's end.
+struct SplitPart {
+  uint32_t tail_unit;
+  int t0, t1;  // t1 = 0: a whole item outside the tail
+};
+__host__ __device__ inline bool split_part(const TailRange& range, uint32_t k, SplitPart& part) {
+  const uint32_t start = k == 0 ? range.lo : (range.lo / range.n + k) * range.n;
+  if (start >= range.hi) return false;
+  part.tail_unit = start / range.n;
+  part.t0 = int(start - part.tail_unit * range.n);
+  part.t1 = int(min(range.hi - part.tail_unit * range.n, range.n));
+  return true;
 }
 
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1>
@@ -255,6 +332,22 @@ struct HopperTiles {
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
+  // Split workspace (FA_HOPPER_SPLIT_TAIL): one counter per tail unit, CTA of the cluster and consumer warp
+  // (zeroed by the caller), then per cluster two partial blocks (its range's first part, and its last when
+  // that starts a unit) per CTA and consumer: O, then the row maxima and sums, float4 j of thread i at 4 (128 j + i).
+  // Whether non-causal launches split their last round: the 176-key d128 kernels (non-causal only). At d64
+  // and d256 the split's state spilled 8 and 48 bytes, and the 128-key d128 kernel runs causal.
+  static constexpr bool SPLIT_TAIL = FA_HOPPER_SPLIT_TAIL && DIM == 128 && BLOCK_KV > 128;
+  static constexpr int SPLIT_WARPS = CLUSTER * CONSUMERS * 4;  // counters per tail unit
+  static constexpr int SPLIT_BLOCK_FLOATS = (O_REGS + 4) * 128;
+  __host__ __device__ static int64_t split_zeroed_bytes(const SplitPlan& plan) {
+    return (int64_t(plan.tail_units) * SPLIT_WARPS * 4 + 255) / 256 * 256;
+  }
+  __host__ __device__ static int64_t split_bytes(const SplitPlan& plan) {
+    return plan.split() ? split_zeroed_bytes(plan) + int64_t(plan.clusters) * 2 * CLUSTER * CONSUMERS *
+                                                        SPLIT_BLOCK_FLOATS * 4
+                        : 0;
+  }
 };
 
 #if FA_SM90A
@@ -307,7 +400,7 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
     const int s = (done.kv_tiles + tile) % C::STAGES;
     const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
     const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
-    const int kv_start = tile * C::BLOCK_KV;
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     // (cluster: the whole tile's bytes land here, this producer's share and the other's)
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
@@ -426,10 +519,12 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
   sm90::wgmma_commit();
 }
 
-template <typename T, typename C>
+// KV tiles kv_tile0 .. kv_tile0 + n_kv_tiles - 1 of one item; `finish(O, row_max, row_sum, row0)` then takes
+// the unnormalised rows (the stores, or a split part's hand-over).
+template <typename T, typename C, typename Finish>
 __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
                              Barriers<C::STAGES> bars, const PingPong<C>& turns, sm90::Progress& done,
-                             uint32_t rank) {
+                             uint32_t rank, Finish&& finish) {
   const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -458,7 +553,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
   const auto softmax = [&](int tile) {
-    const int kv_start = tile * C::BLOCK_KV;
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
@@ -526,8 +621,72 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     done.q_loads++;
   }
   // The next item's loads are already under way while these stores drain.
-  store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f,
-                      [&p](float m, float l) { return m * p.scale + logf(l); });
+  finish(O, row_max, row_sum, row0);
+}
+
+template <typename T, int O_REGS>
+__device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[O_REGS],
+                                           const float (&row_max)[2], const float (&row_sum)[2]) {
+  store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, [&p](float m, float l) { return m * p.scale + logf(l); });
+}
+
+// The end of one part of a split unit (FA_HOPPER_SPLIT_TAIL), per consumer warp: leave O, the row maxima and the
+// row sums in this part's workspace block; count the part done; the warp that counts the unit's last part
+// merges the other parts' blocks into its registers and stores the rows. Parts are the clusters
+// plan.cluster_of(unit start) .. cluster_of(unit end - 1); the first of them holds the unit's first tiles
+// (block 1: the last part of its range), every other one the first part of its range (block 0).
+template <typename T, typename C>
+__device__ void finish_split_part(const FwdParams& p, const CtaWork& w, const SplitPlan& plan, uint32_t tail_unit,
+                                  uint32_t rank, int consumer, float (&O)[C::O_REGS], float (&row_max)[2],
+                                  float (&row_sum)[2], int row0) {
+  const uint32_t first_tile = tail_unit * plan.n;
+  const uint32_t first = plan.cluster_of(first_tile), last = plan.cluster_of(first_tile + plan.n - 1);
+  const int lane = threadIdx.x % 128, warp = lane / 32;
+  int32_t* counters = static_cast<int32_t*>(p.split_workspace);
+  float* blocks = reinterpret_cast<float*>(static_cast<char*>(p.split_workspace) + C::split_zeroed_bytes(plan));
+  const auto block = [&](uint32_t cluster) {  // the block of `cluster`'s part of this unit, this CTA and consumer
+    const int which = cluster == first;
+    return blocks + ((int64_t(cluster * 2 + which) * C::CLUSTER + rank) * C::CONSUMERS + consumer) * C::SPLIT_BLOCK_FLOATS;
+  };
+  const uint32_t mine = blockIdx.x / C::CLUSTER;
+  float4* own = reinterpret_cast<float4*>(block(mine));
+#pragma unroll
+  for (int j = 0; j < C::O_REGS / 4; j++) own[j * 128 + lane] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
+  own[C::O_REGS / 4 * 128 + lane] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
+  // The warp's stores, then lane 0's count, a release of them (cumulative over the warp barrier) and, for the
+  // last part, an acquire of the other parts' blocks, which the warp then reads past L1 (ld.global.cg).
+  __syncwarp();
+  int done_before = 0;
+  if (threadIdx.x % 32 == 0)
+    done_before = sm90::atomic_add_acq_rel(counters + (tail_unit * C::SPLIT_WARPS + (rank * C::CONSUMERS + consumer) * 4 + warp), 1);
+  done_before = __shfl_sync(0xffffffffu, done_before, 0);
+  if (done_before != int(last - first)) return;  // another part of the unit finishes it
+  const float scale_log2 = p.scale * LOG2E;
+  for (uint32_t cluster = first; cluster <= last; cluster++) {
+    if (cluster == mine) continue;
+    const float4* other = reinterpret_cast<const float4*>(block(cluster));
+    const float4 stats = __ldcg(other + C::O_REGS / 4 * 128 + lane);
+    const float other_max[2] = {stats.x, stats.y}, other_sum[2] = {stats.z, stats.w};
+    float mine_factor[2], other_factor[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float m = fmaxf(row_max[h], other_max[h]);
+      // (a part whose rows saw no key keeps max -inf: factor 0, not NaN)
+      mine_factor[h] = row_max[h] == -INFINITY ? 0.f : exp2f((row_max[h] - m) * scale_log2);
+      other_factor[h] = other_max[h] == -INFINITY ? 0.f : exp2f((other_max[h] - m) * scale_log2);
+      row_sum[h] = row_sum[h] * mine_factor[h] + other_sum[h] * other_factor[h];
+      row_max[h] = m;
+    }
+#pragma unroll
+    for (int j = 0; j < C::O_REGS / 4; j++) {
+      const float4 o = __ldcg(other + j * 128 + lane);
+      O[4 * j] = O[4 * j] * mine_factor[0] + o.x * other_factor[0];
+      O[4 * j + 1] = O[4 * j + 1] * mine_factor[0] + o.y * other_factor[0];
+      O[4 * j + 2] = O[4 * j + 2] * mine_factor[1] + o.z * other_factor[1];
+      O[4 * j + 3] = O[4 * j + 3] * mine_factor[1] + o.w * other_factor[1];
+    }
+  }
+  store_rows<T>(p, w, row0, O, row_max, row_sum);
 }
 
 }  // namespace hopper
@@ -563,6 +722,29 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   sm90::Progress done;
   // items from the dynamic causal scheduler's counter, handed from the producer to the consumers
   const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
+  // The split last round (FA_HOPPER_SPLIT_TAIL; never for causal, nor with one CTA per item: no tail there).
+  const auto plan = [&] { return split_plan(p, items / CLUSTER, gridDim.x / CLUSTER, BLOCK_KV, C::SPLIT_TAIL); };
+  const TailRange tail(plan(), blockIdx.x / CLUSTER);
+  // Work of round `round` outside the dynamic scheduler, false once the CTA is done: whole items in the full
+  // rounds, then the parts of this cluster's range of the split tail (part.t1 > 0: tiles [t0, t1) only).
+  const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
+    part = SplitPart{0, 0, 0};
+    if (C::SPLIT_TAIL && round >= tail.first_round) {
+      if (!split_part(tail, round - tail.first_round, part)) return false;
+      item = (tail.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
+      return true;
+    }
+    item = cta_item(round);
+    return item < items;
+  };
+  const auto part_work = [&](uint32_t item, const SplitPart& part) {
+    CtaWork w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group);
+    if (part.t1 > 0) {
+      w.kv_tile0 = part.t0;
+      w.n_kv_tiles = part.t1 - part.t0;
+    }
+    return w;
+  };
 
   if (threadIdx.x == 0) {
     sm90::mbar_init(bars.q_full(), 1);
@@ -594,12 +776,16 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     sm90::setmaxnreg_dec<C::PRODUCER_REGS>();
     if (threadIdx.x == 0) {
       for (uint32_t round = 0;; round++) {
+        uint32_t item;
+        SplitPart part;
+        bool more = round_work(round, item, part);
         // dynamic: items from the counter, handed to the consumers (an item past the end stops them too)
-        uint32_t item = cta_item(round);
-        if (dynamic) item = sm90::publish_next_item(bars, round, p.tile_counter);
-        if (item >= items) break;
-        hopper::produce_item<C>(work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, done,
-                                &map_q, &map_k, &map_v, rank);
+        if (dynamic) {
+          item = sm90::publish_next_item(bars, round, p.tile_counter);
+          more = item < items;
+        }
+        if (!more) break;
+        hopper::produce_item<C>(part_work(item, part), smem, bars, done, &map_q, &map_k, &map_v, rank);
       }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
@@ -608,10 +794,28 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
     for (uint32_t round = 0;; round++) {
-      const uint32_t item = dynamic ? sm90::take_item(bars, round) : cta_item(round);
-      if (item >= items) break;
-      hopper::consume_item<T, C>(p, work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group), smem, bars, turns,
-                                 done, rank);
+      uint32_t item;
+      SplitPart part;
+      bool more;
+      if (dynamic) {
+        item = sm90::take_item(bars, round);
+        part = SplitPart{0, 0, 0};
+        more = item < items;
+      } else {
+        more = round_work(round, item, part);
+      }
+      if (!more) break;
+      const CtaWork w = part_work(item, part);
+      const bool split = C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));  // a split unit's part
+      hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
+                                 [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
+                                   if constexpr (C::SPLIT_TAIL) {
+                                     if (split)
+                                       return hopper::finish_split_part<T, C>(p, w, plan(), part.tail_unit, rank,
+                                                                       turns.consumer, O, row_max, row_sum, row0);
+                                   }
+                                   hopper::store_rows<T>(p, w, row0, O, row_max, row_sum);
+                                 });
     }
     turns.finish();
   }
@@ -674,90 +878,137 @@ int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], in
       sizes, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B, err, err_len);
 }
 
-// Clusters of `cluster` CTAs, at most as many as fit on `device` at once when `persistent`
-// (cudaOccupancyMaxActiveClusters: not every SM can take part in a pair), else `clusters`.
-// `fit_on` caches that count per device for this one kernel: the query takes longer than the launch.
-template <typename Kernel, typename... Args>
-int launch_clusters(Kernel kernel, std::atomic<int> (&fit_on)[64], int device, int64_t clusters, bool persistent,
-                    int cluster, int threads, int smem_bytes, cudaStream_t stream, char* err, int err_len,
-                    const Args&... args) {
-  if (int rc = prepare_launch(kernel, smem_bytes, err, err_len)) return rc;
+// The launch configuration of a cluster kernel (cluster x 1 x 1 CTAs; the grid set by the caller).
+template <typename Kernel>
+struct ClusterConfig {
   cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeClusterDimension;
-  attr.val.clusterDim.x = cluster;
-  attr.val.clusterDim.y = 1;
-  attr.val.clusterDim.z = 1;
   cudaLaunchConfig_t config{};
-  config.gridDim = dim3(cluster);
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = smem_bytes;
-  config.stream = stream;
-  config.attrs = &attr;
-  config.numAttrs = 1;
-  if (persistent) {
-    int fit = device < 64 ? fit_on[device].load() : 0;
-    if (fit == 0) {
-      const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, kernel, &config);
-      if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
-      if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
-      if (device < 64) fit_on[device] = fit;
-    }
-    clusters = std::min<int64_t>(clusters, fit);
+  ClusterConfig(int cluster, int threads, int smem_bytes, cudaStream_t stream) {
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = cluster;
+    attr.val.clusterDim.y = 1;
+    attr.val.clusterDim.z = 1;
+    config.gridDim = dim3(cluster);
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = smem_bytes;
+    config.stream = stream;
+    config.attrs = &attr;
+    config.numAttrs = 1;
   }
-  config.gridDim = dim3(uint32_t(clusters * cluster));
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
+};
+
+// Clusters of `cluster` CTAs that fit on the current device at once (cudaOccupancyMaxActiveClusters: not every
+// SM can take part in a pair), cached per device for one kernel in `fit_on`: the query takes longer than a launch.
+template <typename Kernel>
+int cluster_fit(Kernel kernel, std::atomic<int> (&fit_on)[64], int cluster, int threads, int smem_bytes, int& fit,
+                char* err, int err_len) {
+  int device = 0;
+  cudaGetDevice(&device);
+  fit = device < 64 ? fit_on[device].load() : 0;
+  if (fit > 0) return 0;
+  if (int rc = prepare_launch(kernel, smem_bytes, err, err_len)) return rc;
+  ClusterConfig<Kernel> c(cluster, threads, smem_bytes, nullptr);
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, kernel, &c.config);
+  if (e != cudaSuccess) return report(err, err_len, "cudaOccupancyMaxActiveClusters", cudaGetErrorString(e));
+  if (fit < 1) return report(err, err_len, "cluster", "no cluster of this kernel fits on the device");
+  if (device < 64) fit_on[device] = fit;
   return 0;
 }
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER = 1>
-int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
-  CUtensorMap map_q, map_k, map_v;
-  if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM,
-                          C::BLOCK_Q, p.dtype, err, err_len))
-    return rc;
-  if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
-                          C::KV_BOX_ROWS, p.dtype, err, err_len))
-    return rc;
-  if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM,
-                          C::KV_BOX_ROWS, p.dtype, err, err_len))
-    return rc;
-  const int64_t items = work_items(p, C::BLOCK_Q);
-  if (int rc = check_work_items(items, err, err_len)) return rc;
-  // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's
-  // epilogue). Causal items differ in length: a plain static walk of them measured 10% slower than
-  // one CTA per item handed out by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s,
-  // docs/perf-notes-hopper.md); a persistent causal grid takes the balanced order of the kernel
-  // (all heads, heaviest first, every other round backwards), which pays on short d64 rows only;
-  // d128 causal CTAs take their items from the dynamic scheduler's counter (C::causal_persistent);
-  // elsewhere causal launches one CTA per item.
-  const bool persistent = FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p));
-  if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent))
-    return report(err, err_len, "tile_counter",
-                  "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
-  if constexpr (CLUSTER > 1) {
-    int device = 0;
-    cudaGetDevice(&device);
-    static std::atomic<int> fit_on[64];  // one kernel instantiation per `launch` instantiation
-    return launch_clusters(fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>, fit_on, device, items / CLUSTER,
-                           persistent, CLUSTER, C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q, map_k,
-                           map_v);
-  }
-  const int grid = persistent ? persistent_grid(items) : int(items);
-  return launch_kernel(fwd_hopper_kernel<T, DIM, BLOCK_KV, 1>, dim3(grid), C::THREADS, C::SMEM_BYTES, stream,
-                       err, err_len, p, map_q, map_k, map_v);
-}
-
-// Non-causal d128 / d256 in clusters of `cluster` CTAs when the query tiles of a head pair up.
 template <typename T, int DIM, int BLOCK_KV, int CLUSTER>
-int launch_non_causal(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
-  constexpr int block_q = HopperTiles<DIM, BLOCK_KV>::BLOCK_Q;
-  if constexpr (CLUSTER > 1) {
-    if (((p.seqlen_q + block_q - 1) / block_q) % CLUSTER == 0)
-      return launch<T, DIM, BLOCK_KV, CLUSTER>(p, stream, err, err_len);
+struct HopperLaunch {
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
+  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>;
+  inline static std::atomic<int> fit_on[64];  // clusters that fit, per device (CLUSTER > 1)
+
+  // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's epilogue). Causal
+  // items differ in length: a plain static walk of them measured 10% slower than one CTA per item handed out
+  // by the hardware as SMs free up (16k: 515 vs 576 TFLOP/s, docs/perf-notes-hopper.md); a persistent causal
+  // grid takes the balanced order of the kernel (all heads, heaviest first, every other round backwards),
+  // which pays on short d64 rows only; d128 causal CTAs take their items from the dynamic scheduler's counter
+  // (C::causal_persistent); elsewhere causal launches one CTA per item.
+  static bool persistent(const FwdParams& p) { return FA_HOPPER_PERSISTENT && (!p.causal || C::causal_persistent(p)); }
+
+  // Clusters (CTAs when CLUSTER is 1) of the launch.
+  static int clusters(const FwdParams& p, int64_t& count, char* err, int err_len) {
+    const int64_t items = work_items(p, C::BLOCK_Q);
+    if (int rc = check_work_items(items, err, err_len)) return rc;
+    count = items / CLUSTER;
+    if (!persistent(p)) return 0;
+    if constexpr (CLUSTER > 1) {
+      int fit = 0;
+      if (int rc = cluster_fit(kernel, fit_on, CLUSTER, C::THREADS, C::SMEM_BYTES, fit, err, err_len)) return rc;
+      count = std::min<int64_t>(count, fit);
+    } else {
+      count = persistent_grid(items);
+    }
+    return 0;
   }
-  return launch<T, DIM, BLOCK_KV, 1>(p, stream, err, err_len);
+
+  // The split workspace the launch needs (bytes, 0: none) and how many of its first bytes must be zeroed.
+  static int split_workspace(const FwdParams& p, int64_t& bytes, int64_t& zeroed, char* err, int err_len) {
+    int64_t count = 0;
+    if (int rc = clusters(p, count, err, err_len)) return rc;
+    const SplitPlan plan = split_plan(p, uint32_t(work_items(p, C::BLOCK_Q) / CLUSTER), uint32_t(count), BLOCK_KV,
+                                      C::SPLIT_TAIL);
+    bytes = C::split_bytes(plan);
+    zeroed = plan.split() ? C::split_zeroed_bytes(plan) : 0;
+    return 0;
+  }
+
+  static int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
+    CUtensorMap map_q, map_k, map_v;
+    if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, C::BLOCK_Q, p.dtype, err,
+                            err_len))
+      return rc;
+    if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
+                            err, err_len))
+      return rc;
+    if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
+                            err, err_len))
+      return rc;
+    if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent(p)))
+      return report(err, err_len, "tile_counter",
+                    "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
+    int64_t count = 0, bytes = 0, zeroed = 0;
+    if (int rc = split_workspace(p, bytes, zeroed, err, err_len)) return rc;
+    if (bytes > 0 && p.split_workspace == nullptr)
+      return report(err, err_len, "split_workspace",
+                    "this launch splits its last round: pass cuda_fa_hopper_split_workspace() bytes, the first "
+                    "`zeroed` of them zeroed");
+    if (int rc = clusters(p, count, err, err_len)) return rc;
+    if constexpr (CLUSTER > 1) {
+      if (int rc = prepare_launch(kernel, C::SMEM_BYTES, err, err_len)) return rc;
+      ClusterConfig<decltype(kernel)> c(CLUSTER, C::THREADS, C::SMEM_BYTES, stream);
+      c.config.gridDim = dim3(uint32_t(count * CLUSTER));
+      const cudaError_t e = cudaLaunchKernelEx(&c.config, kernel, p, map_q, map_k, map_v);
+      if (e != cudaSuccess) return report(err, err_len, "kernel launch", cudaGetErrorString(e));
+      return 0;
+    }
+    return launch_kernel(kernel, dim3(uint32_t(count)), C::THREADS, C::SMEM_BYTES, stream, err, err_len, p, map_q,
+                         map_k, map_v);
+  }
+};
+
+// The kernel instantiation a launch takes: non-causal d128 / d256 in clusters of their CLUSTER CTAs when the
+// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys; calls
+// launcher.template operator()<HopperLaunch<...>>().
+template <typename T, int DIM, typename Launcher>
+int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
+  constexpr int block_kv = DIM == 256 ? FA_HOPPER_D256_BLOCK_KV : DIM == 128 ? FA_HOPPER_D128_BLOCK_KV : 128;
+  constexpr int cluster = DIM == 256 ? FA_HOPPER_D256_CLUSTER : DIM == 128 ? FA_HOPPER_D128_CLUSTER : 1;
+  if constexpr (DIM == 64) {
+    return launcher.template operator()<HopperLaunch<T, DIM, 128, 1>>();
+  } else {
+    constexpr int causal_kv = DIM == 256 ? FA_HOPPER_D256_BLOCK_KV : 128;
+    if (p.causal) return launcher.template operator()<HopperLaunch<T, DIM, causal_kv, 1>>();
+    constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
+    if constexpr (cluster > 1) {
+      if (((p.seqlen_q + block_q - 1) / block_q) % cluster == 0)
+        return launcher.template operator()<HopperLaunch<T, DIM, block_kv, cluster>>();
+    }
+    return launcher.template operator()<HopperLaunch<T, DIM, block_kv, 1>>();
+  }
 }
 
 }  // namespace hopper_host
@@ -769,18 +1020,45 @@ extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_d
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    if constexpr (DIM == 256) {
-      if (!p->causal)
-        return fa::hopper_host::launch_non_causal<T, DIM, FA_HOPPER_D256_BLOCK_KV, FA_HOPPER_D256_CLUSTER>(
-            *p, stream, err, err_len);
-      return fa::hopper_host::launch<T, DIM, FA_HOPPER_D256_BLOCK_KV>(*p, stream, err, err_len);
-    } else {
-      if constexpr (DIM == 128) {
-        if (!p->causal)
-          return fa::hopper_host::launch_non_causal<T, DIM, FA_HOPPER_D128_BLOCK_KV, FA_HOPPER_D128_CLUSTER>(
-              *p, stream, err, err_len);
-      }
-      return fa::hopper_host::launch<T, DIM, 128>(*p, stream, err, err_len);
-    }
+    return fa::hopper_host::with_hopper_launch<T, DIM>(
+        *p, [&]<typename L>() { return L::launch(*p, stream, err, err_len); });
   });
+}
+
+// Bytes of FwdParams::split_workspace a launch of cuda_fa_fwd_hopper with these parameters needs (0: none; the
+// pointer may stay null), and in *zeroed how many of its first bytes the caller zeroes before each launch.
+// Negative: an error, described in err.
+extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* p, int64_t* zeroed, char* err, int err_len) {
+  int64_t bytes = 0;
+  *zeroed = 0;
+  const int rc = fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
+    if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
+    return fa::hopper_host::with_hopper_launch<T, DIM>(
+        *p, [&]<typename L>() { return L::split_workspace(*p, bytes, *zeroed, err, err_len); });
+  });
+  return rc != 0 ? -1 : bytes;
+}
+
+// The split tail of `units` units on `clusters` clusters with seqlen_k keys in tiles of block_kv, for the tests:
+// every cluster's parts in order, 6 values each (cluster, tail unit, t0, t1, and the first and last cluster
+// holding a part of that unit) into rows; returns the parts (at most max_parts written), -1 without a split.
+extern "C" int cuda_fa_hopper_split_parts(uint32_t units, uint32_t clusters, int seqlen_k, int block_kv, int32_t* rows,
+                                          int max_parts) {
+  FwdParams p{};
+  p.seqlen_k = seqlen_k;
+  const fa::SplitPlan plan = fa::split_plan(p, units, clusters, block_kv, true);
+  if (!plan.split()) return -1;
+  int parts = 0;
+  for (uint32_t g = 0; g < clusters; g++) {
+    const fa::TailRange range(plan, g);
+    fa::SplitPart part;
+    for (uint32_t k = 0; fa::split_part(range, k, part); k++, parts++) {
+      if (parts >= max_parts) continue;
+      const uint32_t first_tile = part.tail_unit * plan.n;
+      const int32_t row[6] = {int32_t(g), int32_t(part.tail_unit), part.t0, part.t1,
+                              int32_t(plan.cluster_of(first_tile)), int32_t(plan.cluster_of(first_tile + plan.n - 1))};
+      for (int i = 0; i < 6; i++) rows[6 * parts + i] = row[i];
+    }
+  }
+  return parts;
 }

@@ -390,6 +390,13 @@ struct Progress {
 // item_empty(s) (count: every consumer thread). Slot round % 2 is rewritten only after every consumer
 // thread took the item of round - 2 (item_empty); mbarrier arrive (release) and wait (acquire) order
 // the shared store and load.
+// *counter += value at gpu scope, acquire and release in one (a counter of parts done that publishes their data).
+__device__ __forceinline__ int atomic_add_acq_rel(int32_t* counter, int value) {
+  int old;
+  asm volatile("atom.add.acq_rel.gpu.global.s32 %0, [%1], %2;" : "=r"(old) : "l"(counter), "r"(value) : "memory");
+  return old;
+}
+
 template <typename Bars>
 __device__ __forceinline__ uint32_t publish_next_item(const Bars& bars, uint32_t round, int32_t* counter) {
   const uint32_t item = round == 0 ? blockIdx.x : gridDim.x + atomicAdd(counter, 1);
