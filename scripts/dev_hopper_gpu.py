@@ -27,9 +27,9 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs seven small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
-items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V) and
-checks them.
+--sanitize runs nine small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
+items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V; two whose
+last round is split, with and without clusters) and checks them.
 """
 
 from __future__ import annotations
@@ -374,6 +374,8 @@ def stage_sanitize(build: str | None) -> int:
         (1, 2, 1, 200, 333, 256, "fp16", False),
         (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
         (1, 72, 8, 512, 300, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
+        (3, 16, 4, 512, 1500, 128, "bf16", False),  # split last round: 30 pairs over 66 clusters
+        (4, 16, 4, 384, 1500, 128, "fp16", False),  # split last round: 60 items over 132 CTAs
     ]:
         ok, detail = check_shape(ref, *shape, flags=ALT_FLAGS[build] if build else ())
         failures += not ok
@@ -387,7 +389,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="seven small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="nine small launches, for compute-sanitizer")
     parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
