@@ -6,6 +6,7 @@ cuda_impl/_build (`python scripts/dev_hopper_gpu.py --build-only` on the dev mac
     PYTHONPATH=. [DEV_ROUNDS=5] [DEV_POWER_LOG=1] [DEV_BASELINE_LIB=path/libcuda_fa.so] \
         python scripts/dev_hopper_gpu.py [--head-dim 256]
     PYTHONPATH=. timeout 60 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize
+    PYTHONPATH=. timeout 90 compute-sanitizer --tool memcheck python scripts/dev_hopper_gpu.py --sanitize-split
 
 The default run has two stages (three with --gap), each in a child process with a timeout, so
 that a hung kernel (a barrier waiting for an arrival that never comes) is reported instead of
@@ -27,9 +28,9 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs nine small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
-items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V; two whose
-last round is split, with and without clusters) and checks them.
+--sanitize runs seven small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
+items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V) and
+checks them; --sanitize-split two whose last round is split, with and without clusters (for memcheck).
 """
 
 from __future__ import annotations
@@ -363,20 +364,27 @@ def stage_driver() -> int:
     return 0
 
 
-def stage_sanitize(build: str | None) -> int:
+SANITIZE_SHAPES = [
+    (1, 4, 2, 200, 333, 64, "bf16", True),
+    (1, 4, 2, 300, 170, 128, "fp16", True),
+    (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
+    (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
+    (1, 2, 1, 200, 333, 256, "fp16", False),
+    (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
+    (1, 72, 8, 512, 300, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
+]
+# The split last round, in memcheck (its workspace); its hand-over goes through global memory, so racecheck
+# (shared memory) would only take a minute per launch over the same ring protocol as above.
+SANITIZE_SPLIT_SHAPES = [
+    (2, 48, 8, 256, 1000, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 6 tiles each
+    (4, 16, 4, 384, 1000, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
+]
+
+
+def stage_sanitize(build: str | None, shapes: list[tuple]) -> int:
     ref = reference_module()
     failures = 0
-    for shape in [
-        (1, 4, 2, 200, 333, 64, "bf16", True),
-        (1, 4, 2, 300, 170, 128, "fp16", True),
-        (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
-        (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
-        (1, 2, 1, 200, 333, 256, "fp16", False),
-        (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
-        (1, 72, 8, 512, 300, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
-        (3, 16, 4, 512, 1500, 128, "bf16", False),  # split last round: 30 pairs over 66 clusters
-        (4, 16, 4, 384, 1500, 128, "fp16", False),  # split last round: 60 items over 132 CTAs
-    ]:
+    for shape in shapes:
         ok, detail = check_shape(ref, *shape, flags=ALT_FLAGS[build] if build else ())
         failures += not ok
         log(f"{'PASS' if ok else 'FAIL'} sanitize {shape}: {detail}")
@@ -389,7 +397,9 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="nine small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="seven small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize-split", action="store_true",
+                        help="two launches with a split last round, for compute-sanitizer's memcheck")
     parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)
@@ -410,8 +420,8 @@ def main() -> int:
         for name in ["hopper", *(ALT_FLAGS if args.builds == ["all"] else args.builds)]:
             log(f"built {name}: {build.build_library(_lib.library_spec(BUILDS[name]))}")
         return 0
-    if args.sanitize:
-        return stage_sanitize(args.build)
+    if args.sanitize or args.sanitize_split:
+        return stage_sanitize(args.build, SANITIZE_SPLIT_SHAPES if args.sanitize_split else SANITIZE_SHAPES)
     if args.driver:
         return run_stage("driver")
     if args.stage:

@@ -70,6 +70,8 @@ correctness_lane() {
       step correctness 90 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
+  # cuda:hopper's split last round (its workspace in global memory): memcheck only
+  step correctness 90 sanitize-split compute-sanitizer --tool memcheck python3 scripts/dev_hopper_gpu.py --sanitize-split
   step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
     --skip pytest --skip alt --skip bench --skip ceilings
   step correctness 25 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"
