@@ -13,7 +13,7 @@ that a hung kernel (a barrier waiting for an arrival that never comes) is report
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
    and carried; with DEV_BASELINE_LIB, build "baseline": another commit's library, devkit.baseline_build):
-   28 shapes (9 of them d256; 7 with more items than SMs, 6 in clusters of two CTAs, 2 with a split
+   29 shapes (9 of them d256; 8 with more items than SMs, 6 in clusters of two CTAs, 3 with a split
    last round) against float64, each under freshly NaN-poisoned outputs, one line per shape (max
    error, the FlashAttention bound, pass/fail); a crash in one shape is caught and printed without
    hiding the others (a CUDA fault poisons the context, so the rest are then marked as skipped);
@@ -30,7 +30,8 @@ eating the call:
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
 --sanitize runs seven small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
 items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V) and
-checks them; --sanitize-split two whose last round is split, with and without clusters (for memcheck).
+checks them; --sanitize-split three whose last round is split (d128 with and without clusters, d64; for
+memcheck).
 """
 
 from __future__ import annotations
@@ -131,6 +132,7 @@ CORRECTNESS_SHAPES = [
     # non-causal d128's split last round: 96 pairs on 66 clusters; 192 single CTAs on 132
     (3, 16, 4, 500, 1999, 128, "bf16", False),
     (4, 16, 16, 384, 3000, 128, "fp16", False),
+    (3, 16, 4, 500, 1999, 64, "fp16", False),  # d64: 144 items on 132 CTAs, 12 split
     (8, 8, 2, 500, 333, 256, "fp16", False),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
@@ -378,6 +380,7 @@ SANITIZE_SHAPES = [
 SANITIZE_SPLIT_SHAPES = [
     (2, 48, 8, 256, 1000, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 6 tiles each
     (4, 16, 4, 384, 1000, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
+    (3, 16, 4, 500, 2100, 64, "bf16", False),  # d64: 144 items on 132 CTAs, 12 split
 ]
 
 
@@ -399,7 +402,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sanitize", action="store_true", help="seven small launches, for compute-sanitizer")
     parser.add_argument("--sanitize-split", action="store_true",
-                        help="two launches with a split last round, for compute-sanitizer's memcheck")
+                        help="three launches with a split last round, for compute-sanitizer's memcheck")
     parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)
     parser.add_argument("builds", nargs="*", help=argparse.SUPPRESS)

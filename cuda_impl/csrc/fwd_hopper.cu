@@ -258,6 +258,21 @@ struct TailRange {
   }
 };
 
+#if FA_SM90A
+// A CTA's TailRange lives in shared memory (stored once before the role split) and is read back where it is
+// used: the consumers of d64 and d256 have no register to keep it in across the item loop (they spilled).
+__device__ __forceinline__ void store_tail_range(uint32_t addr, const TailRange& r) {
+  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r.first_round), "r"(r.lo), "r"(r.hi),
+               "r"(r.n) : "memory");
+}
+__device__ __forceinline__ TailRange load_tail_range(uint32_t addr) {
+  TailRange r;
+  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r.first_round), "=r"(r.lo), "=r"(r.hi), "=r"(r.n) : "r"(addr) : "memory");
+  return r;
+}
+#endif
+
 // Part k (0, 1, ...) of a tail range: tiles [t0, t1) of tail unit `tail_unit`; false past the range's end.
 struct SplitPart {
   uint32_t tail_unit;
@@ -314,8 +329,14 @@ struct HopperTiles {
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
+  // Whether non-causal launches split their last round: d64 and the 176-key d128 kernels. At d256 the split's
+  // state spilled 24-28 bytes in the consumers (O alone is 128 registers there), and the 128-key d128 kernel
+  // runs causal only.
+  static constexpr bool SPLIT_TAIL = FA_HOPPER_SPLIT_TAIL && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
-  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0);
+  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (SPLIT_TAIL ? 2 : 0);
+  // the split tail's TailRange (4 words, SPLIT_TAIL), after the barriers and the item slots
+  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0));
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
@@ -324,10 +345,11 @@ struct HopperTiles {
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
   static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
-  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 24 + 384 x 160).
-  // d256 needs O 128 + S 40 + P 20 of the consumers' 240 (S(t), P(t-1) and O are live together
+  // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 32 + 384 x 160 = 65536, all
+  // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail fits in 32, not
+  // in 24). d256 needs O 128 + S 40 + P 20 of the consumers' 240 (S(t), P(t-1) and O are live together
   // under the overlap); d64 with 128-key tiles S 64 + P 32 + O 32 of 160.
-  static constexpr int PRODUCER_REGS = 24;
+  static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 24;
   static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
@@ -335,9 +357,6 @@ struct HopperTiles {
   // Split workspace (FA_HOPPER_SPLIT_TAIL): one counter per tail unit, CTA of the cluster and consumer warp
   // (zeroed by the caller), then per cluster two partial blocks (its range's first part, and its last when
   // that starts a unit) per CTA and consumer: O, then the row maxima and sums, float4 j of thread i at 4 (128 j + i).
-  // Whether non-causal launches split their last round: the 176-key d128 kernels (non-causal only). At d64
-  // and d256 the split's state spilled 8 and 48 bytes, and the 128-key d128 kernel runs causal.
-  static constexpr bool SPLIT_TAIL = FA_HOPPER_SPLIT_TAIL && DIM == 128 && BLOCK_KV > 128;
   static constexpr int SPLIT_WARPS = CLUSTER * CONSUMERS * 4;  // counters per tail unit
   static constexpr int SPLIT_BLOCK_FLOATS = (O_REGS + 4) * 128;
   __host__ __device__ static int64_t split_zeroed_bytes(const SplitPlan& plan) {
@@ -724,15 +743,23 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
   // The split last round (FA_HOPPER_SPLIT_TAIL; never for causal, nor with one CTA per item: no tail there).
   const auto plan = [&] { return split_plan(p, items / CLUSTER, gridDim.x / CLUSTER, BLOCK_KV, C::SPLIT_TAIL); };
-  const TailRange tail(plan(), blockIdx.x / CLUSTER);
+  const uint32_t tail_range = smem + C::TAIL_RANGE_OFFSET;
+  // The part of the split tail that round `round` takes (false: a round of whole items, or past the range).
+  const auto tail_part = [&](uint32_t round, SplitPart& part) {
+    const TailRange tail = load_tail_range(tail_range);
+    return round >= tail.first_round && split_part(tail, round - tail.first_round, part);
+  };
   // Work of round `round` outside the dynamic scheduler, false once the CTA is done: whole items in the full
   // rounds, then the parts of this cluster's range of the split tail (part.t1 > 0: tiles [t0, t1) only).
   const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
     part = SplitPart{0, 0, 0};
-    if (C::SPLIT_TAIL && round >= tail.first_round) {
-      if (!split_part(tail, round - tail.first_round, part)) return false;
-      item = (tail.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
-      return true;
+    if constexpr (C::SPLIT_TAIL) {
+      const TailRange tail = load_tail_range(tail_range);
+      if (round >= tail.first_round) {
+        if (!split_part(tail, round - tail.first_round, part)) return false;
+        item = (tail.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
+        return true;
+      }
     }
     item = cta_item(round);
     return item < items;
@@ -762,6 +789,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       }
     }
     sm90::mbar_init_fence();
+    if constexpr (C::SPLIT_TAIL) store_tail_range(tail_range, TailRange(plan(), blockIdx.x / CLUSTER));
   }
   // The last CTA-wide barrier (roles diverge below); in a cluster, the other CTA's barriers are
   // initialised too before any multicast or remote arrival reaches them.
@@ -806,14 +834,14 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       }
       if (!more) break;
       const CtaWork w = part_work(item, part);
-      const bool split = C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));  // a split unit's part
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   if constexpr (C::SPLIT_TAIL) {
-                                     if (split)
-                                       return hopper::finish_split_part<T, C>(p, w, plan(), part.tail_unit, rank,
-                                                                       turns.consumer, O, row_max, row_sum, row0);
-                                   }
+                                   // (the part found again here, not kept live across the item)
+                                   SplitPart again;
+                                   if (C::SPLIT_TAIL && !dynamic && tail_part(round, again) &&
+                                       (again.t0 > 0 || again.t1 < int(load_tail_range(tail_range).n)))
+                                     return hopper::finish_split_part<T, C>(p, w, plan(), again.tail_unit, rank,
+                                                                           turns.consumer, O, row_max, row_sum, row0);
                                    hopper::store_rows<T>(p, w, row0, O, row_max, row_sum);
                                  });
     }
