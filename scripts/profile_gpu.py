@@ -23,7 +23,7 @@ shared-memory bank conflicts, occupancy, the top warp stall reasons), also print
 case list profiled N times over, into DIR/cycles.csv, and prints per case the median cycles and their spread: an
 A/B measure that the clock swings of a power-capped GPU move less than they move the time. A case may name a
 build of the CUDA library, `cuda:hopper[-DFLAG=V,...]@...` (16-bit formats), built here first with
-`--build-only CASES` and carried.
+`--build-only CASES` and carried, or another commit's library, `cuda:hopper[lib=PATH]@...`.
 
 `--source` collects ncu's SourceCounters instead (the SASS of every profiled kernel with the warp stall
 samples of each instruction) into DIR/sass.csv.gz and prints `stall_summary` of it; `--stalls FILE`
@@ -116,8 +116,10 @@ def build_call(name: str, flags: tuple[str, ...], case, inputs):
 
     from cuda_impl import _lib, build
 
-    if build.cached_library(_lib.library_spec(flags)) is None:
-        raise SystemExit(f"{name}{list(flags)}: library not built (python scripts/profile_gpu.py --build FLAGS ...)")
+    if flags[0].startswith("lib="):  # another commit's library, built and carried (devkit.baseline_build)
+        _lib.register_library(flags, Path(flags[0][4:]))
+    elif build.cached_library(_lib.library_spec(flags)) is None:
+        raise SystemExit(f"{name}{list(flags)}: library not built (python scripts/profile_gpu.py --build-only CASES)")
     out = torch.empty_like(inputs.q)
     lse = torch.empty(inputs.q.shape[:-1], device=inputs.q.device, dtype=torch.float32)
     scale = case.head_dim**-0.5 if case.scale is None else case.scale  # (None: the backends' default)
@@ -324,6 +326,8 @@ def main() -> None:
         from cuda_impl import _lib, build
 
         for flags in sorted({parse_case(text)[1] for text in args.cases}):
+            if flags and flags[0].startswith("lib="):
+                continue
             print(f"built {list(flags)}: {build.build_library(_lib.library_spec(flags))}", flush=True)
         return
     if args.report:

@@ -259,8 +259,8 @@ struct TailRange {
 };
 
 #if FA_SM90A
-// A CTA's TailRange lives in shared memory (stored once before the role split) and is read back where it is
-// used: the consumers of d64 and d256 have no register to keep it in across the item loop (they spilled).
+// A d64 CTA's TailRange lives in shared memory (stored once before the role split) and is read back where it
+// is used (HopperTiles::TAIL_IN_SMEM).
 __device__ __forceinline__ void store_tail_range(uint32_t addr, const TailRange& r) {
   asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r.first_round), "r"(r.lo), "r"(r.hi),
                "r"(r.n) : "memory");
@@ -333,9 +333,14 @@ struct HopperTiles {
   // state spilled 24-28 bytes in the consumers (O alone is 128 registers there), and the 128-key d128 kernel
   // runs causal only.
   static constexpr bool SPLIT_TAIL = FA_HOPPER_SPLIT_TAIL && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
+  // Where a CTA keeps its range of the split tail: d64 in shared memory, read back where it is used (its
+  // producer and consumers have no register to keep it live across the item loop); d128 in registers, with the
+  // round's part kept through the item (the same walk from shared memory measured 1% slower at d128: ptxas
+  // scheduled its loop differently; docs/perf-notes-hopper.md, session 13).
+  static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 64;
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
-  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (SPLIT_TAIL ? 2 : 0);
-  // the split tail's TailRange (4 words, SPLIT_TAIL), after the barriers and the item slots
+  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (TAIL_IN_SMEM ? 2 : 0);
+  // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0));
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
@@ -743,18 +748,19 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
   // The split last round (FA_HOPPER_SPLIT_TAIL; never for causal, nor with one CTA per item: no tail there).
   const auto plan = [&] { return split_plan(p, items / CLUSTER, gridDim.x / CLUSTER, BLOCK_KV, C::SPLIT_TAIL); };
-  const uint32_t tail_range = smem + C::TAIL_RANGE_OFFSET;
-  // The part of the split tail that round `round` takes (false: a round of whole items, or past the range).
-  const auto tail_part = [&](uint32_t round, SplitPart& part) {
-    const TailRange tail = load_tail_range(tail_range);
-    return round >= tail.first_round && split_part(tail, round - tail.first_round, part);
+  // This cluster's range of the split tail (TAIL_IN_SMEM: stored below, read back at each use).
+  const uint32_t tail_smem = smem + C::TAIL_RANGE_OFFSET;
+  const TailRange tail_regs = C::SPLIT_TAIL && !C::TAIL_IN_SMEM ? TailRange(plan(), blockIdx.x / CLUSTER) : TailRange();
+  const auto tail_range = [&] {
+    if constexpr (C::TAIL_IN_SMEM) return load_tail_range(tail_smem);
+    return tail_regs;
   };
   // Work of round `round` outside the dynamic scheduler, false once the CTA is done: whole items in the full
   // rounds, then the parts of this cluster's range of the split tail (part.t1 > 0: tiles [t0, t1) only).
   const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
     part = SplitPart{0, 0, 0};
     if constexpr (C::SPLIT_TAIL) {
-      const TailRange tail = load_tail_range(tail_range);
+      const TailRange tail = tail_range();
       if (round >= tail.first_round) {
         if (!split_part(tail, round - tail.first_round, part)) return false;
         item = (tail.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
@@ -789,7 +795,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       }
     }
     sm90::mbar_init_fence();
-    if constexpr (C::SPLIT_TAIL) store_tail_range(tail_range, TailRange(plan(), blockIdx.x / CLUSTER));
+    if constexpr (C::TAIL_IN_SMEM) store_tail_range(tail_smem, TailRange(plan(), blockIdx.x / CLUSTER));
   }
   // The last CTA-wide barrier (roles diverge below); in a cluster, the other CTA's barriers are
   // initialised too before any multicast or remote arrival reaches them.
@@ -834,13 +840,22 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       }
       if (!more) break;
       const CtaWork w = part_work(item, part);
+      // Whether this round's part is one of a split unit's (TAIL_IN_SMEM: found again at the item's end
+      // instead of kept live through it).
+      const auto split_unit_part = [&](SplitPart& mine) {
+        if constexpr (C::TAIL_IN_SMEM) {
+          uint32_t again;
+          if (dynamic || !round_work(round, again, mine)) return false;
+        } else {
+          mine = part;
+        }
+        return C::SPLIT_TAIL && mine.t1 > 0 && (mine.t0 > 0 || mine.t1 < int(tail_range().n));
+      };
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   // (the part found again here, not kept live across the item)
-                                   SplitPart again;
-                                   if (C::SPLIT_TAIL && !dynamic && tail_part(round, again) &&
-                                       (again.t0 > 0 || again.t1 < int(load_tail_range(tail_range).n)))
-                                     return hopper::finish_split_part<T, C>(p, w, plan(), again.tail_unit, rank,
+                                   SplitPart mine;
+                                   if (split_unit_part(mine))
+                                     return hopper::finish_split_part<T, C>(p, w, plan(), mine.tail_unit, rank,
                                                                            turns.consumer, O, row_max, row_sum, row0);
                                    hopper::store_rows<T>(p, w, row0, O, row_max, row_sum);
                                  });
