@@ -335,8 +335,8 @@ struct HopperTiles {
   static constexpr bool SPLIT_TAIL = FA_HOPPER_SPLIT_TAIL && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
   // Where a CTA keeps its range of the split tail: d64 in shared memory, read back where it is used (its
   // producer and consumers have no register to keep it live across the item loop); d128 in registers, with the
-  // round's part kept through the item (the same walk from shared memory measured 1% slower at d128: ptxas
-  // scheduled its loop differently; docs/perf-notes-hopper.md, session 13).
+  // round's split decided at its start (the walk from shared memory measured 0.7-1.3% slower at d128: ptxas
+  // scheduled the loop differently; docs/perf-notes-hopper.md, session 13).
   static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 64;
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
   static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (TAIL_IN_SMEM ? 2 : 0);
@@ -748,24 +748,18 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
   const bool dynamic = C::DYNAMIC_CAUSAL && p.causal;
   // The split last round (FA_HOPPER_SPLIT_TAIL; never for causal, nor with one CTA per item: no tail there).
   const auto plan = [&] { return split_plan(p, items / CLUSTER, gridDim.x / CLUSTER, BLOCK_KV, C::SPLIT_TAIL); };
-  // This cluster's range of the split tail (TAIL_IN_SMEM: stored below, read back at each use).
+  // This cluster's range of the split tail: in registers, or (TAIL_IN_SMEM) stored below and read back at each use.
   const uint32_t tail_smem = smem + C::TAIL_RANGE_OFFSET;
-  const TailRange tail_regs = C::SPLIT_TAIL && !C::TAIL_IN_SMEM ? TailRange(plan(), blockIdx.x / CLUSTER) : TailRange();
-  const auto tail_range = [&] {
-    if constexpr (C::TAIL_IN_SMEM) return load_tail_range(tail_smem);
-    return tail_regs;
-  };
+  const TailRange tail = C::SPLIT_TAIL && !C::TAIL_IN_SMEM ? TailRange(plan(), blockIdx.x / CLUSTER) : TailRange();
   // Work of round `round` outside the dynamic scheduler, false once the CTA is done: whole items in the full
   // rounds, then the parts of this cluster's range of the split tail (part.t1 > 0: tiles [t0, t1) only).
   const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
     part = SplitPart{0, 0, 0};
-    if constexpr (C::SPLIT_TAIL) {
-      const TailRange tail = tail_range();
-      if (round >= tail.first_round) {
-        if (!split_part(tail, round - tail.first_round, part)) return false;
-        item = (tail.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
-        return true;
-      }
+    const TailRange range = C::TAIL_IN_SMEM ? load_tail_range(tail_smem) : tail;
+    if (C::SPLIT_TAIL && round >= range.first_round) {
+      if (!split_part(range, round - range.first_round, part)) return false;
+      item = (range.first_round * (gridDim.x / CLUSTER) + part.tail_unit) * CLUSTER + rank;
+      return true;
     }
     item = cta_item(round);
     return item < items;
@@ -840,23 +834,25 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       }
       if (!more) break;
       const CtaWork w = part_work(item, part);
-      // Whether this round's part is one of a split unit's (TAIL_IN_SMEM: found again at the item's end
-      // instead of kept live through it).
-      const auto split_unit_part = [&](SplitPart& mine) {
-        if constexpr (C::TAIL_IN_SMEM) {
-          uint32_t again;
-          if (dynamic || !round_work(round, again, mine)) return false;
-        } else {
-          mine = part;
-        }
-        return C::SPLIT_TAIL && mine.t1 > 0 && (mine.t0 > 0 || mine.t1 < int(tail_range().n));
-      };
+      // Whether this round's part is one of a split unit's: decided here, or (TAIL_IN_SMEM) found again at the
+      // item's end, so that nothing of it stays live through the item.
+      const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   SplitPart mine;
-                                   if (split_unit_part(mine))
-                                     return hopper::finish_split_part<T, C>(p, w, plan(), mine.tail_unit, rank,
-                                                                           turns.consumer, O, row_max, row_sum, row0);
+                                   if constexpr (C::TAIL_IN_SMEM) {
+                                     SplitPart mine;
+                                     uint32_t again;
+                                     if (!dynamic && round_work(round, again, mine) && mine.t1 > 0 &&
+                                         (mine.t0 > 0 || mine.t1 < int(load_tail_range(tail_smem).n)))
+                                       return hopper::finish_split_part<T, C>(p, w, plan(), mine.tail_unit, rank,
+                                                                             turns.consumer, O, row_max, row_sum,
+                                                                             row0);
+                                   } else if constexpr (C::SPLIT_TAIL) {
+                                     if (split)
+                                       return hopper::finish_split_part<T, C>(p, w, plan(), part.tail_unit, rank,
+                                                                             turns.consumer, O, row_max, row_sum,
+                                                                             row0);
+                                   }
                                    hopper::store_rows<T>(p, w, row0, O, row_max, row_sum);
                                  });
     }
