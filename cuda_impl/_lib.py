@@ -198,14 +198,16 @@ def _zeroed_tile_counter(params: FwdParams, device) -> torch.Tensor:
     return counter
 
 
-def _split_workspace(lib: ctypes.CDLL, params: FwdParams, device) -> torch.Tensor | None:
-    """The workspace of a hopper launch that splits its last round (None if it asks for none), the prefix the
-    kernel counts in zeroed on the launch's stream, into params.split_workspace; held by the caller as above."""
-    key = (id(lib), "cuda_fa_hopper_split_workspace")
+def _split_workspace(lib: ctypes.CDLL, variant: str, struct, params, base: FwdParams, device) -> torch.Tensor | None:
+    """The workspace of a hopper / hopper-fp8 launch that splits its last round (None if it asks for none;
+    cuda_fa_<variant>_split_workspace sizes it as the launch sizes its grid), the prefix the kernel counts in
+    zeroed on the launch's stream, into base.split_workspace; held by the caller as above."""
+    name = f"cuda_fa_{variant.replace('-', '_')}_split_workspace"
+    key = (id(lib), name)
     if key not in _typed_entries:
-        fn = lib.cuda_fa_hopper_split_workspace
+        fn = getattr(lib, name)
         fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.POINTER(FwdParams), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int]
+        fn.argtypes = [ctypes.POINTER(struct), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int]
         _typed_entries[key] = fn
     zeroed = ctypes.c_int64(0)
     err = ctypes.create_string_buffer(_ERR_LEN)
@@ -213,12 +215,12 @@ def _split_workspace(lib: ctypes.CDLL, params: FwdParams, device) -> torch.Tenso
     with torch.cuda.device(index):  # (the query sizes the grid on the launch's device)
         size = _typed_entries[key](ctypes.byref(params), ctypes.byref(zeroed), err, _ERR_LEN)
     if size < 0:
-        raise RuntimeError(f"cuda_impl hopper: {err.value.decode(errors='replace')}")
+        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
     if size == 0:
         return None
     workspace = torch.empty(size, dtype=torch.uint8, device=device)
     workspace[: zeroed.value].zero_()
-    params.split_workspace = workspace.data_ptr()
+    base.split_workspace = workspace.data_ptr()
     return workspace
 
 
@@ -232,7 +234,7 @@ def launch_forward(
     if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal(q.shape[3]):
         counter = _zeroed_tile_counter(params, q.device)  # noqa: F841 (held until the launch is queued)
     if variant == "hopper" and not causal:
-        workspace = _split_workspace(lib, params, q.device)  # noqa: F841 (held until the launch is queued)
+        workspace = _split_workspace(lib, variant, FwdParams, params, params, q.device)  # noqa: F841 (as above)
     _call(lib, f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
 
 
@@ -250,6 +252,8 @@ def launch_forward_fp8(
     params = Fp8FwdParams(
         base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
     )
+    if not causal:
+        workspace = _split_workspace(lib, variant, Fp8FwdParams, params, params.base, q.device)  # noqa: F841
     _call(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}", Fp8FwdParams, params, q.device, variant)
 
 

@@ -70,8 +70,10 @@ correctness_lane() {
       step correctness 90 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
-  # cuda:hopper's split last round (its workspace in global memory): memcheck only
-  step correctness 90 sanitize-split compute-sanitizer --tool memcheck python3 scripts/dev_hopper_gpu.py --sanitize-split
+  # the split last round of cuda:hopper and cuda:hopper-fp8 (its workspace in global memory): memcheck only
+  for script in dev_hopper_gpu dev_hopper_fp8_gpu; do
+    step correctness 90 "sanitize-split-$script" compute-sanitizer --tool memcheck python3 scripts/$script.py --sanitize-split
+  done
   step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
     --skip pytest --skip alt --skip bench --skip ceilings
   step correctness 25 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"

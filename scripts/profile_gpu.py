@@ -22,8 +22,8 @@ shared-memory bank conflicts, occupancy, the top warp stall reasons), also print
 `--cycles --repeat N` collects only the elapsed cycles and the duration of each launch (one pass, so fast), the
 case list profiled N times over, into DIR/cycles.csv, and prints per case the median cycles and their spread: an
 A/B measure that the clock swings of a power-capped GPU move less than they move the time. A case may name a
-build of the CUDA library, `cuda:hopper[-DFLAG=V,...]@...` (16-bit formats), built here first with
-`--build-only CASES` and carried, or another commit's library, `cuda:hopper[lib=PATH]@...`.
+build of the CUDA library, `cuda:hopper[-DFLAG=V,...]@...` (16-bit formats; `cuda:hopper-fp8[...]` in fp8),
+built here first with `--build-only CASES` and carried, or another commit's library, `cuda:hopper[lib=PATH]@...`.
 
 `--source` collects ncu's SourceCounters instead (the SASS of every profiled kernel with the warp stall
 samples of each instruction) into DIR/sass.csv.gz and prints `stall_summary` of it; `--stalls FILE`
@@ -96,8 +96,8 @@ def parse_case(text: str):
     extra = fields[6:]
     fmt = next((f for f in extra if f != "causal"), "bf16")
     case = oracle.Case(*map(int, fields[:6]), causal="causal" in extra, fmt=fmt)
-    if flags and fmt not in ("bf16", "fp16"):
-        raise SystemExit(f"bad case {text!r}: build flags only for bf16 / fp16 cases")
+    if flags and fmt not in ("bf16", "fp16") and not (fmt == "fp8" and name == "cuda:hopper-fp8"):
+        raise SystemExit(f"bad case {text!r}: build flags only for bf16 / fp16 cases and cuda:hopper-fp8")
     return name, flags, case
 
 
@@ -120,6 +120,11 @@ def build_call(name: str, flags: tuple[str, ...], case, inputs):
         _lib.register_library(flags, Path(flags[0][4:]))
     elif build.cached_library(_lib.library_spec(flags)) is None:
         raise SystemExit(f"{name}{list(flags)}: library not built (python scripts/profile_gpu.py --build-only CASES)")
+    if case.fmt == "fp8":  # the raw launch of another build, as the fp8 dev script makes it
+        from dev_hopper_fp8_gpu import runner
+
+        run = runner(flags)
+        return lambda: run(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale)
     out = torch.empty_like(inputs.q)
     lse = torch.empty(inputs.q.shape[:-1], device=inputs.q.device, dtype=torch.float32)
     scale = case.head_dim**-0.5 if case.scale is None else case.scale  # (None: the backends' default)

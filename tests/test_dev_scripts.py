@@ -141,8 +141,9 @@ def test_profile_case_text_parses_and_rejects_short_shapes():
     assert profile_gpu.parse_case("sdpa:cudnn@1,8,8,4096,8192,128")[2].fmt == "bf16"
     name, flags, case = profile_gpu.parse_case("cuda:hopper[-DA=0,-DB=1]@4,16,16,4096,4096,128")
     assert (name, flags, case.fmt, case.causal) == ("cuda:hopper", ("-DA=0", "-DB=1"), "bf16", False)
+    assert profile_gpu.parse_case("cuda:hopper-fp8[-DA=0]@1,8,8,64,64,128,fp8")[1] == ("-DA=0",)
     for bad in ("cuda:v5@1,8,8", "cuda:hopper[-DA=0@1,8,8,64,64,128", "sdpa:cudnn[-DA=0]@1,8,8,64,64,128",
-                "cuda:hopper-fp8[-DA=0]@1,8,8,64,64,128,fp8"):
+                "cuda:hopper[-DA=0]@1,8,8,64,64,128,fp8"):
         with pytest.raises(SystemExit, match="bad case"):
             profile_gpu.parse_case(bad)
 

@@ -64,6 +64,7 @@
 
 #include "fwd_common.cuh"
 #include "hopper.cuh"
+#include "hopper_split.cuh"
 
 // K/V ring depth at d128, a build flag so that scripts/dev_hopper_gpu.py can time 3 stages
 // (Q 32 KB + 3 x 64 KB = 224 KB + barriers: inside the 227 KB a CTA may opt into) beside 2.
@@ -208,85 +209,6 @@ constexpr bool hopper_dynamic_causal(int head_dim) {
                            : FA_HOPPER_D256_DYNAMIC_CAUSAL;
 }
 
-// The split of a non-causal persistent launch's last round (FA_HOPPER_SPLIT_TAIL), the same on host and device.
-// 32-bit arithmetic: the host splits only while clusters * tail tiles stays below 2^32.
-struct SplitPlan {
-  uint32_t full_rounds = 0;  // rounds of whole units before the tail
-  uint32_t tail_units = 0;   // M, the units of the split tail; 0: no split
-  uint32_t clusters = 1;     // G
-  uint32_t n = 0;            // KV tiles per item
-  __host__ __device__ bool split() const { return tail_units > 0; }
-  // First tail tile of cluster g's range (g = clusters: the end of the last range).
-  __host__ __device__ uint32_t range_start(uint32_t g) const { return g * (tail_units * n) / clusters; }
-  // The cluster whose range holds tail tile x.
-  __host__ __device__ uint32_t cluster_of(uint32_t x) const {
-    return ((x + 1) * clusters + tail_units * n - 1) / (tail_units * n) - 1;
-  }
-};
-
-// A split part costs about one item boundary more than the tiles it computes (its own Q load, a first S
-// without overlap, the merge): the tail is split only where that takes this many tiles off the busiest cluster.
-constexpr int SPLIT_MIN_SAVED_TILES = 3;
-
-__host__ __device__ inline SplitPlan split_plan(const FwdParams& p, uint32_t units, uint32_t clusters, int block_kv,
-                                                bool allowed) {
-  SplitPlan plan;
-  plan.clusters = clusters;
-  plan.n = uint32_t(p.seqlen_k + block_kv - 1) / uint32_t(block_kv);
-  plan.full_rounds = units / clusters;
-  const uint32_t m = units % clusters;
-  const uint64_t tail_tiles = uint64_t(m) * plan.n;
-  const uint64_t busiest = (tail_tiles + clusters - 1) / clusters;  // tail tiles of the longest range
-  // (every range holds a tile, so the parts of a unit are the clusters cluster_of(its first tile) .. (its last))
-  if (allowed && !p.causal && m > 0 && plan.n >= busiest + SPLIT_MIN_SAVED_TILES && tail_tiles >= clusters &&
-      (tail_tiles + 1) * clusters < (uint64_t(1) << 32))
-    plan.tail_units = m;
-  return plan;
-}
-
-// A cluster's part of the split tail: the rounds from `first_round` on take the parts of tiles [lo, hi) of
-// the tail laid end to end (n per unit), from unit `first_unit` on. first_round is ~0 without a split.
-struct TailRange {
-  uint32_t first_round = ~0u, lo = 0, hi = 0, n = 1;
-  __host__ __device__ TailRange() {}
-  __host__ __device__ TailRange(const SplitPlan& plan, uint32_t g) {
-    if (!plan.split()) return;
-    first_round = plan.full_rounds;
-    lo = plan.range_start(g);
-    hi = plan.range_start(g + 1);
-    n = plan.n;
-  }
-};
-
-#if FA_SM90A
-// A d64 CTA's TailRange lives in shared memory (stored once before the role split) and is read back where it
-// is used (HopperTiles::TAIL_IN_SMEM).
-__device__ __forceinline__ void store_tail_range(uint32_t addr, const TailRange& r) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(r.first_round), "r"(r.lo), "r"(r.hi),
-               "r"(r.n) : "memory");
-}
-__device__ __forceinline__ TailRange load_tail_range(uint32_t addr) {
-  TailRange r;
-  asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r.first_round), "=r"(r.lo), "=r"(r.hi), "=r"(r.n) : "r"(addr) : "memory");
-  return r;
-}
-#endif
-
-// Part k (0, 1, ...) of a tail range: tiles [t0, t1) of tail unit `tail_unit`; false past the range's end.
-struct SplitPart {
-  uint32_t tail_unit;
-  int t0, t1;  // t1 = 0: a whole item outside the tail
-};
-__host__ __device__ inline bool split_part(const TailRange& range, uint32_t k, SplitPart& part) {
-  const uint32_t start = k == 0 ? range.lo : (range.lo / range.n + k) * range.n;
-  if (start >= range.hi) return false;
-  part.tail_unit = start / range.n;
-  part.t0 = int(start - part.tail_unit * range.n);
-  part.t1 = int(min(range.hi - part.tail_unit * range.n, range.n));
-  return true;
-}
-
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
@@ -359,19 +281,7 @@ struct HopperTiles {
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
-  // Split workspace (FA_HOPPER_SPLIT_TAIL): one counter per tail unit, CTA of the cluster and consumer warp
-  // (zeroed by the caller), then per cluster two partial blocks (its range's first part, and its last when
-  // that starts a unit) per CTA and consumer: O, then the row maxima and sums, float4 j of thread i at 4 (128 j + i).
-  static constexpr int SPLIT_WARPS = CLUSTER * CONSUMERS * 4;  // counters per tail unit
-  static constexpr int SPLIT_BLOCK_FLOATS = (O_REGS + 4) * 128;
-  __host__ __device__ static int64_t split_zeroed_bytes(const SplitPlan& plan) {
-    return (int64_t(plan.tail_units) * SPLIT_WARPS * 4 + 255) / 256 * 256;
-  }
-  __host__ __device__ static int64_t split_bytes(const SplitPlan& plan) {
-    return plan.split() ? split_zeroed_bytes(plan) + int64_t(plan.clusters) * 2 * CLUSTER * CONSUMERS *
-                                                        SPLIT_BLOCK_FLOATS * 4
-                        : 0;
-  }
+  using Split = SplitSpace<CLUSTER, CONSUMERS, O_REGS>;  // the split workspace (FA_HOPPER_SPLIT_TAIL)
 };
 
 #if FA_SM90A
@@ -654,65 +564,6 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w,
   store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, [&p](float m, float l) { return m * p.scale + logf(l); });
 }
 
-// The end of one part of a split unit (FA_HOPPER_SPLIT_TAIL), per consumer warp: leave O, the row maxima and the
-// row sums in this part's workspace block; count the part done; the warp that counts the unit's last part
-// merges the other parts' blocks into its registers and stores the rows. Parts are the clusters
-// plan.cluster_of(unit start) .. cluster_of(unit end - 1); the first of them holds the unit's first tiles
-// (block 1: the last part of its range), every other one the first part of its range (block 0).
-template <typename T, typename C>
-__device__ void finish_split_part(const FwdParams& p, const CtaWork& w, const SplitPlan& plan, uint32_t tail_unit,
-                                  uint32_t rank, int consumer, float (&O)[C::O_REGS], float (&row_max)[2],
-                                  float (&row_sum)[2], int row0) {
-  const uint32_t first_tile = tail_unit * plan.n;
-  const uint32_t first = plan.cluster_of(first_tile), last = plan.cluster_of(first_tile + plan.n - 1);
-  const int lane = threadIdx.x % 128, warp = lane / 32;
-  int32_t* counters = static_cast<int32_t*>(p.split_workspace);
-  float* blocks = reinterpret_cast<float*>(static_cast<char*>(p.split_workspace) + C::split_zeroed_bytes(plan));
-  const auto block = [&](uint32_t cluster) {  // the block of `cluster`'s part of this unit, this CTA and consumer
-    const int which = cluster == first;
-    return blocks + ((int64_t(cluster * 2 + which) * C::CLUSTER + rank) * C::CONSUMERS + consumer) * C::SPLIT_BLOCK_FLOATS;
-  };
-  const uint32_t mine = blockIdx.x / C::CLUSTER;
-  float4* own = reinterpret_cast<float4*>(block(mine));
-#pragma unroll
-  for (int j = 0; j < C::O_REGS / 4; j++) own[j * 128 + lane] = make_float4(O[4 * j], O[4 * j + 1], O[4 * j + 2], O[4 * j + 3]);
-  own[C::O_REGS / 4 * 128 + lane] = make_float4(row_max[0], row_max[1], row_sum[0], row_sum[1]);
-  // The warp's stores, then lane 0's count, a release of them (cumulative over the warp barrier) and, for the
-  // last part, an acquire of the other parts' blocks, which the warp then reads past L1 (ld.global.cg).
-  __syncwarp();
-  int done_before = 0;
-  if (threadIdx.x % 32 == 0)
-    done_before = sm90::atomic_add_acq_rel(counters + (tail_unit * C::SPLIT_WARPS + (rank * C::CONSUMERS + consumer) * 4 + warp), 1);
-  done_before = __shfl_sync(0xffffffffu, done_before, 0);
-  if (done_before != int(last - first)) return;  // another part of the unit finishes it
-  const float scale_log2 = p.scale * LOG2E;
-  for (uint32_t cluster = first; cluster <= last; cluster++) {
-    if (cluster == mine) continue;
-    const float4* other = reinterpret_cast<const float4*>(block(cluster));
-    const float4 stats = __ldcg(other + C::O_REGS / 4 * 128 + lane);
-    const float other_max[2] = {stats.x, stats.y}, other_sum[2] = {stats.z, stats.w};
-    float mine_factor[2], other_factor[2];
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-      const float m = fmaxf(row_max[h], other_max[h]);
-      // (a part whose rows saw no key keeps max -inf: factor 0, not NaN)
-      mine_factor[h] = row_max[h] == -INFINITY ? 0.f : exp2f((row_max[h] - m) * scale_log2);
-      other_factor[h] = other_max[h] == -INFINITY ? 0.f : exp2f((other_max[h] - m) * scale_log2);
-      row_sum[h] = row_sum[h] * mine_factor[h] + other_sum[h] * other_factor[h];
-      row_max[h] = m;
-    }
-#pragma unroll
-    for (int j = 0; j < C::O_REGS / 4; j++) {
-      const float4 o = __ldcg(other + j * 128 + lane);
-      O[4 * j] = O[4 * j] * mine_factor[0] + o.x * other_factor[0];
-      O[4 * j + 1] = O[4 * j + 1] * mine_factor[0] + o.y * other_factor[0];
-      O[4 * j + 2] = O[4 * j + 2] * mine_factor[1] + o.z * other_factor[1];
-      O[4 * j + 3] = O[4 * j + 3] * mine_factor[1] + o.w * other_factor[1];
-    }
-  }
-  store_rows<T>(p, w, row0, O, row_max, row_sum);
-}
-
 }  // namespace hopper
 #endif  // FA_SM90A
 
@@ -839,21 +690,24 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
+                                   const auto store = [&] { hopper::store_rows<T>(p, w, row0, O, row_max, row_sum); };
                                    if constexpr (C::TAIL_IN_SMEM) {
                                      SplitPart mine;
                                      uint32_t again;
                                      if (!dynamic && round_work(round, again, mine) && mine.t1 > 0 &&
                                          (mine.t0 > 0 || mine.t1 < int(load_tail_range(tail_smem).n)))
-                                       return hopper::finish_split_part<T, C>(p, w, plan(), mine.tail_unit, rank,
-                                                                             turns.consumer, O, row_max, row_sum,
-                                                                             row0);
+                                       return finish_split_part<typename C::Split>(p.split_workspace, plan(),
+                                                                                   mine.tail_unit, rank, turns.consumer,
+                                                                                   O, row_max, row_sum,
+                                                                                   p.scale * LOG2E, store);
                                    } else if constexpr (C::SPLIT_TAIL) {
                                      if (split)
-                                       return hopper::finish_split_part<T, C>(p, w, plan(), part.tail_unit, rank,
-                                                                             turns.consumer, O, row_max, row_sum,
-                                                                             row0);
+                                       return finish_split_part<typename C::Split>(p.split_workspace, plan(),
+                                                                                   part.tail_unit, rank, turns.consumer,
+                                                                                   O, row_max, row_sum,
+                                                                                   p.scale * LOG2E, store);
                                    }
-                                   hopper::store_rows<T>(p, w, row0, O, row_max, row_sum);
+                                   store();
                                  });
     }
     turns.finish();
@@ -990,8 +844,8 @@ struct HopperLaunch {
     if (int rc = clusters(p, count, err, err_len)) return rc;
     const SplitPlan plan = split_plan(p, uint32_t(work_items(p, C::BLOCK_Q) / CLUSTER), uint32_t(count), BLOCK_KV,
                                       C::SPLIT_TAIL);
-    bytes = C::split_bytes(plan);
-    zeroed = plan.split() ? C::split_zeroed_bytes(plan) : 0;
+    bytes = C::Split::bytes(plan);
+    zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
     return 0;
   }
 

@@ -37,6 +37,7 @@
 
 #include "fwd_common.cuh"
 #include "hopper_fp8.cuh"
+#include "hopper_split.cuh"
 
 #ifndef FA_HOPPER_FP8_STAGES
 #define FA_HOPPER_FP8_STAGES 4
@@ -67,6 +68,11 @@
 // CTA per item for non-causal (before session 9).
 #ifndef FA_HOPPER_FP8_PERSISTENT
 #define FA_HOPPER_FP8_PERSISTENT 1
+#endif
+// 1: persistent non-causal launches split their last, partly filled round of items over all CTAs
+// (hopper_split.cuh, as cuda:hopper does); 0: a plain last round (the ablation, before session 13).
+#ifndef FA_HOPPER_FP8_SPLIT_TAIL
+#define FA_HOPPER_FP8_SPLIT_TAIL 1
 #endif
 // Per head_dim, 1: causal launches persistent CTAs whose producer takes each next item from a counter
 // in global memory (FwdParams::tile_counter, zeroed by cuda_impl._lib) and hands it to the consumers
@@ -154,6 +160,8 @@ struct Fp8Tiles {
   static constexpr int O_REGS = DIM / 2;
   static constexpr int K_STEPS_QK = DIM / 32;    // k32 steps of Q K^T
   static constexpr int K_STEPS_PV = BLOCK_KV / 32;  // k32 steps of P V
+  static constexpr bool SPLIT_TAIL = FA_HOPPER_FP8_SPLIT_TAIL && SCHEDULE == FP8_PERSISTENT;
+  using Split = SplitSpace<1, CONSUMERS, O_REGS>;  // the split last round's workspace
 };
 
 #if FA_SM90A
@@ -173,7 +181,7 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     const int s = ring % C::STAGES;
     sm90::mbar_wait(bars.kv_empty(s), ((ring / C::STAGES) & 1) ^ 1);
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
-    const int kv_start = tile * C::BLOCK_KV;
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
     if constexpr (C::FLAT_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
       sm90::tma_load_5d(k_smem, map_k, bars.k_full(s), 0, 0, 0, 0,
@@ -244,9 +252,11 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
   sm90::wgmma_commit();
 }
 
-template <typename C>
+// KV tiles kv_tile0 .. kv_tile0 + n_kv_tiles - 1 of one item; `finish(O, row_max, row_sum, store)` then takes
+// the unnormalised rows (store(): the rows' stores; a split part hands them over instead, see hopper_split.cuh).
+template <typename C, typename Finish>
 __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t smem,
-                             Barriers<C::STAGES> bars, int consumer, sm90::Progress& done) {
+                             Barriers<C::STAGES> bars, int consumer, sm90::Progress& done, Finish&& finish) {
   const FwdParams& p = fp.base;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -277,7 +287,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
     if constexpr (C::PERSISTENT)
       if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
-    const int kv_start = tile * C::BLOCK_KV;
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
   };
@@ -305,9 +315,10 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   }
   // (persistent: the next item's loads are under way while these stores drain)
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
-  store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum,
-                                  fp.v_descale[w.batch * p.heads_kv + w.head_kv],
-                                  [score_scale](float m, float l) { return m * score_scale + logf(l); });
+  finish(O, row_max, row_sum, scale_log2, [&] {
+    store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv],
+                                    [score_scale](float m, float l) { return m * score_scale + logf(l); });
+  });
 }
 
 }  // namespace hopper_fp8
@@ -328,6 +339,8 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
   // next; causal: heaviest first), below 2^31 (the host checks)
   const uint32_t items = work_items(p.base, C::BLOCK_Q);
   const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
+  // (an item's rows as they are: every schedule but the split tail's parts)
+  const auto store_all = [](float (&)[C::O_REGS], float (&)[2], float (&)[2], float, auto&& store) { store(); };
   if constexpr (SCHEDULE == FP8_DYNAMIC) {
     // the first item is blockIdx.x, the rest come from the counter; an item past the end stops the consumers
     hopper_fp8::run_roles<C>(
@@ -343,26 +356,62 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
           for (uint32_t round = 0;; round++) {
             const uint32_t item = sm90::take_item(bars, round);
             if (item >= items) break;
-            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
+            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done, store_all);
           }
         });
   } else if constexpr (SCHEDULE == FP8_PERSISTENT) {
-    // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31)
+    // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31) in the full rounds, then the
+    // parts of its range of the split tail (hopper_split.cuh)
+    const auto plan = [&] { return split_plan(p.base, items, gridDim.x, C::BLOCK_KV, C::SPLIT_TAIL); };
+    const TailRange tail = C::SPLIT_TAIL ? TailRange(plan(), blockIdx.x) : TailRange();
+    const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
+      part = SplitPart{0, 0, 0};
+      if (C::SPLIT_TAIL && round >= tail.first_round) {
+        if (!split_part(tail, round - tail.first_round, part)) return false;
+        item = tail.first_round * gridDim.x + part.tail_unit;
+        return true;
+      }
+      item = round * gridDim.x + blockIdx.x;
+      return item < items;
+    };
+    const auto part_work = [&](uint32_t item, const SplitPart& part) {
+      CtaWork w = item_work(item);
+      if (part.t1 > 0) {
+        w.kv_tile0 = part.t0;
+        w.n_kv_tiles = part.t1 - part.t0;
+      }
+      return w;
+    };
     hopper_fp8::run_roles<C>(
         bars,
         [&] {
-          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
-            hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
+          uint32_t item;
+          SplitPart part;
+          for (uint32_t round = 0; round_work(round, item, part); round++)
+            hopper_fp8::produce_item<C>(p.base, part_work(item, part), smem, bars, done, &map_q, &map_k, &map_vt);
         },
         [&](int consumer) {
-          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
-            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done);
+          uint32_t item;
+          SplitPart part;
+          for (uint32_t round = 0; round_work(round, item, part); round++) {
+            const bool split = C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
+            hopper_fp8::consume_item<C>(
+                p, part_work(item, part), smem, bars, consumer, done,
+                [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], float scale_log2, auto&& store) {
+                  if constexpr (C::SPLIT_TAIL) {
+                    if (split)
+                      return finish_split_part<typename C::Split>(p.base.split_workspace, plan(), part.tail_unit, 0,
+                                                                  consumer, O, row_max, row_sum, scale_log2, store);
+                  }
+                  store();
+                });
+          }
         });
   } else {
     const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
     hopper_fp8::run_roles<C>(
         bars, [&] { hopper_fp8::produce_item<C>(p.base, w, smem, bars, done, &map_q, &map_k, &map_vt); },
-        [&](int consumer) { hopper_fp8::consume_item<C>(p, w, smem, bars, consumer, done); });
+        [&](int consumer) { hopper_fp8::consume_item<C>(p, w, smem, bars, consumer, done, store_all); });
   }
 #endif
 }
@@ -429,6 +478,13 @@ int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_l
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
 
+// The split last round of a persistent launch on persistent_grid(items) CTAs, as the kernel computes it.
+template <typename C>
+SplitPlan launch_split_plan(const FwdParams& p) {
+  const int64_t items = work_items(p, C::BLOCK_Q);
+  return split_plan(p, uint32_t(items), uint32_t(persistent_grid(items)), C::BLOCK_KV, C::SPLIT_TAIL);
+}
+
 template <int DIM, bool FLAT_K, int SCHEDULE>
 int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) {
   using C = Fp8Tiles<DIM, FLAT_K, SCHEDULE>;
@@ -452,6 +508,10 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
     const int64_t items = work_items(p, C::BLOCK_Q);
     if (int rc = check_work_items(items, err, err_len)) return rc;
     grid = dim3(persistent_grid(items));
+    if (launch_split_plan<C>(p).split() && p.split_workspace == nullptr)
+      return report(err, err_len, "split_workspace",
+                    "this launch splits its last round: pass cuda_fa_hopper_fp8_split_workspace() bytes, the first "
+                    "`zeroed` of them zeroed");
   }
   return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, SCHEDULE>, grid, C::THREADS, C::SMEM_BYTES, stream,
                        err, err_len, fp, map_q, map_k, map_vt);
@@ -491,4 +551,27 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     else return with.template operator()<FP8_ITEM_GRID>();
   };
   return p.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
+}
+
+// Bytes of base.split_workspace a launch of cuda_fa_fwd_hopper_fp8 with these parameters needs (0: none; the
+// pointer may stay null), and in *zeroed how many of its first bytes the caller zeroes before each launch.
+// Negative: an error, described in err. (Only persistent non-causal launches split; FLAT_K does not change
+// the plan.)
+extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, int64_t* zeroed, char* err,
+                                                       int err_len) {
+  using namespace fa;
+  const FwdParams& p = fp->base;
+  *zeroed = 0;
+  if (check_params(p, err, err_len)) return -1;
+  if (p.head_dim != 64 && p.head_dim != 128) return report(err, err_len, "head_dim", "supported: 64, 128"), -1;
+  if (p.causal || !FA_HOPPER_FP8_PERSISTENT) return 0;
+  if (check_work_items(work_items(p, 64 * (p.head_dim == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2)), err, err_len))
+    return -1;
+  const auto sized = [&]<int DIM>() {
+    using C = Fp8Tiles<DIM, true, FP8_PERSISTENT>;
+    const SplitPlan plan = hopper_fp8_host::launch_split_plan<C>(p);
+    *zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
+    return C::Split::bytes(plan);
+  };
+  return p.head_dim == 64 ? sized.template operator()<64>() : sized.template operator()<128>();
 }
