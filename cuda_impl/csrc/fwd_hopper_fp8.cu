@@ -69,7 +69,7 @@
 #ifndef FA_HOPPER_FP8_PERSISTENT
 #define FA_HOPPER_FP8_PERSISTENT 1
 #endif
-// 1: persistent non-causal launches split their last, partly filled round of items over all CTAs
+// 1: persistent non-causal d64 launches split their last, partly filled round of items over all CTAs
 // (hopper_split.cuh, as cuda:hopper does); 0: a plain last round (the ablation, before session 13).
 #ifndef FA_HOPPER_FP8_SPLIT_TAIL
 #define FA_HOPPER_FP8_SPLIT_TAIL 1
@@ -160,7 +160,9 @@ struct Fp8Tiles {
   static constexpr int O_REGS = DIM / 2;
   static constexpr int K_STEPS_QK = DIM / 32;    // k32 steps of Q K^T
   static constexpr int K_STEPS_PV = BLOCK_KV / 32;  // k32 steps of P V
-  static constexpr bool SPLIT_TAIL = FA_HOPPER_FP8_SPLIT_TAIL && SCHEDULE == FP8_PERSISTENT;
+  // (d64 only: at d128 the split walk measured 2% more cycles at 4k-16k than the plain last round it saves on,
+  // its loop compiled differently; docs/perf-notes-hopper.md, session 13)
+  static constexpr bool SPLIT_TAIL = FA_HOPPER_FP8_SPLIT_TAIL && SCHEDULE == FP8_PERSISTENT && DIM == 64;
   using Split = SplitSpace<1, CONSUMERS, O_REGS>;  // the split last round's workspace
 };
 
@@ -359,14 +361,25 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
             hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done, store_all);
           }
         });
+  } else if constexpr (SCHEDULE == FP8_PERSISTENT && !C::SPLIT_TAIL) {
+    // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31)
+    hopper_fp8::run_roles<C>(
+        bars,
+        [&] {
+          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
+            hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
+        },
+        [&](int consumer) {
+          for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
+            hopper_fp8::consume_item<C>(p, item_work(item), smem, bars, consumer, done, store_all);
+        });
   } else if constexpr (SCHEDULE == FP8_PERSISTENT) {
-    // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31) in the full rounds, then the
-    // parts of its range of the split tail (hopper_split.cuh)
+    // The same order in the full rounds, then the parts of this CTA's range of the split tail (hopper_split.cuh)
     const auto plan = [&] { return split_plan(p.base, items, gridDim.x, C::BLOCK_KV, C::SPLIT_TAIL); };
-    const TailRange tail = C::SPLIT_TAIL ? TailRange(plan(), blockIdx.x) : TailRange();
+    const TailRange tail(plan(), blockIdx.x);
     const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
       part = SplitPart{0, 0, 0};
-      if (C::SPLIT_TAIL && round >= tail.first_round) {
+      if (round >= tail.first_round) {
         if (!split_part(tail, round - tail.first_round, part)) return false;
         item = tail.first_round * gridDim.x + part.tail_unit;
         return true;
@@ -394,15 +407,13 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
           uint32_t item;
           SplitPart part;
           for (uint32_t round = 0; round_work(round, item, part); round++) {
-            const bool split = C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
+            const bool split = part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
             hopper_fp8::consume_item<C>(
                 p, part_work(item, part), smem, bars, consumer, done,
                 [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], float scale_log2, auto&& store) {
-                  if constexpr (C::SPLIT_TAIL) {
-                    if (split)
-                      return finish_split_part<typename C::Split>(p.base.split_workspace, plan(), part.tail_unit, 0,
-                                                                  consumer, O, row_max, row_sum, scale_log2, store);
-                  }
+                  if (split)
+                    return finish_split_part<typename C::Split>(p.base.split_workspace, plan(), part.tail_unit, 0,
+                                                                consumer, O, row_max, row_sum, scale_log2, store);
                   store();
                 });
           }
