@@ -148,21 +148,16 @@ def test_profile_case_text_parses_and_rejects_short_shapes():
             profile_gpu.parse_case(bad)
 
 
-CYCLES_RAW = """"ID","Kernel Name","gpc__cycles_elapsed.max","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second"
-"","","cycle","ns","hz"
-"0","spin_kernel(long)","900","1,000","1700000000"
-"1","fwd_hopper_kernel","1,000,000","600,000","1650000000"
-"2","spin_kernel(long)","900","1,000","1700000000"
-"3","fwd_hopper_kernel","2,000,000","1,200,000","1650000000"
-"4","spin_kernel(long)","900","1,000","1700000000"
-"5","fwd_hopper_kernel","1,100,000","700,000","1570000000"
-"6","spin_kernel(long)","900","1,000","1700000000"
-"7","fwd_hopper_kernel","2,000,000","1,100,000","1800000000"
-"8","spin_kernel(long)","900","1,000","1700000000"
-"9","fwd_hopper_kernel","1,050,000","650,000","1610000000"
-"10","spin_kernel(long)","900","1,000","1700000000"
-"11","fwd_hopper_kernel","2,200,000","1,300,000","1700000000"
-"""
+# ncu's raw CSV of --cycles: a marker kernel before each of six launches (two cases, three rounds)
+CYCLES_LAUNCHES = [("1,000,000", "600,000", "1650000000"), ("2,000,000", "1,200,000", "1650000000"),
+                   ("1,100,000", "700,000", "1570000000"), ("2,000,000", "1,100,000", "1800000000"),
+                   ("1,050,000", "650,000", "1610000000"), ("2,200,000", "1,300,000", "1700000000")]
+CYCLES_RAW = "\n".join(
+    ['"ID","Kernel Name","gpc__cycles_elapsed.max","gpu__time_duration.sum","gpc__cycles_elapsed.avg.per_second"',
+     '"","","cycle","ns","hz"']
+    + [f'"{2 * i + k}","{name}","{c}","{ns}","{hz}"' for i, launch in enumerate(CYCLES_LAUNCHES)
+       for k, (name, c, ns, hz) in enumerate([("spin_kernel(long)", "900", "1,000", "1700000000"),
+                                              ("fwd_hopper_kernel", *launch)])]) + "\n"
 
 
 def test_cycles_report_takes_rounds_in_case_order_and_medians_per_case(tmp_path, capsys):
