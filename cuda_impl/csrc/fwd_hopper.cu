@@ -23,6 +23,8 @@
 // Non-causal d128 and d256 run in clusters of two CTAs (FlashAttention-3's launch) when a head's
 // query tiles pair up: the pair takes query tiles 2i and 2i + 1 of one head, and each producer
 // loads half the rows of every K and V tile with TMA multicast into both CTAs' rings.
+// Non-causal d64 and d128 split their last, partly filled round of items over all clusters
+// (hopper_split.cuh): there a work item is a part of an item, KV tiles kv_tile0 .. of it.
 //
 // Barrier protocol (n = number of KV tiles the CTA needs, identical in every role; tile t
 // lives in stage s = t % STAGES, round parity r = (t / STAGES) & 1):
