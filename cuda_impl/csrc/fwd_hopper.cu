@@ -266,6 +266,7 @@ struct HopperTiles {
   static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (TAIL_IN_SMEM ? 2 : 0);
   // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0));
+  static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
