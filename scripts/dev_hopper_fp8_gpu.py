@@ -56,7 +56,6 @@ ALL_ALT_BUILDS = {
     # causal one CTA per item (before session 10; the default feeds persistent CTAs from a counter)
     "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0"),
     "no-split": ("-DFA_HOPPER_FP8_SPLIT_TAIL=0",),  # a plain last round for non-causal d64 (before session 13)
-    "split-d128": ("-DFA_HOPPER_FP8_SPLIT_TAIL=2",),  # d128 splits too, its tail range in shared memory
 }
 
 

@@ -70,8 +70,7 @@
 #define FA_HOPPER_FP8_PERSISTENT 1
 #endif
 // 1: persistent non-causal d64 launches split their last, partly filled round of items over all CTAs
-// (hopper_split.cuh, as cuda:hopper does); 2: d128 too, its CTAs' tail ranges in shared memory (build split-d128
-// of scripts/dev_hopper_fp8_gpu.py); 0: a plain last round (the ablation, before session 13).
+// (hopper_split.cuh, as cuda:hopper does); 0: a plain last round (the ablation, before session 13).
 #ifndef FA_HOPPER_FP8_SPLIT_TAIL
 #define FA_HOPPER_FP8_SPLIT_TAIL 1
 #endif
@@ -152,7 +151,7 @@ struct Fp8Tiles {
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
   static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
-  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 16 + 1024;  // +16: the tail range; +1024: alignment
+  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
@@ -163,12 +162,7 @@ struct Fp8Tiles {
   static constexpr int K_STEPS_PV = BLOCK_KV / 32;  // k32 steps of P V
   // (d64 only: at d128 the split walk measured 2% more cycles at 4k-16k than the plain last round it saves on,
   // its loop compiled differently; docs/perf-notes-hopper.md, session 13)
-  static constexpr bool SPLIT_TAIL =
-      SCHEDULE == FP8_PERSISTENT && (DIM == 64 ? FA_HOPPER_FP8_SPLIT_TAIL >= 1 : FA_HOPPER_FP8_SPLIT_TAIL >= 2);
-  // d128's tail range in shared memory, read back where it is used (hopper_split.cuh: load_tail_range)
-  static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 128;
-  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * BARRIERS;  // 16 bytes (TAIL_IN_SMEM)
-  static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
+  static constexpr bool SPLIT_TAIL = FA_HOPPER_FP8_SPLIT_TAIL && SCHEDULE == FP8_PERSISTENT && DIM == 64;
   using Split = SplitSpace<1, CONSUMERS, O_REGS>;  // the split last round's workspace
 };
 
@@ -382,15 +376,12 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
   } else if constexpr (SCHEDULE == FP8_PERSISTENT) {
     // The same order in the full rounds, then the parts of this CTA's range of the split tail (hopper_split.cuh)
     const auto plan = [&] { return split_plan(p.base, items, gridDim.x, C::BLOCK_KV, C::SPLIT_TAIL); };
-    const uint32_t tail_smem = smem + C::TAIL_RANGE_OFFSET;
-    const TailRange tail = C::TAIL_IN_SMEM ? TailRange() : TailRange(plan(), blockIdx.x);
-    if (C::TAIL_IN_SMEM && threadIdx.x == 0) store_tail_range(tail_smem, TailRange(plan(), blockIdx.x));  // (run_roles syncs)
+    const TailRange tail(plan(), blockIdx.x);
     const auto round_work = [&](uint32_t round, uint32_t& item, SplitPart& part) {
       part = SplitPart{0, 0, 0};
-      const TailRange range = C::TAIL_IN_SMEM ? load_tail_range(tail_smem) : tail;
-      if (round >= range.first_round) {
-        if (!split_part(range, round - range.first_round, part)) return false;
-        item = range.first_round * gridDim.x + part.tail_unit;
+      if (round >= tail.first_round) {
+        if (!split_part(tail, round - tail.first_round, part)) return false;
+        item = tail.first_round * gridDim.x + part.tail_unit;
         return true;
       }
       item = round * gridDim.x + blockIdx.x;
@@ -416,22 +407,13 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
           uint32_t item;
           SplitPart part;
           for (uint32_t round = 0; round_work(round, item, part); round++) {
-            // a split unit's part: decided here, or (TAIL_IN_SMEM) found again at the item's end
-            const bool split = !C::TAIL_IN_SMEM && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
+            const bool split = part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
             hopper_fp8::consume_item<C>(
                 p, part_work(item, part), smem, bars, consumer, done,
                 [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], float scale_log2, auto&& store) {
-                  if constexpr (C::TAIL_IN_SMEM) {
-                    SplitPart mine;
-                    uint32_t again;
-                    if (round_work(round, again, mine) && mine.t1 > 0 &&
-                        (mine.t0 > 0 || mine.t1 < int(load_tail_range(tail_smem).n)))
-                      return finish_split_part<typename C::Split>(p.base.split_workspace, plan(), mine.tail_unit, 0,
-                                                                  consumer, O, row_max, row_sum, scale_log2, store);
-                  } else if (split) {
+                  if (split)
                     return finish_split_part<typename C::Split>(p.base.split_workspace, plan(), part.tail_unit, 0,
                                                                 consumer, O, row_max, row_sum, scale_log2, store);
-                  }
                   store();
                 });
           }
