@@ -15,7 +15,8 @@
 
 namespace fa {
 
-// 32-bit arithmetic: split_plan splits only while clusters * tail tiles stays below 2^32.
+// 32-bit arithmetic: split_plan splits only while (clusters + 1) * (tail tiles + 1) stays below 2^32, which bounds
+// range_start's g * T and cluster_of's (x + 1) * clusters + T - 1.
 struct SplitPlan {
   uint32_t full_rounds = 0;  // rounds of whole units before the tail
   uint32_t tail_units = 0;   // M, the units of the split tail; 0: no split
@@ -47,7 +48,7 @@ __host__ __device__ inline SplitPlan split_plan(const FwdParams& p, uint32_t uni
   const uint64_t busiest = (tail_tiles + clusters - 1) / clusters;  // tail tiles of the longest range
   // (every range holds a tile, so the parts of a unit are the clusters cluster_of(its first tile) .. (its last))
   if (allowed && !p.causal && m > 0 && plan.n >= busiest + SPLIT_MIN_SAVED_TILES && tail_tiles >= clusters &&
-      (tail_tiles + 1) * clusters < (uint64_t(1) << 32))
+      (tail_tiles + 1) * (clusters + 1) < (uint64_t(1) << 32))
     plan.tail_units = m;
   return plan;
 }
