@@ -189,15 +189,8 @@
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
 
-// Non-causal persistent launches split their last, partly filled round (1: on; 0: a plain last round, the
-// ablation). G clusters (CTAs when CLUSTER is 1) take U units (a cluster's CLUSTER adjacent items) U / G
-// full rounds at a time; a plain last round of M = U % G units leaves G - M clusters idle for a whole item
-// (b4 h16 4k and b1 h16 16k at d128: 1024 pairs on 66 clusters, 15.5 rounds, 3% of the run). Split, the
-// tail's M * n KV tiles (n per item) are laid end to end, unit after unit, and cut into G equal ranges, one
-// per cluster (stream-K's tail): a range holds the end of one unit, whole units and the start of another.
-// Each part of a split unit leaves its unnormalised O, row max and row sum in the workspace, and whichever
-// part finishes last (a counter per unit and warp) merges the others into its own and stores the rows, so
-// no part waits for another.
+// Non-causal persistent launches split their last, partly filled round of items over all clusters
+// (hopper_split.cuh; where: HopperTiles::SPLIT_TAIL). 1: on; 0: a plain last round, the ablation.
 #ifndef FA_HOPPER_SPLIT_TAIL
 #define FA_HOPPER_SPLIT_TAIL 1
 #endif
@@ -263,9 +256,10 @@ struct HopperTiles {
   // scheduled the loop differently; docs/perf-notes-hopper.md, session 13).
   static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 64;
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
-  static constexpr int BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0) + (TAIL_IN_SMEM ? 2 : 0);
+  static constexpr int RING_BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0);
+  static constexpr int BARRIERS = RING_BARRIERS + (TAIL_IN_SMEM ? 2 : 0);
   // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
-  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0));
+  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
@@ -841,14 +835,18 @@ struct HopperLaunch {
     return 0;
   }
 
+  // The split of a launch on `count` clusters, as the kernel computes it.
+  static SplitPlan plan(const FwdParams& p, int64_t count) {
+    return split_plan(p, uint32_t(work_items(p, C::BLOCK_Q) / CLUSTER), uint32_t(count), BLOCK_KV, C::SPLIT_TAIL);
+  }
+
   // The split workspace the launch needs (bytes, 0: none) and how many of its first bytes must be zeroed.
   static int split_workspace(const FwdParams& p, int64_t& bytes, int64_t& zeroed, char* err, int err_len) {
     int64_t count = 0;
     if (int rc = clusters(p, count, err, err_len)) return rc;
-    const SplitPlan plan = split_plan(p, uint32_t(work_items(p, C::BLOCK_Q) / CLUSTER), uint32_t(count), BLOCK_KV,
-                                      C::SPLIT_TAIL);
-    bytes = C::Split::bytes(plan);
-    zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
+    const SplitPlan split = plan(p, count);
+    bytes = C::Split::bytes(split);
+    zeroed = split.split() ? C::Split::zeroed_bytes(split) : 0;
     return 0;
   }
 
@@ -866,13 +864,12 @@ struct HopperLaunch {
     if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent(p)))
       return report(err, err_len, "tile_counter",
                     "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
-    int64_t count = 0, bytes = 0, zeroed = 0;
-    if (int rc = split_workspace(p, bytes, zeroed, err, err_len)) return rc;
-    if (bytes > 0 && p.split_workspace == nullptr)
+    int64_t count = 0;
+    if (int rc = clusters(p, count, err, err_len)) return rc;
+    if (plan(p, count).split() && p.split_workspace == nullptr)
       return report(err, err_len, "split_workspace",
                     "this launch splits its last round: pass cuda_fa_hopper_split_workspace() bytes, the first "
                     "`zeroed` of them zeroed");
-    if (int rc = clusters(p, count, err, err_len)) return rc;
     if constexpr (CLUSTER > 1) {
       if (int rc = prepare_launch(kernel, C::SMEM_BYTES, err, err_len)) return rc;
       ClusterConfig<decltype(kernel)> c(CLUSTER, C::THREADS, C::SMEM_BYTES, stream);

@@ -576,10 +576,9 @@ extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, in
   if (check_params(p, err, err_len)) return -1;
   if (p.head_dim != 64 && p.head_dim != 128) return report(err, err_len, "head_dim", "supported: 64, 128"), -1;
   if (p.causal || !FA_HOPPER_FP8_PERSISTENT) return 0;
-  if (check_work_items(work_items(p, 64 * (p.head_dim == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2)), err, err_len))
-    return -1;
-  const auto sized = [&]<int DIM>() {
+  const auto sized = [&]<int DIM>() -> int64_t {
     using C = Fp8Tiles<DIM, true, FP8_PERSISTENT>;
+    if (check_work_items(work_items(p, C::BLOCK_Q), err, err_len)) return -1;
     const SplitPlan plan = hopper_fp8_host::launch_split_plan<C>(p);
     *zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
     return C::Split::bytes(plan);
