@@ -200,6 +200,15 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
     assert err.value == b"head_dim: supported: 64, 128"
 
 
+def test_default_build_has_no_trace():
+    """The timeline marks (hopper_trace.cuh) exist only in a -DFA_HOPPER_TRACE=1 build: the library everyone
+    loads answers -1 and copies nothing."""
+    fn = _lib.load().cuda_fa_hopper_trace
+    fn.restype = ctypes.c_int64
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    assert fn(None, None, 0) == -1
+
+
 def split_parts(units: int, clusters: int, seqlen_k: int, block_kv: int = 176) -> list[tuple[int, ...]] | None:
     """cuda_fa_hopper_split_parts: (cluster, tail unit, t0, t1, first, last cluster of the unit) per part."""
     fn = _lib.load().cuda_fa_hopper_split_parts

@@ -14,7 +14,7 @@ import devkit  # noqa: E402
 
 @pytest.mark.parametrize("name", ["dev_cuda_gpu", "dev_hopper_gpu", "dev_hopper_fp8_gpu", "dev_hopper_mx_gpu",
                                   "dev_gluon_gpu", "bench_quant_gpu", "probe_lse_gpu", "profile_gpu",
-                                  "bench_api_overhead_gpu"])
+                                  "bench_api_overhead_gpu", "trace_hopper_gpu"])
 def test_dev_script_imports_and_parses_help(name):
     r = subprocess.run([sys.executable, str(SCRIPTS / f"{name}.py"), "--help"], capture_output=True, text=True,
                        timeout=120)
@@ -204,3 +204,37 @@ def test_stall_summary_shares_samples_by_instruction_class_and_reason():
     assert [(share, source, why[0]) for share, source, why in kernel["top"]] == [
         (0.6, "MUFU.EX2 R1, R2", "wait"), (0.3, "WARPGROUP.DEPBAR.LE gsb0, 0x1", "barrier"),
         (0.1, "@!P0  BRA 0x10", "wait")]
+
+
+def test_trace_phases_of_a_synthetic_timeline():
+    import trace_hopper_gpu as th
+
+    trace = [[[[0] * th.EVENTS for _ in range(th.ITEMS)] for _ in range(th.ROLES)] for _ in range(th.CTAS)]
+    # CTA 3, consumer 1: two items of 5 tiles, a loop tile of 1000 cycles; the producer's marks beside them.
+    for item, start in enumerate((100, 7000)):
+        marks = trace[3][2][item]
+        marks[th.BEGIN:th.STORED + 1] = [start, start + 50, start + 60, start + 800, start + 1500, start + 5500,
+                                         start + 6200, start + 6600]
+        trace[3][0][item][th.TILES] = 5
+        trace[3][0][item][th.Q_ISSUED] = start - 900
+        trace[3][0][item][th.K0_ISSUED] = start - 800
+    rows = th.item_rows(trace, "case")
+    assert [(r["cta"], r["consumer"], r["item"], r["tiles"]) for r in rows] == [(3, 1, 0, 5), (3, 1, 1, 5)]
+    first = rows[0]
+    assert (first["q_wait"], first["turn_wait"], first["s0"], first["softmax0"]) == (50, 10, 740, 700)
+    assert (first["tile"], first["last_pv"], first["store"], first["gap"]) == (1000, 700, 400, 300)
+    # outside = next begin - begin - loop = 6900 - 4000; boundary = outside - one tile
+    assert (first["outside"], first["boundary"]) == (2900, 1900)
+    assert (first["prod_q_issue"], first["prod_k0_issue"]) == (-900, -800)
+    assert rows[1]["gap"] != rows[1]["gap"]  # the CTA's last item has no next one: NaN
+    summary = th.summary(rows, "case")
+    assert (summary["items"], summary["tiles"], summary["boundary"], summary["tile"]) == (2, 5, 1900, 1000)
+
+
+def test_trace_case_text_is_checked():
+    import trace_hopper_gpu as th
+
+    assert th.parse_case("4,16,16,4096,4096,128,causal") == ((4, 16, 16, 4096, 4096, 128), True)
+    for bad in ("4,16,16,4096,4096", "4,16,16,4096,4096,128,causual", "4,16,16,4k,4096,128"):
+        with pytest.raises(SystemExit):
+            th.parse_case(bad)

@@ -67,6 +67,7 @@
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 #include "hopper_split.cuh"
+#include "hopper_trace.cuh"
 
 // K/V ring depth at d128, a build flag so that scripts/dev_hopper_gpu.py can time 3 stages
 // (Q 32 KB + 3 x 64 KB = 224 KB + barriers: inside the 227 KB a CTA may opt into) beside 2.
@@ -321,7 +322,10 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
                              sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_v, uint32_t rank) {
   if (w.n_kv_tiles == 0) return;
+  trace::mark(0, done.q_loads, trace::BEGIN);
+  trace::mark(0, done.q_loads, trace::TILES, w.n_kv_tiles);
   sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
+  trace::mark(0, done.q_loads, trace::Q_ISSUED);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++)
@@ -336,10 +340,12 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
     load_kv_tile<C>(k_smem, map_k, bars.k_full(s), kv_start, w, rank);
+    if (tile == 0) trace::mark(0, done.q_loads, trace::K0_ISSUED);
     sm90::mbar_wait(bars.v_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::KV_BYTES);
     load_kv_tile<C>(k_smem + C::KV_BYTES, map_v, bars.v_full(s), kv_start, w, rank);
   }
+  trace::mark(0, done.q_loads, trace::LAST_V_ISSUED);
   done.kv_tiles += w.n_kv_tiles;
   done.q_loads++;
 }
@@ -506,19 +512,25 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // One block for tile 0, the loop and the last P V: with the loop outside it, ptxas saw a path
   // from the loop (a P V in flight) past a skipped last block and injected a wait (C7517).
   if (n > 0) {
+    const int role = consumer + 1;
+    trace::mark(role, done.q_loads, trace::BEGIN);
     // tile 0: S only (O is still zero)
     sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
+    trace::mark(role, done.q_loads, trace::Q_LANDED);
     sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
     turns.wait_turn();
+    trace::mark(role, done.q_loads, trace::S0_TURN);
     sm90::wgmma_fence();
     issue_s<T, C>(S, q_smem, k_smem(stage(0)));
     turns.pass_turn();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
+    trace::mark(role, done.q_loads, trace::S0_RETIRED);
     release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
     softmax(0);
     if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+    trace::mark(role, done.q_loads, trace::LOOP_IN);
     for (int tile = 1; tile < n; tile++) {
       const int s = stage(tile), prev = stage(tile - 1);
       sm90::mbar_wait(bars.k_full(s), parity(tile));
@@ -538,6 +550,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       softmax(tile);
       if (!C::RETIRE_AT_TOP) retire(tile - 1);
     }
+    trace::mark(role, done.q_loads, trace::LOOP_OUT);
     // the last tile's P V
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
@@ -546,6 +559,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
+    trace::mark(role, done.q_loads, trace::LAST_PV_RETIRED);
     release(bars.v_empty(s));
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
@@ -706,6 +720,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
                                    }
                                    store();
                                  });
+      trace::mark(group, done.q_loads - 1, trace::STORED);
     }
     turns.finish();
   }
@@ -954,4 +969,24 @@ extern "C" int cuda_fa_hopper_split_parts(uint32_t units, uint32_t clusters, int
     }
   }
   return parts;
+}
+
+// The timeline buffer of a -DFA_HOPPER_TRACE=1 build (hopper_trace.cuh, scripts/trace_hopper_gpu.py): its
+// trace::BYTES copied to host memory at dst (when not null), then zeroed. Returns the byte count, 0 on a CUDA error
+// (described in err), -1 in a build without the trace.
+extern "C" int64_t cuda_fa_hopper_trace(void* dst, char* err, int err_len) {
+#if FA_HOPPER_TRACE
+  void* buffer = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&buffer, fa::trace::buffer);
+  if (e == cudaSuccess && dst != nullptr) e = cudaMemcpy(dst, buffer, fa::trace::BYTES, cudaMemcpyDeviceToHost);
+  if (e == cudaSuccess) e = cudaMemset(buffer, 0, fa::trace::BYTES);
+  if (e != cudaSuccess) {
+    fa::report(err, err_len, "trace", cudaGetErrorString(e));
+    return 0;
+  }
+  return fa::trace::BYTES;
+#else
+  (void)dst, (void)err, (void)err_len;
+  return -1;
+#endif
 }
