@@ -96,6 +96,7 @@ ALT_FLAGS = {
     "chains1": ("-DFA_HOPPER_SOFTMAX_CHAINS=1",),
     # non-causal d128 / d256 one CTA per K/V load, no clusters and no multicast (before session 7)
     "no-cluster": ("-DFA_HOPPER_D128_CLUSTER=1", "-DFA_HOPPER_D256_CLUSTER=1"),
+    "direct-store": ("-DFA_HOPPER_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 

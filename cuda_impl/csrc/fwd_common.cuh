@@ -312,6 +312,23 @@ __device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&
   return sum[0];
 }
 
+// The sum of a wgmma row: the partial sums of its quad's four threads.
+__device__ __forceinline__ float quad_row_sum(float l) {
+  l += __shfl_xor_sync(0xffffffff, l, 1);
+  l += __shfl_xor_sync(0xffffffff, l, 2);
+  return l;
+}
+
+// A wgmma row's LSE, lse(m, l), stored by its quad's first thread; -inf for a row that saw no key.
+template <typename Lse>
+__device__ __forceinline__ void store_wgmma_lse(const FwdParams& p, const CtaWork& w, int row, float m, float l,
+                                                Lse&& lse) {
+  if (p.lse != nullptr && threadIdx.x % 4 == 0) {
+    const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
+    p.lse[head_row + row] = l > 0.f ? lse(m, l) : -INFINITY;
+  }
+}
+
 // The epilogue for a wgmma O accumulator (the Hopper kernels): O * out_factor / l in T (out_factor:
 // V's descale or tensor scale, 1 if none) and the LSE as lse(m, l) of the row max m (in the
 // kernel's own units) and the row sum l; rows that saw no key get zeros and -inf. Rows row0 and
@@ -324,9 +341,7 @@ __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWo
   const int quad_col = (threadIdx.x % 4) * 2;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const float l = quad_row_sum(row_sum[h]);
     const float inv = l > 0.f ? out_factor / l : 0.f;
     const int row = row0 + 8 * h;
     if (row >= p.seqlen_q) continue;  // tail rows of the last Q tile are never written
@@ -335,10 +350,7 @@ __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWo
     for (int j = 0; j < O_REGS / 4; j++)
       *reinterpret_cast<uint32_t*>(dst + 8 * j) =
           pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
-    if (p.lse != nullptr && threadIdx.x % 4 == 0) {
-      const int64_t head_row = (int64_t(w.batch) * p.heads_q + w.head_q) * p.seqlen_q;
-      p.lse[head_row + row] = l > 0.f ? lse(row_max[h], l) : -INFINITY;
-    }
+    store_wgmma_lse(p, w, row, row_max[h], l, lse);
   }
 }
 

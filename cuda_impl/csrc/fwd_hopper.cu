@@ -196,6 +196,12 @@
 #define FA_HOPPER_SPLIT_TAIL 1
 #endif
 
+// O leaves through shared memory, whole rows per store (hopper::store_rows_staged); 0 stores it from the
+// registers, 4 bytes per thread and row (store_wgmma_rows), the ablation. d256 always does (no room).
+#ifndef FA_HOPPER_STAGED_STORE
+#define FA_HOPPER_STAGED_STORE 1
+#endif
+
 namespace fa {
 
 // Whether causal launches at head_dim take the dynamic causal scheduler (FA_HOPPER_D*_DYNAMIC_CAUSAL).
@@ -262,13 +268,19 @@ struct HopperTiles {
   // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
+  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values. At d256 the
+  // tiles leave 3 KB of the 227, so it stores from the registers.
+  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128;
+  static constexpr int STAGE_WARP_BYTES = 8 * DIM * 2;
+  static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
+  static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
-  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;
+  static constexpr int SMEM_BYTES = STAGE_OFFSET + STAGE_BYTES + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 32 + 384 x 160 = 65536, all
   // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail fits in 32, not
@@ -569,10 +581,52 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   finish(O, row_max, row_sum, row0);
 }
 
-template <typename T, int O_REGS>
-__device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[O_REGS],
-                                           const float (&row_max)[2], const float (&row_sum)[2]) {
-  store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, [&p](float m, float l) { return m * p.scale + logf(l); });
+// store_wgmma_rows's epilogue through the warp's staging slot `stage` (C::STAGE_WARP_BYTES): 8 of its rows at a
+// time go in with stmatrix, their 16-byte chunks XOR-swizzled by row (neither side has bank conflicts), and come
+// back out as 16-byte chunks, whole rows per warp store. The 4-byte stores from the registers touch 8 rows per
+// warp instruction, and held a d128 item's epilogue for 2.4-3.1 k cycles (scripts/trace_hopper_gpu.py).
+template <typename T, typename C, typename Lse>
+__device__ __forceinline__ void store_rows_staged(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
+                                                  const float (&row_max)[2], const float (&row_sum)[2],
+                                                  uint32_t stage, Lse&& lse) {
+  constexpr int ROW_BYTES = C::DIM * 2, CHUNKS = ROW_BYTES / 16;  // 16-byte chunks per row
+  static_assert(CHUNKS % 8 == 0, "stmatrix takes 4 chunks of a row at a time; the read-back 32 of 8 rows");
+  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
+  const int lane = threadIdx.x % 32;
+  const int warp_row0 = row0 - lane / 4;  // the warp's first row
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const float l = quad_row_sum(row_sum[h]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    __syncwarp();  // the warp has read its previous rows back
+#pragma unroll
+    for (int j0 = 0; j0 < CHUNKS; j0 += 4) {
+      uint32_t r[4];
+#pragma unroll
+      for (int k = 0; k < 4; k++) r[k] = pack2<T>(O[4 * (j0 + k) + 2 * h] * inv, O[4 * (j0 + k) + 2 * h + 1] * inv);
+      const int row = lane % 8, chunk = j0 + lane / 8;
+      sm90::stmatrix_x4(stage + row * ROW_BYTES + (chunk ^ row) * 16, r);
+    }
+    __syncwarp();
+#pragma unroll
+    for (int i = lane; i < 8 * CHUNKS; i += 32) {
+      const int row = i / CHUNKS, chunk = i % CHUNKS;
+      const uint4 v = sm90::ld_shared_v4(stage + row * ROW_BYTES + (chunk ^ row) * 16);
+      const int q_row = warp_row0 + 8 * h + row;
+      if (q_row < p.seqlen_q) *reinterpret_cast<uint4*>(out + q_row * p.out_stride[2] + chunk * 8) = v;
+    }
+    if (row0 + 8 * h < p.seqlen_q) store_wgmma_lse(p, w, row0 + 8 * h, row_max[h], l, lse);
+  }
+}
+
+template <typename T, typename C>
+__device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
+                                           const float (&row_max)[2], const float (&row_sum)[2], uint32_t stage) {
+  const auto lse = [&p](float m, float l) { return m * p.scale + logf(l); };
+  if constexpr (C::STAGED_STORE)
+    store_rows_staged<T, C>(p, w, row0, O, row_max, row_sum, stage, lse);
+  else
+    store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, lse);
 }
 
 }  // namespace hopper
@@ -683,6 +737,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
+    const uint32_t stage = smem + C::STAGE_OFFSET + (threadIdx.x / 32 - 4) * C::STAGE_WARP_BYTES;
     for (uint32_t round = 0;; round++) {
       uint32_t item;
       SplitPart part;
@@ -701,7 +756,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   const auto store = [&] { hopper::store_rows<T>(p, w, row0, O, row_max, row_sum); };
+                                   const auto store = [&] { hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, stage); };
                                    if constexpr (C::TAIL_IN_SMEM) {
                                      SplitPart mine;
                                      uint32_t again;
@@ -876,6 +931,10 @@ struct HopperLaunch {
     if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
                             err, err_len))
       return rc;
+    // (a dimension of one row or head is never stepped over)
+    if (C::STAGED_STORE && (reinterpret_cast<uintptr_t>(p.out) % 16 || (p.batch > 1 && p.out_stride[0] % 8) ||
+                            (p.heads_q > 1 && p.out_stride[1] % 8) || (p.seqlen_q > 1 && p.out_stride[2] % 8)))
+      return report(err, err_len, "out", "rows must start on 16 bytes: strides in multiples of 8 elements");
     if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent(p)))
       return report(err, err_len, "tile_counter",
                     "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");
