@@ -196,8 +196,8 @@
 #define FA_HOPPER_SPLIT_TAIL 1
 #endif
 
-// O leaves through shared memory, whole rows per store (hopper::store_rows_staged); 0 stores it from the
-// registers, 4 bytes per thread and row (store_wgmma_rows), the ablation. d256 always does (no room).
+// O leaves through shared memory, whole rows per store (hopper::store_rows_staged; where: HopperTiles::STAGED_STORE);
+// 0 stores it from the registers, 4 bytes per thread and row (store_wgmma_rows), the ablation.
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
@@ -268,9 +268,11 @@ struct HopperTiles {
   // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
-  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values. At d256 the
-  // tiles leave 3 KB of the 227, so it stores from the registers.
-  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128;
+  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, in the 128-key
+  // kernels (causal d128, d64). The non-causal d128 kernels store from the registers: with the staging their loops
+  // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
+  // of the 227 (docs/perf-notes-hopper.md, session 14).
+  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
   static constexpr int STAGE_WARP_BYTES = 8 * DIM * 2;
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
