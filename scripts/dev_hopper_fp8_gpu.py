@@ -56,6 +56,7 @@ ALL_ALT_BUILDS = {
     # causal one CTA per item (before session 10; the default feeds persistent CTAs from a counter)
     "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0"),
     "no-split": ("-DFA_HOPPER_FP8_SPLIT_TAIL=0",),  # a plain last round for non-causal d64 (before session 13)
+    "direct-store": ("-DFA_HOPPER_FP8_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
 }
 
 

@@ -72,9 +72,6 @@ ALT_FLAGS = {
     "no-split": ("-DFA_HOPPER_SPLIT_TAIL=0",),  # a plain last round for non-causal d128 (before session 13)
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
-    # narrower non-causal d128 tiles: 4096 keys are 25.6 tiles of 160 (4160 computed) or 28.4 of 144 (4176), 23.3 of 176 (4224)
-    "kv160": ("-DFA_HOPPER_D128_BLOCK_KV=160",),
-    "kv144": ("-DFA_HOPPER_D128_BLOCK_KV=144",),
     # non-causal d128 on 128-key tiles in a 3-stage ring too (triton:fa2-ws's shape, 3 x 64 + 32 = 224 KB)
     "kv128-3-stage": ("-DFA_HOPPER_D128_BLOCK_KV=128", "-DFA_HOPPER_D128_STAGES=3"),
     "3-stage-no-pingpong": ("-DFA_HOPPER_D128_STAGES=3", "-DFA_HOPPER_PINGPONG=0"),

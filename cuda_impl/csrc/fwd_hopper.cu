@@ -66,6 +66,7 @@
 
 #include "fwd_common.cuh"
 #include "hopper.cuh"
+#include "hopper_epilogue.cuh"
 #include "hopper_split.cuh"
 #include "hopper_trace.cuh"
 
@@ -196,7 +197,7 @@
 #define FA_HOPPER_SPLIT_TAIL 1
 #endif
 
-// O leaves through shared memory, whole rows per store (hopper::store_rows_staged; where: HopperTiles::STAGED_STORE);
+// O leaves through shared memory, whole rows per store (store_wgmma_rows_staged; where: HopperTiles::STAGED_STORE);
 // 0 stores it from the registers, 4 bytes per thread and row (store_wgmma_rows), the ablation.
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
@@ -273,7 +274,7 @@ struct HopperTiles {
   // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
   // of the 227 (docs/perf-notes-hopper.md, session 14).
   static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
-  static constexpr int STAGE_WARP_BYTES = 8 * DIM * 2;
+  static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
@@ -583,50 +584,12 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   finish(O, row_max, row_sum, row0);
 }
 
-// store_wgmma_rows's epilogue through the warp's staging slot `stage` (C::STAGE_WARP_BYTES): 8 of its rows at a
-// time go in with stmatrix, their 16-byte chunks XOR-swizzled by row (neither side has bank conflicts), and come
-// back out as 16-byte chunks, whole rows per warp store. The 4-byte stores from the registers touch 8 rows per
-// warp instruction, and held a d128 item's epilogue for 2.4-3.1 k cycles (scripts/trace_hopper_gpu.py).
-template <typename T, typename C, typename Lse>
-__device__ __forceinline__ void store_rows_staged(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                                                  const float (&row_max)[2], const float (&row_sum)[2],
-                                                  uint32_t stage, Lse&& lse) {
-  constexpr int ROW_BYTES = C::DIM * 2, CHUNKS = ROW_BYTES / 16;  // 16-byte chunks per row
-  static_assert(CHUNKS % 8 == 0, "stmatrix takes 4 chunks of a row at a time; the read-back 32 of 8 rows");
-  T* out = static_cast<T*>(p.out) + w.batch * p.out_stride[0] + w.head_q * p.out_stride[1];
-  const int lane = threadIdx.x % 32;
-  const int warp_row0 = row0 - lane / 4;  // the warp's first row
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    const float l = quad_row_sum(row_sum[h]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    __syncwarp();  // the warp has read its previous rows back
-#pragma unroll
-    for (int j0 = 0; j0 < CHUNKS; j0 += 4) {
-      uint32_t r[4];
-#pragma unroll
-      for (int k = 0; k < 4; k++) r[k] = pack2<T>(O[4 * (j0 + k) + 2 * h] * inv, O[4 * (j0 + k) + 2 * h + 1] * inv);
-      const int row = lane % 8, chunk = j0 + lane / 8;
-      sm90::stmatrix_x4(stage + row * ROW_BYTES + (chunk ^ row) * 16, r);
-    }
-    __syncwarp();
-#pragma unroll
-    for (int i = lane; i < 8 * CHUNKS; i += 32) {
-      const int row = i / CHUNKS, chunk = i % CHUNKS;
-      const uint4 v = sm90::ld_shared_v4(stage + row * ROW_BYTES + (chunk ^ row) * 16);
-      const int q_row = warp_row0 + 8 * h + row;
-      if (q_row < p.seqlen_q) *reinterpret_cast<uint4*>(out + q_row * p.out_stride[2] + chunk * 8) = v;
-    }
-    if (row0 + 8 * h < p.seqlen_q) store_wgmma_lse(p, w, row0 + 8 * h, row_max[h], l, lse);
-  }
-}
-
 template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
                                            const float (&row_max)[2], const float (&row_sum)[2], uint32_t stage) {
   const auto lse = [&p](float m, float l) { return m * p.scale + logf(l); };
   if constexpr (C::STAGED_STORE)
-    store_rows_staged<T, C>(p, w, row0, O, row_max, row_sum, stage, lse);
+    store_wgmma_rows_staged<T>(p, w, row0, O, row_max, row_sum, 1.f, stage, lse);
   else
     store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, lse);
 }
@@ -933,10 +896,8 @@ struct HopperLaunch {
     if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
                             err, err_len))
       return rc;
-    // (a dimension of one row or head is never stepped over)
-    if (C::STAGED_STORE && (reinterpret_cast<uintptr_t>(p.out) % 16 || (p.batch > 1 && p.out_stride[0] % 8) ||
-                            (p.heads_q > 1 && p.out_stride[1] % 8) || (p.seqlen_q > 1 && p.out_stride[2] % 8)))
-      return report(err, err_len, "out", "rows must start on 16 bytes: strides in multiples of 8 elements");
+    if (C::STAGED_STORE)
+      if (int rc = check_staged_out(p, err, err_len)) return rc;
     if (C::DYNAMIC_CAUSAL && p.causal && (p.tile_counter == nullptr || !persistent(p)))
       return report(err, err_len, "tile_counter",
                     "the dynamic causal scheduler needs a zeroed counter and persistent CTAs");

@@ -36,11 +36,17 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include "fwd_common.cuh"
+#include "hopper_epilogue.cuh"
 #include "hopper_fp8.cuh"
 #include "hopper_split.cuh"
 
 #ifndef FA_HOPPER_FP8_STAGES
 #define FA_HOPPER_FP8_STAGES 4
+#endif
+// O leaves through shared memory, whole rows per store (hopper_epilogue.cuh); 0 stores it from the registers,
+// 4 bytes per thread and row (store_wgmma_rows), the ablation.
+#ifndef FA_HOPPER_FP8_STAGED_STORE
+#define FA_HOPPER_FP8_STAGED_STORE 1
 #endif
 // PINGPONG = 1: the two consumers issue their GEMMs in turn (named barriers), so that one's
 // softmax runs while the other's GEMMs do. Off by default: measured no gain at d128 and -12% at
@@ -151,7 +157,12 @@ struct Fp8Tiles {
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
   static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
-  static constexpr int SMEM_BYTES = BARRIER_OFFSET + 8 * BARRIERS + 1024;  // +1024: alignment
+  // the epilogue's staging slots (FA_HOPPER_FP8_STAGED_STORE), one per consumer warp, after the barriers
+  static constexpr bool STAGED_STORE = FA_HOPPER_FP8_STAGED_STORE;
+  static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
+  static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
+  static constexpr int SMEM_BYTES =
+      STAGE_OFFSET + (STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0) + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
@@ -318,8 +329,13 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   // (persistent: the next item's loads are under way while these stores drain)
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   finish(O, row_max, row_sum, scale_log2, [&] {
-    store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv],
-                                    [score_scale](float m, float l) { return m * score_scale + logf(l); });
+    const float v_descale = fp.v_descale[w.batch * p.heads_kv + w.head_kv];
+    const auto lse = [score_scale](float m, float l) { return m * score_scale + logf(l); };
+    if constexpr (C::STAGED_STORE)
+      store_wgmma_rows_staged<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, v_descale,
+                                             smem + C::STAGE_OFFSET + (threadIdx.x / 32 - 4) * C::STAGE_WARP_BYTES, lse);
+    else
+      store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, v_descale, lse);
   });
 }
 
@@ -514,6 +530,8 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
     return rc;
   if (C::DYNAMIC && p.tile_counter == nullptr)
     return report(err, err_len, "tile_counter", "the dynamic causal scheduler needs a zeroed counter");
+  if (C::STAGED_STORE)
+    if (int rc = check_staged_out(p, err, err_len)) return rc;
   dim3 grid = q_tile_grid(p, C::BLOCK_Q);
   if constexpr (C::PERSISTENT) {
     const int64_t items = work_items(p, C::BLOCK_Q);

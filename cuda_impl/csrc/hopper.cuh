@@ -227,8 +227,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
 #define FA_ACC40(d) FA_ACC32(d), FA_ACC8(d, 32)
-#define FA_ACC72(d) FA_ACC64(d), FA_ACC8(d, 64)
-#define FA_ACC80(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72)
 #define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
 #define FA_ACC96(d) FA_ACC64(d), FA_ACC32_AT(d, 64)
 #define FA_ACC128(d) FA_ACC64(d), FA_ACC32_AT(d, 64), FA_ACC32_AT(d, 96)
@@ -253,18 +251,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
   "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
   "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
-#define FA_OPS72 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71}"
-#define FA_OPS80 \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, " \
-  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
-  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
-  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, " \
-  "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79}"
 #define FA_OPS88                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -336,18 +322,14 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 64 || N == 80 || N == 128 || N == 144 || N == 160 || N == 176 || N == 192,
-                "wgmma_ss: N = 64, 80, 128, 144, 160, 176 or 192");
+  static_assert(N == 64 || N == 80 || N == 128 || N == 176 || N == 192,
+                "wgmma_ss: N = 64, 80, 128, 176 or 192");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 64) {
     FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
   } else if constexpr (N == 80) {
     FA_SS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "%40, %41", "%42");
-  } else if constexpr (N == 144) {
-    FA_SS_TYPED("m64n144k16", FA_OPS72, FA_ACC72, "%72, %73", "%74");
-  } else if constexpr (N == 160) {
-    FA_SS_TYPED("m64n160k16", FA_OPS80, FA_ACC80, "%80, %81", "%82");
   } else if constexpr (N == 176) {
     FA_SS_TYPED("m64n176k16", FA_OPS88, FA_ACC88, "%88, %89", "%90");
   } else {
