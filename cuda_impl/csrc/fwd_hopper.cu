@@ -202,6 +202,11 @@
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
+// The next item's bookkeeping (its index from the scheduler, its work) under the last P V of the current one
+// (where: HopperTiles::EARLY_NEXT); 0 does it after the stores, the ablation.
+#ifndef FA_HOPPER_EARLY_NEXT
+#define FA_HOPPER_EARLY_NEXT 1
+#endif
 
 namespace fa {
 
@@ -277,6 +282,10 @@ struct HopperTiles {
   static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
+  // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT; causal d128, whose short
+  // items make the boundary weigh most), instead of after the stores.
+  static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && DIM == 128 && BLOCK_KV == 128;
+  static_assert(!(EARLY_NEXT && SPLIT_TAIL), "the next item would overwrite the split part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
@@ -472,11 +481,12 @@ __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (
 }
 
 // KV tiles kv_tile0 .. kv_tile0 + n_kv_tiles - 1 of one item; `finish(O, row_max, row_sum, row0)` then takes
-// the unnormalised rows (the stores, or a split part's hand-over).
-template <typename T, typename C, typename Finish>
+// the unnormalised rows (the stores, or a split part's hand-over). `next()` runs once, under the last P V (or at
+// the end of an item with no KV tile).
+template <typename T, typename C, typename Finish, typename Next>
 __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem,
                              Barriers<C::STAGES> bars, const PingPong<C>& turns, sm90::Progress& done,
-                             uint32_t rank, Finish&& finish) {
+                             uint32_t rank, Finish&& finish, Next&& next) {
   const int consumer = turns.consumer;
   const int warp_in_group = (threadIdx.x % 128) / 32;
   const int row0 = w.q_start + consumer * 64 + warp_in_group * 16 + (threadIdx.x % 32) / 4;
@@ -572,6 +582,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if (C::RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
     issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
+    next();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     trace::mark(role, done.q_loads, trace::LAST_PV_RETIRED);
@@ -579,6 +590,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
+  } else {
+    next();
   }
   // The next item's loads are already under way while these stores drain.
   finish(O, row_max, row_sum, row0);
@@ -703,10 +716,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
     const uint32_t stage = smem + C::STAGE_OFFSET + (threadIdx.x / 32 - 4) * C::STAGE_WARP_BYTES;
-    for (uint32_t round = 0;; round++) {
-      uint32_t item;
-      SplitPart part;
-      bool more;
+    uint32_t item;
+    SplitPart part;
+    bool more;
+    const auto take = [&](uint32_t round) {
       if (dynamic) {
         item = sm90::take_item(bars, round);
         part = SplitPart{0, 0, 0};
@@ -714,6 +727,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       } else {
         more = round_work(round, item, part);
       }
+    };
+    if constexpr (C::EARLY_NEXT) take(0);
+    for (uint32_t round = 0;; round++) {
+      if constexpr (!C::EARLY_NEXT) take(round);
       if (!more) break;
       const CtaWork w = part_work(item, part);
       // Whether this round's part is one of a split unit's: decided here, or (TAIL_IN_SMEM) found again at the
@@ -739,6 +756,9 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
                                                                                    p.scale * LOG2E, store);
                                    }
                                    store();
+                                 },
+                                 [&] {  // (the split's finish above reads `part`: never both, see EARLY_NEXT)
+                                   if constexpr (C::EARLY_NEXT) take(round + 1);
                                  });
       trace::mark(group, done.q_loads - 1, trace::STORED);
     }
