@@ -282,9 +282,11 @@ struct HopperTiles {
   static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
-  // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT, d128), instead of after
-  // the stores.
-  static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && DIM == 128;
+  // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
+  // stores: in the 128-key d128 kernel (causal d128). The 176-key kernels measured 0.5-1% slower with it, their
+  // loops compiled differently (docs/perf-notes-hopper.md, session 14).
+  static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && DIM == 128 && BLOCK_KV == 128;
+  static_assert(!(EARLY_NEXT && SPLIT_TAIL), "the next item would overwrite the split part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
@@ -732,7 +734,6 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       if constexpr (!C::EARLY_NEXT) take(round);
       if (!more) break;
       const CtaWork w = part_work(item, part);
-      const SplitPart this_part = part;  // (EARLY_NEXT: `part` is the next round's by the finish)
       // Whether this round's part is one of a split unit's: decided here, or (TAIL_IN_SMEM) found again at the
       // item's end, so that nothing of it stays live through the item.
       const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
@@ -751,13 +752,13 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
                                    } else if constexpr (C::SPLIT_TAIL) {
                                      if (split)
                                        return finish_split_part<typename C::Split>(p.split_workspace, plan(),
-                                                                                   this_part.tail_unit, rank, turns.consumer,
+                                                                                   part.tail_unit, rank, turns.consumer,
                                                                                    O, row_max, row_sum,
                                                                                    p.scale * LOG2E, store);
                                    }
                                    store();
                                  },
-                                 [&] {
+                                 [&] {  // (the split's finish above reads `part`: never both, see EARLY_NEXT)
                                    if constexpr (C::EARLY_NEXT) take(round + 1);
                                  });
       trace::mark(group, done.q_loads - 1, trace::STORED);
