@@ -285,8 +285,8 @@ struct HopperTiles {
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
   // stores: in the 128-key d128 kernel (causal d128). The 176-key kernels measured 0.5-1% slower with it, their
   // loops compiled differently (docs/perf-notes-hopper.md, session 14).
-  static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && DIM == 128 && BLOCK_KV == 128;
-  static_assert(!(EARLY_NEXT && SPLIT_TAIL), "the next item would overwrite the split part the finish reads");
+  static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && ((DIM == 128 && BLOCK_KV == 128) || DIM == 64);
+  static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
