@@ -283,7 +283,7 @@ struct HopperTiles {
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
-  // stores: in the 128-key d128 kernel (causal d128). The 176-key kernels measured 0.5-1% slower with it, their
+  // stores: in the 128-key kernels (causal d128, d64). The 176-key kernels measured 0.5-1% slower with it, their
   // loops compiled differently (docs/perf-notes-hopper.md, session 14).
   static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && ((DIM == 128 && BLOCK_KV == 128) || DIM == 64);
   static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
