@@ -138,6 +138,10 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
     assert not any(op.startswith(("HMMA", "LDGSTS")) for op in ops)
     local = ops.get("STL", 0) + ops.get("LDL", 0)
     assert local == 0, "local memory (spills)"
+    # O leaves through shared memory in the 128-key kernels (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per
+    # copy of the store (d64 has two: after a split part's merge and plain); the others store from the registers
+    copies = 2 if head_dim == 64 else 1
+    assert ops.get("STSM.16.M88.4", 0) == (copies * head_dim // 16 if block_kv == 128 else 0)
     panels = head_dim // 64
     # the split last round (d64 and the 176-key d128 kernels): one gpu-scope acq_rel count of a split unit's
     # parts (its fence brings a CGAERRBAR)

@@ -89,6 +89,9 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
         assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
+    # O leaves through shared memory (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of the store (the
+    # static walk at d64 has two: after a split part's merge and plain)
+    assert ops["STSM.16.M88.4"] == (1 + split) * head_dim // 16
     # one SHFL.IDX broadcasts the warpgroup index at the start (warp-uniform to ptxas), one (static walk) the
     # count of a split unit's parts; the rest permute P
     broadcasts = 1 + split
