@@ -135,14 +135,6 @@ __device__ __forceinline__ void stmatrix_x4(uint32_t addr, const uint32_t (&r)[4
                : "memory");
 }
 
-// One 16-byte global store (nvcc split a uint4 store through a reinterpret_cast pointer into four 4-byte ones).
-// Branched around, not predicated: with the predicate inside the asm, ptxas scheduled the 128-key KV-tile loop
-// differently.
-__device__ __forceinline__ void st_global_v4(void* ptr, uint4 v) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-               : "memory");
-}
-
 __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   uint4 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"

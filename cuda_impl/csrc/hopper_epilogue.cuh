@@ -46,7 +46,7 @@ __device__ __forceinline__ void store_wgmma_rows_staged(const FwdParams& p, cons
       const int row = i / CHUNKS, chunk = i % CHUNKS;
       const uint4 v = sm90::ld_shared_v4(stage + row * ROW_BYTES + (chunk ^ row) * 16);
       const int q_row = warp_row0 + 8 * h + row;
-      if (q_row < p.seqlen_q) sm90::st_global_v4(out + q_row * p.out_stride[2] + chunk * 8, v);
+      if (q_row < p.seqlen_q) *reinterpret_cast<uint4*>(out + q_row * p.out_stride[2] + chunk * 8) = v;
     }
     if (row0 + 8 * h < p.seqlen_q) store_wgmma_lse(p, w, row0 + 8 * h, row_max[h], l, lse);
   }
