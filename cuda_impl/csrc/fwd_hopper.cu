@@ -85,6 +85,12 @@
 #ifndef FA_HOPPER_D128_BLOCK_KV
 #define FA_HOPPER_D128_BLOCK_KV 176
 #endif
+// Non-causal d128 with at most this many keys runs the 128-key kernel (causal d128's: 128-key tiles compute no
+// padding at 512-2k keys, where a 176-key tail tile is up to a third empty, and its loop and item boundary are the
+// shorter ones); 0: the 176-key kernels at every length, the ablation.
+#ifndef FA_HOPPER_D128_SHORT_KEYS
+#define FA_HOPPER_D128_SHORT_KEYS 2048
+#endif
 // Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
 // since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
 // each other's softmax; 2 is the ablation (the d128 structure).
@@ -952,7 +958,8 @@ int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
     return launcher.template operator()<HopperLaunch<T, DIM, 128, 1>>();
   } else {
     constexpr int causal_kv = DIM == 256 ? FA_HOPPER_D256_BLOCK_KV : 128;
-    if (p.causal) return launcher.template operator()<HopperLaunch<T, DIM, causal_kv, 1>>();
+    if (p.causal || (DIM == 128 && p.seqlen_k <= FA_HOPPER_D128_SHORT_KEYS))
+      return launcher.template operator()<HopperLaunch<T, DIM, causal_kv, 1>>();
     constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
     if constexpr (cluster > 1) {
       if (((p.seqlen_q + block_q - 1) / block_q) % cluster == 0)
