@@ -13,7 +13,7 @@ that a hung kernel (a barrier waiting for an arrival that never comes) is report
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
    and carried; with DEV_BASELINE_LIB, build "baseline": another commit's library, devkit.baseline_build):
-   29 shapes (9 of them d256; 8 with more items than SMs, 6 in clusters of two CTAs, 3 with a split
+   30 shapes (9 of them d256; 9 with more items than SMs, 6 in clusters of two CTAs, 3 with a split
    last round) against float64, each under freshly NaN-poisoned outputs, one line per shape (max
    error, the FlashAttention bound, pass/fail); a crash in one shape is caught and printed without
    hiding the others (a CUDA fault poisons the context, so the rest are then marked as skipped);
@@ -97,7 +97,7 @@ ALT_FLAGS = {
     # non-causal d128 / d256 one CTA per K/V load, no clusters and no multicast (before session 7)
     "no-cluster": ("-DFA_HOPPER_D128_CLUSTER=1", "-DFA_HOPPER_D256_CLUSTER=1"),
     "direct-store": ("-DFA_HOPPER_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
-    "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles at every length (before session 14)
+    "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
@@ -127,11 +127,12 @@ CORRECTNESS_SHAPES = [
     (2, 8, 1, 64, 1100, 256, "bf16", False),  # MQA
     (1, 8, 8, 2048, 2048, 256, "bf16", True),
     # more items than SMs: persistent CTAs run several items each (tails, GQA, Sq != Sk)
-    (8, 16, 4, 300, 500, 128, "bf16", False),
+    (8, 16, 4, 300, 500, 128, "bf16", False),  # (up to 1k keys: the 128-key kernel, non-causal)
+    (8, 16, 4, 300, 1100, 128, "bf16", False),  # the 176-key kernels
     (4, 32, 8, 256, 1000, 64, "fp16", False),
     (4, 16, 16, 384, 333, 256, "bf16", False),
     # clusters (even query tiles per head, non-causal): more pairs than clusters, tails on both axes
-    (8, 16, 4, 500, 700, 128, "bf16", False),
+    (8, 16, 4, 500, 1100, 128, "bf16", False),
     # non-causal d128's split last round: 96 pairs on 66 clusters; 192 single CTAs on 132
     (3, 16, 4, 500, 1999, 128, "bf16", False),
     (4, 16, 16, 384, 3000, 128, "fp16", False),
@@ -372,17 +373,17 @@ def stage_driver() -> int:
 SANITIZE_SHAPES = [
     (1, 4, 2, 200, 333, 64, "bf16", True),
     (1, 4, 2, 300, 170, 128, "fp16", True),
-    (1, 4, 2, 300, 500, 128, "bf16", False),  # the 176-key kernel, tail tile
+    (1, 4, 2, 300, 1100, 128, "bf16", False),  # the 176-key kernel (more than 1k keys), tail tile
     (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
     (1, 2, 1, 200, 333, 256, "fp16", False),
-    (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two
-    (1, 72, 8, 512, 300, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
+    (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two (128-key kernel)
+    (1, 72, 8, 512, 1100, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
 ]
 # The split last round, in memcheck (its workspace); its hand-over goes through global memory, so racecheck
 # (shared memory) would only take a minute per launch over the same ring protocol as above.
 SANITIZE_SPLIT_SHAPES = [
-    (2, 48, 8, 256, 1000, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 6 tiles each
-    (4, 16, 4, 384, 1000, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
+    (2, 48, 8, 256, 1100, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 7 tiles each
+    (4, 16, 4, 384, 1100, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
     (3, 16, 4, 500, 2100, 64, "bf16", False),  # d64: 144 items on 132 CTAs, 12 split
 ]
 

@@ -361,7 +361,8 @@ GPU_SHAPES = [
     (2, 8, 1, 64, 1100),  # MQA, short Q against a long KV sweep
     (1, 2, 2, 1536, 640),  # causal with Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1),
-    (8, 16, 4, 500, 700),  # 4 query tiles per head: non-causal d128/d256 in two-CTA clusters, 256 pairs
+    (8, 16, 4, 500, 1100),  # 4 query tiles per head: non-causal d128/d256 in two-CTA clusters, 256 pairs
+    (8, 16, 4, 500, 700),  # non-causal d128 up to 1k keys: the 128-key kernel, persistent, 256 items
     # non-causal d128's split last round: 96 pairs on 66 clusters (30 split over all 66, 12 tiles each); 192
     # single CTAs on 132 (3 query tiles per head: no clusters), 60 split, 18 tiles each; d64 (192-row items):
     # the first, 144 items on 132 CTAs, 12 split

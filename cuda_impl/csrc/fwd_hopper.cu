@@ -85,11 +85,11 @@
 #ifndef FA_HOPPER_D128_BLOCK_KV
 #define FA_HOPPER_D128_BLOCK_KV 176
 #endif
-// Non-causal d128 with at most this many keys runs the 128-key kernel (causal d128's: 128-key tiles compute no
-// padding at 512-2k keys, where a 176-key tail tile is up to a third empty, and its loop and item boundary are the
-// shorter ones); 0: the 176-key kernels at every length, the ablation.
+// Non-causal d128 with at most this many keys runs the 128-key kernel (causal d128's): at 512 and 1k keys a 176-key
+// tail tile is a third or more empty, and that kernel's loop and item boundary are the shorter ones (measured 8% and
+// 3% fewer cycles, 2k level; docs/perf-notes-hopper.md, session 14). 0: the 176-key kernels at every length.
 #ifndef FA_HOPPER_D128_SHORT_KEYS
-#define FA_HOPPER_D128_SHORT_KEYS 2048
+#define FA_HOPPER_D128_SHORT_KEYS 1024
 #endif
 // Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
 // since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
@@ -948,7 +948,7 @@ struct HopperLaunch {
 };
 
 // The kernel instantiation a launch takes: non-causal d128 / d256 in clusters of their CLUSTER CTAs when the
-// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys; calls
+// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys (on 128 up to FA_HOPPER_D128_SHORT_KEYS); calls
 // launcher.template operator()<HopperLaunch<...>>().
 template <typename T, int DIM, typename Launcher>
 int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
