@@ -458,17 +458,17 @@ def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass,
 
 @pytest.mark.gpu
 def test_staged_epilogue_refuses_unaligned_output_rows_and_register_stores_take_them():
-    """The 128-key kernels (causal d128, d64) write O through shared memory in 16-byte chunks (hopper_epilogue.cuh);
-    an output whose rows do not start on 16 bytes is refused with a message, not written out of place. The public
-    API always allocates aligned rows; the raw launch takes any output, and the non-causal d128 kernels, which store
-    4 bytes per thread, take this one and match the reference."""
+    """The 128-key kernels (causal d128, non-causal d128 up to 1k keys, d64) write O through shared memory in 16-byte
+    chunks (hopper_epilogue.cuh); an output whose rows do not start on 16 bytes is refused with a message, not written
+    out of place. The public API always allocates aligned rows; the raw launch takes any output, and the 176-key
+    kernels (non-causal d128 above 1k keys), which store 4 bytes per thread, take this one and match the reference."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper"):
         pytest.skip(reason)
     from test_cuda_gpu import attention_reference, make_inputs
 
-    q, k, v = make_inputs(1, 4, 4, 300, 300, 128, torch.bfloat16, seed=5)
+    q, k, v = make_inputs(1, 4, 4, 300, 1100, 128, torch.bfloat16, seed=5)
     out = torch.full((1, 4, 300, 132), math.nan, device="cuda", dtype=torch.bfloat16)[..., :128]  # rows 264 B apart
     lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
     with pytest.raises(RuntimeError, match="rows must start on 16 bytes"):
