@@ -1,7 +1,7 @@
 // hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
 //
 // CTA = 1 + CONSUMERS warpgroups, 64 query rows per consumer (2 consumers, 128 rows; 3 at d64,
-// 192 rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128; 80 at d256,
+// 192 rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128 above 1k keys; 80 at d256,
 // where O alone takes 128 registers per consumer thread):
 // - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
 //   load (Q once, then K and V of each tile into a STAGES-deep ring);
@@ -281,7 +281,7 @@ struct HopperTiles {
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, in the 128-key
-  // kernels (causal d128, d64). The non-causal d128 kernels store from the registers: with the staging their loops
+  // kernels (d128 causal and up to 1k keys, d64). The 176-key kernels store from the registers: with the staging their loops
   // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
   // of the 227 (docs/perf-notes-hopper.md, session 14).
   static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
@@ -289,7 +289,7 @@ struct HopperTiles {
   static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
   static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
-  // stores: in the 128-key kernels (causal d128, d64). The 176-key kernels measured 0.5-1% slower with it, their
+  // stores: in the 128-key kernels (d128 causal and up to 1k keys, d64). The 176-key kernels measured 0.5-1% slower with it, their
   // loops compiled differently (docs/perf-notes-hopper.md, session 14).
   static constexpr bool EARLY_NEXT = FA_HOPPER_EARLY_NEXT && ((DIM == 128 && BLOCK_KV == 128) || DIM == 64);
   static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
