@@ -285,9 +285,8 @@ struct HopperTiles {
   // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
   // of the 227 (docs/perf-notes-hopper.md, session 14).
   static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
-  static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
-  static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
-  static constexpr int STAGE_BYTES = STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0;
+  static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
+  static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
   // stores: in the 128-key kernels (d128 causal and up to 1k keys, d64). The 176-key kernels measured 0.5-1% slower with it, their
   // loops compiled differently (docs/perf-notes-hopper.md, session 14).
@@ -606,12 +605,9 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 
 template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
-                                           const float (&row_max)[2], const float (&row_sum)[2], uint32_t stage) {
-  const auto lse = [&p](float m, float l) { return m * p.scale + logf(l); };
-  if constexpr (C::STAGED_STORE)
-    store_wgmma_rows_staged<T>(p, w, row0, O, row_max, row_sum, 1.f, stage, lse);
-  else
-    store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, 1.f, lse);
+                                           const float (&row_max)[2], const float (&row_sum)[2], uint32_t smem) {
+  store_wgmma_rows_via<C::STAGED_STORE, T>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
+                                           [&p](float m, float l) { return m * p.scale + logf(l); });
 }
 
 }  // namespace hopper
@@ -722,7 +718,6 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
     sm90::setmaxnreg_inc<C::CONSUMER_REGS>();
     const hopper::PingPong<C> turns{group - 1};
     turns.start();
-    const uint32_t stage = smem + C::STAGE_OFFSET + (threadIdx.x / 32 - 4) * C::STAGE_WARP_BYTES;
     uint32_t item;
     SplitPart part;
     bool more;
@@ -745,7 +740,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
       hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   const auto store = [&] { hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, stage); };
+                                   const auto store = [&] { hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, smem); };
                                    if constexpr (C::TAIL_IN_SMEM) {
                                      SplitPart mine;
                                      uint32_t again;

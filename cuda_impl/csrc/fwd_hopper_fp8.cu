@@ -159,10 +159,9 @@ struct Fp8Tiles {
   static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
   // the epilogue's staging slots (FA_HOPPER_FP8_STAGED_STORE), one per consumer warp, after the barriers
   static constexpr bool STAGED_STORE = FA_HOPPER_FP8_STAGED_STORE;
-  static constexpr int STAGE_WARP_BYTES = staged_store_warp_bytes(DIM);
-  static constexpr int STAGE_OFFSET = (BARRIER_OFFSET + 8 * BARRIERS + 127) / 128 * 128;
+  static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int SMEM_BYTES =
-      STAGE_OFFSET + (STAGED_STORE ? CONSUMER_THREADS / 32 * STAGE_WARP_BYTES : 0) + 1024;  // +1024: alignment
+      STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
@@ -329,13 +328,10 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   // (persistent: the next item's loads are under way while these stores drain)
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   finish(O, row_max, row_sum, scale_log2, [&] {
-    const float v_descale = fp.v_descale[w.batch * p.heads_kv + w.head_kv];
-    const auto lse = [score_scale](float m, float l) { return m * score_scale + logf(l); };
-    if constexpr (C::STAGED_STORE)
-      store_wgmma_rows_staged<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, v_descale,
-                                             smem + C::STAGE_OFFSET + (threadIdx.x / 32 - 4) * C::STAGE_WARP_BYTES, lse);
-    else
-      store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, v_descale, lse);
+    store_wgmma_rows_via<C::STAGED_STORE, __nv_bfloat16>(p, w, row0, O, row_max, row_sum,
+                                                         fp.v_descale[w.batch * p.heads_kv + w.head_kv],
+                                                         smem + C::STAGE_OFFSET,
+                                                         [score_scale](float m, float l) { return m * score_scale + logf(l); });
   });
 }
 

@@ -11,7 +11,15 @@
 namespace fa {
 
 // Bytes of one warp's staging slot: 8 rows of head_dim 16-bit values.
-constexpr int staged_store_warp_bytes(int head_dim) { return 8 * head_dim * 2; }
+__host__ __device__ constexpr int staged_store_warp_bytes(int head_dim) { return 8 * head_dim * 2; }
+
+// Bytes of the slots of `consumer_warps` warps.
+constexpr int staged_store_bytes(int consumer_warps, int head_dim) {
+  return consumer_warps * staged_store_warp_bytes(head_dim);
+}
+
+// Where the staging slots start: after a kernel's first `used` bytes of shared memory, 128-byte aligned.
+constexpr int staged_store_offset(int used) { return (used + 127) / 128 * 128; }
 
 #if FA_SM90A
 // store_wgmma_rows (fwd_common.cuh) through the warp's slot at `stage` (staged_store_warp_bytes, 16-byte aligned).
@@ -50,6 +58,23 @@ __device__ __forceinline__ void store_wgmma_rows_staged(const FwdParams& p, cons
     }
     if (row0 + 8 * h < p.seqlen_q) store_wgmma_lse(p, w, row0 + 8 * h, row_max[h], l, lse);
   }
+}
+
+// This warp's slot among the consumer warps' slots at `slots`: the consumers follow the producer warpgroup (warps 0-3).
+__device__ __forceinline__ uint32_t staged_store_slot(uint32_t slots, int head_dim) {
+  return slots + (threadIdx.x / 32 - 4) * staged_store_warp_bytes(head_dim);
+}
+
+// The epilogue a kernel was built with: through the warp's staging slot among those at `slots` (STAGED), or
+// store_wgmma_rows from the registers.
+template <bool STAGED, typename T, int O_REGS, typename Lse>
+__device__ __forceinline__ void store_wgmma_rows_via(const FwdParams& p, const CtaWork& w, int row0, float (&O)[O_REGS],
+                                                     const float (&row_max)[2], const float (&row_sum)[2],
+                                                     float out_factor, uint32_t slots, Lse&& lse) {
+  if constexpr (STAGED)
+    store_wgmma_rows_staged<T>(p, w, row0, O, row_max, row_sum, out_factor, staged_store_slot(slots, 2 * O_REGS), lse);
+  else
+    store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, out_factor, lse);
 }
 #endif  // FA_SM90A
 

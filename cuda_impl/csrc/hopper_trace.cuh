@@ -18,23 +18,12 @@ constexpr int ROLES = 4;    // 0: the producer thread, 1..: consumer warpgroups
 constexpr int ITEMS = 64;   // items per CTA (the CTA's q_loads count)
 constexpr int EVENTS = 8;   // marks per item and role
 
-// Marks. Producer: item begin, Q load issued (after q_empty), K(0) issued, last V issued; its slot 7 holds the
-// item's KV tile count (a value, not a time). Consumer: item begin, Q landed, turn for S(0) taken, S(0) retired,
-// loop entered (softmax(0) and P(0) done), loop left, last P V retired, rows stored (or handed over).
-enum Event : int {
-  BEGIN = 0,
-  Q_ISSUED = 1,
-  K0_ISSUED = 2,
-  LAST_V_ISSUED = 3,
-  TILES = 7,
-  Q_LANDED = 1,
-  S0_TURN = 2,
-  S0_RETIRED = 3,
-  LOOP_IN = 4,
-  LOOP_OUT = 5,
-  LAST_PV_RETIRED = 6,
-  STORED = 7,
-};
+// Marks, in slot order (scripts/trace_hopper_gpu.py reads them by these numbers; slot 0, BEGIN, in both roles).
+// Producer: item begin, Q load issued (after q_empty), K(0) issued, last V issued; its last slot holds the item's KV
+// tile count (a value, not a time). Consumer: item begin, Q landed, turn for S(0) taken, S(0) retired, loop entered
+// (softmax(0) and P(0) done), loop left, last P V retired, rows stored (or handed over).
+enum ProducerMark : int { BEGIN, Q_ISSUED, K0_ISSUED, LAST_V_ISSUED, TILES = EVENTS - 1 };
+enum ConsumerMark : int { Q_LANDED = 1, S0_TURN, S0_RETIRED, LOOP_IN, LOOP_OUT, LAST_PV_RETIRED, STORED };
 
 constexpr int64_t BYTES = int64_t(CTAS) * ROLES * ITEMS * EVENTS * 8;
 
