@@ -99,8 +99,6 @@ ALT_FLAGS = {
     "direct-store": ("-DFA_HOPPER_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
     "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
-    "lds-store": ("-DFA_HOPPER_BULK_STORE=0",),  # staged rows read back and stored by the warps (before session 15)
-    "wide-staged": ("-DFA_HOPPER_D128_WIDE_STAGED=1",),  # the 176-key kernels stage their rows too (8-row slots)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 

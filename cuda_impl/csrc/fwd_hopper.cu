@@ -208,15 +208,6 @@
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
-// The staged rows leave by bulk copies of the copy engine, which run on under the next item (hopper_epilogue.cuh);
-// 0: the warp reads them back and stores them, the ablation.
-#ifndef FA_HOPPER_BULK_STORE
-#define FA_HOPPER_BULK_STORE 1
-#endif
-// 1: the 176-key kernels stage their rows too (8 rows per warp slot: 16 do not fit beside their ring).
-#ifndef FA_HOPPER_D128_WIDE_STAGED
-#define FA_HOPPER_D128_WIDE_STAGED 0
-#endif
 // The next item's bookkeeping (its index from the scheduler, its work) under the last P V of the current one
 // (where: HopperTiles::EARLY_NEXT); 0 does it after the stores, the ablation.
 #ifndef FA_HOPPER_EARLY_NEXT
@@ -289,18 +280,13 @@ struct HopperTiles {
   // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
-  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp a slot of 8 or 16 rows of DIM 16-bit values
-  // (staged_store_rows: 16 where they fit), in the 128-key kernels (d128 causal and up to 1k keys, d64). The 176-key
-  // kernels store from the registers (FA_HOPPER_D128_WIDE_STAGED): with the staging read back by the warps their loops
+  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, in the 128-key
+  // kernels (d128 causal and up to 1k keys, d64). The 176-key kernels store from the registers: with the staging their loops
   // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
   // of the 227 (docs/perf-notes-hopper.md, session 14).
-  static constexpr bool STAGED_STORE =
-      FA_HOPPER_STAGED_STORE && DIM <= 128 && (BLOCK_KV == 128 || FA_HOPPER_D128_WIDE_STAGED);
-  static constexpr bool BULK_STORE = FA_HOPPER_BULK_STORE;
+  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
-  static constexpr int STAGE_ROWS = staged_store_rows(BULK_STORE, STAGE_OFFSET, CONSUMER_THREADS / 32, DIM);
-  static constexpr int STAGE_BYTES =
-      STAGED_STORE ? staged_store_bytes(BULK_STORE, STAGE_ROWS, CONSUMER_THREADS / 32, DIM) : 0;
+  static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
   // stores: in the 128-key kernels (d128 causal and up to 1k keys, d64). The 176-key kernels measured 0.5-1% slower with it, their
   // loops compiled differently (docs/perf-notes-hopper.md, session 14).
@@ -620,9 +606,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
                                            const float (&row_max)[2], const float (&row_sum)[2], uint32_t smem) {
-  store_wgmma_rows_via<C::STAGED_STORE, C::BULK_STORE, C::STAGE_ROWS, T>(
-      p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
-      [&p](float m, float l) { return m * p.scale + logf(l); });
+  store_wgmma_rows_via<C::STAGED_STORE, T>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
+                                           [&p](float m, float l) { return m * p.scale + logf(l); });
 }
 
 }  // namespace hopper
@@ -780,7 +765,6 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 
       trace::mark(group, done.q_loads - 1, trace::STORED);
     }
     turns.finish();
-    staged_store_drain<C::STAGED_STORE, C::BULK_STORE>();
   }
 #endif
 }

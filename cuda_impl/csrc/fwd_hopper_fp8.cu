@@ -48,10 +48,6 @@
 #ifndef FA_HOPPER_FP8_STAGED_STORE
 #define FA_HOPPER_FP8_STAGED_STORE 1
 #endif
-// The staged rows leave by bulk copies of the copy engine (hopper_epilogue.cuh); 0: read back and stored by the warp.
-#ifndef FA_HOPPER_FP8_BULK_STORE
-#define FA_HOPPER_FP8_BULK_STORE 1
-#endif
 // PINGPONG = 1: the two consumers issue their GEMMs in turn (named barriers), so that one's
 // softmax runs while the other's GEMMs do. Off by default: measured no gain at d128 and -12% at
 // d64 on top of the S(t+1) / softmax(t) overlap (docs/perf-notes-hopper.md, fp8).
@@ -163,12 +159,9 @@ struct Fp8Tiles {
   static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
   // the epilogue's staging slots (FA_HOPPER_FP8_STAGED_STORE), one per consumer warp, after the barriers
   static constexpr bool STAGED_STORE = FA_HOPPER_FP8_STAGED_STORE;
-  static constexpr bool BULK_STORE = FA_HOPPER_FP8_BULK_STORE;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
-  static constexpr int STAGE_ROWS = staged_store_rows(BULK_STORE, STAGE_OFFSET, CONSUMER_THREADS / 32, DIM);
   static constexpr int SMEM_BYTES =
-      STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(BULK_STORE, STAGE_ROWS, CONSUMER_THREADS / 32, DIM) : 0) +
-      1024;  // +1024: alignment
+      STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
@@ -335,7 +328,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   // (persistent: the next item's loads are under way while these stores drain)
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   finish(O, row_max, row_sum, scale_log2, [&] {
-    store_wgmma_rows_via<C::STAGED_STORE, C::BULK_STORE, C::STAGE_ROWS, __nv_bfloat16>(p, w, row0, O, row_max, row_sum,
+    store_wgmma_rows_via<C::STAGED_STORE, __nv_bfloat16>(p, w, row0, O, row_max, row_sum,
                                                          fp.v_descale[w.batch * p.heads_kv + w.head_kv],
                                                          smem + C::STAGE_OFFSET,
                                                          [score_scale](float m, float l) { return m * score_scale + logf(l); });
@@ -362,16 +355,10 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
   const auto item_work = [&](int item) { return work_item<C::BLOCK_Q, C::BLOCK_KV>(p.base, item, 1); };
   // (an item's rows as they are: every schedule but the split tail's parts)
   const auto store_all = [](float (&)[C::O_REGS], float (&)[2], float (&)[2], float, auto&& store) { store(); };
-  // the roles, each consumer thread waiting at its end until its bulk stores have read their slots
-  const auto roles = [&](auto&& produce, auto&& consume) {
-    hopper_fp8::run_roles<C>(bars, produce, [&](int consumer) {
-      consume(consumer);
-      staged_store_drain<C::STAGED_STORE, C::BULK_STORE>();
-    });
-  };
   if constexpr (SCHEDULE == FP8_DYNAMIC) {
     // the first item is blockIdx.x, the rest come from the counter; an item past the end stops the consumers
-    roles(
+    hopper_fp8::run_roles<C>(
+        bars,
         [&] {
           for (uint32_t round = 0;; round++) {
             const uint32_t item = sm90::publish_next_item(bars, round, p.base.tile_counter);
@@ -388,7 +375,8 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
         });
   } else if constexpr (SCHEDULE == FP8_PERSISTENT && !C::SPLIT_TAIL) {
     // CTA b takes items b, b + gridDim.x, ... (< 2^32: both terms are below 2^31)
-    roles(
+    hopper_fp8::run_roles<C>(
+        bars,
         [&] {
           for (uint32_t item = blockIdx.x; item < items; item += gridDim.x)
             hopper_fp8::produce_item<C>(p.base, item_work(item), smem, bars, done, &map_q, &map_k, &map_vt);
@@ -419,7 +407,8 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
       }
       return w;
     };
-    roles(
+    hopper_fp8::run_roles<C>(
+        bars,
         [&] {
           uint32_t item;
           SplitPart part;
@@ -443,8 +432,8 @@ __global__ void __launch_bounds__(Fp8Tiles<DIM, FLAT_K, SCHEDULE>::THREADS, 1)
         });
   } else {
     const CtaWork w = cta_work<C::BLOCK_Q, C::BLOCK_KV>(p.base);
-    roles(
-        [&] { hopper_fp8::produce_item<C>(p.base, w, smem, bars, done, &map_q, &map_k, &map_vt); },
+    hopper_fp8::run_roles<C>(
+        bars, [&] { hopper_fp8::produce_item<C>(p.base, w, smem, bars, done, &map_q, &map_k, &map_vt); },
         [&](int consumer) { hopper_fp8::consume_item<C>(p, w, smem, bars, consumer, done, store_all); });
   }
 #endif

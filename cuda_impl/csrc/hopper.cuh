@@ -112,30 +112,6 @@ __device__ __forceinline__ void tma_load_5d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
-// --- bulk stores (shared -> global, the copy engine) ---------------------------------------------
-// A thread's bulk copies form groups (commit); waiting for a group's reads frees its shared source, and nobody
-// waits for the global writes: the kernel's end makes them visible. Shared memory written by the threads
-// (generic proxy) is read by the copy engine (async proxy): each writer fences before the copy is issued.
-
-// `bytes` (a multiple of 16) from shared memory at src to global memory at dst, both 16-byte aligned.
-__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n" ::"l"(dst), "r"(src), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-
-// This thread's bulk groups but the newest N have read their shared sources.
-template <int N>
-__device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-
-// This thread's shared-memory writes are visible to the copy engine's reads that follow.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // --- named barriers (ids 1..15; 0 is __syncthreads) ------------------------------------------
 // `threads` counts every participant of one phase, arrivers and waiters together (a multiple of
 // 32). bar.arrive does not wait, so one warpgroup can hand a turn to another without stalling.
