@@ -64,11 +64,17 @@ ALT_FLAGS = {
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
     "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1048576",),  # d256 causal persistent (static order) too
-    "d64-causal-grid": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=0",),  # d64 causal one CTA per item (before session 8)
-    "d64-causal-persist": ("-DFA_HOPPER_D64_CAUSAL_PERSISTENT=1048576",),  # d64 causal persistent at every length
+    # d64 causal on three consumers at every length and without the dynamic scheduler (before session 15): one CTA per
+    # item (before session 8), persistent (the static balanced order) at every length, and the two as in sessions 8-14
+    "d64-causal-grid": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0",
+                        "-DFA_HOPPER_D64_CAUSAL_PERSISTENT=0"),
+    "d64-causal-persist": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0",
+                           "-DFA_HOPPER_D64_CAUSAL_PERSISTENT=1048576"),
+    "d64-static-causal": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0"),
+    "d64-causal-3wg": ("-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0",),  # short causal d64 rows on three consumers too
     "static-causal": ("-DFA_HOPPER_D128_DYNAMIC_CAUSAL=0",),  # d128 causal one CTA per item (before session 9)
     # d64 / d256 causal persistent at every length too, items from a counter (d128's scheduler)
-    "dynamic-causal-all": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=1", "-DFA_HOPPER_D256_DYNAMIC_CAUSAL=1"),
+    "d256-dynamic-causal": ("-DFA_HOPPER_D256_DYNAMIC_CAUSAL=1",),
     "no-split": ("-DFA_HOPPER_SPLIT_TAIL=0",),  # a plain last round for non-causal d128 (before session 13)
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
     "kv192": ("-DFA_HOPPER_D128_BLOCK_KV=192",),  # 2 x (48 + 48 KB) + Q 32 KB = 224 KB of shared
@@ -138,6 +144,9 @@ CORRECTNESS_SHAPES = [
     (4, 16, 16, 384, 3000, 128, "fp16", False),
     (3, 16, 4, 500, 1999, 64, "fp16", False),  # d64: 144 items on 132 CTAs, 12 split
     (8, 8, 2, 500, 333, 256, "fp16", False),
+    # causal d64 from the counter, more items than SMs: two consumers up to 1024 query rows, three above
+    (8, 16, 4, 1000, 1200, 64, "bf16", True),
+    (4, 16, 4, 1100, 1100, 64, "fp16", True),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, False),
@@ -371,7 +380,8 @@ def stage_driver() -> int:
 
 
 SANITIZE_SHAPES = [
-    (1, 4, 2, 200, 333, 64, "bf16", True),
+    (1, 4, 2, 200, 333, 64, "bf16", True),  # causal d64 up to 1024 query rows: two consumers
+    (1, 4, 2, 1100, 1200, 64, "fp16", True),  # causal d64 above: three
     (1, 4, 2, 300, 170, 128, "fp16", True),
     (1, 4, 2, 300, 1100, 128, "bf16", False),  # the 176-key kernel (more than 1k keys), tail tile
     (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles

@@ -41,19 +41,27 @@ def hopper_sass(hopper_sass_addressed) -> dict:
     return {key: [text for _, text in ins] for key, ins in hopper_sass_addressed.items()}
 
 
-# (head_dim, BLOCK_KV, CTAs per cluster) instantiations: non-causal d128 takes 176 keys per tile,
-# d256 80 (O is 128 registers per consumer thread), the rest 128; non-causal d128 and d256 also run
-# in clusters of two CTAs that share each K/V tile through TMA multicast.
-SHAPES = [(64, 128, 1), (128, 128, 1), (128, 176, 1), (256, 80, 1), (128, 176, 2), (256, 80, 2)]
+# (head_dim, BLOCK_KV, CTAs per cluster, consumer warpgroups) instantiations: non-causal d128 takes 176 keys per
+# tile, d256 80 (O is 128 registers per consumer thread), the rest 128; non-causal d128 and d256 also run in clusters
+# of two CTAs that share each K/V tile through TMA multicast. Consumers 0: the head_dim's own (three at d64, else
+# two); short causal d64 rows run on two (128-row items).
+SHAPES = [(64, 128, 1, 0), (64, 128, 1, 2), (128, 128, 1, 0), (128, 176, 1, 0), (256, 80, 1, 0), (128, 176, 2, 0),
+          (256, 80, 2, 0)]
 
 
-def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int) -> str:
-    return f"fwd_hopper_kernel<{fmt},{head_dim},{block_kv}" + (f",cluster{cluster}>" if cluster > 1 else ">")
+def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int, consumers: int) -> str:
+    return (f"fwd_hopper_kernel<{fmt},{head_dim},{block_kv}" + (f",cluster{cluster}" if cluster > 1 else "")
+            + (f",consumers{consumers}" if consumers else "") + ">")
 
 
-def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int, cluster: int = 1) -> list[str]:
+def mangled_tag(fmt: str, head_dim: int, block_kv: int, cluster: int = 1, consumers: int = 0) -> str:
+    return f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}ELi{consumers}E"
+
+
+def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int, cluster: int = 1,
+           consumers: int = 0) -> list[str]:
     """Instructions of one instantiation; cuobjdump names the sm_90a cubin "sm_90"."""
-    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}E"
+    tag = mangled_tag(fmt, head_dim, block_kv, cluster, consumers)
     (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
     return found
 
@@ -71,9 +79,9 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     for r in rows:
         assert max(r["stack"], r["spill_stores"], r["spill_loads"]) == 0, r
         if r["arch"] == "sm_90a":
-            # 384 threads (512 at d64: three consumers), one CTA per SM: the entry cap must leave
-            # the pool setmaxnreg shares.
-            threads = 512 if ",64," in r["kernel"] else 384
+            # 384 threads (512 at d64: three consumers, but for its two-consumer kernel), one CTA per SM: the
+            # entry cap must leave the pool setmaxnreg shares.
+            threads = 512 if ",64," in r["kernel"] and "consumers2" not in r["kernel"] else 384
             assert r["registers"] * threads <= 65536, r
     log = (spec.build_dir / "fwd_hopper.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
@@ -89,13 +97,13 @@ KNOWN_LOOP_R2UR = {(256, 80, 2): 14}
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim, block_kv, cluster", SHAPES)
+@pytest.mark.parametrize("head_dim, block_kv, cluster, consumers", SHAPES)
 def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addressed, fmt, head_dim, block_kv,
-                                                               cluster):
+                                                               cluster, consumers):
     """Each GEMM advances one shared-memory descriptor per operand (sm90::desc_advance) and the warpgroup
     index is warp-uniform to ptxas, so the loop has no descriptor rebuilt from vector registers per wgmma
     (session 12: 597 -> 512 instructions per tile and warp at d128); the loop issues both GEMMs of a tile."""
-    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}E"
+    tag = mangled_tag(fmt, head_dim, block_kv, cluster, consumers)
     (addressed,) = [ins for (arch, fn), ins in hopper_sass_addressed.items() if arch == "sm_90" and tag in fn]
     loop = sass.steady_loop(addressed)
     ops = sass.opcode_counts(loop)
@@ -105,9 +113,9 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim, block_kv, cluster", SHAPES)
-def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster):
-    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster)
+@pytest.mark.parametrize("head_dim, block_kv, cluster, consumers", SHAPES)
+def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consumers):
+    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster, consumers)
     ops = sass.opcode_counts(instructions)
     suffix = HGMMA_SUFFIX[fmt]
     # S = Q K^T (head_dim / 16 k-steps of m64n{block_kv}k16) is issued twice in the code: for
@@ -172,19 +180,18 @@ def test_d256_fits_the_consumer_register_budget(hopper_sass):
 
 
 def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
-    """d128's causal kernel (128-key tiles) fetches its items from a global counter; the non-causal
-    d128 kernels and d64 / d256 do not (the latter two keep their static walks: their hand-over state
-    would spill). Python learns which from the C entry, and zeroes the counter only for those launches."""
+    """d128's causal kernel (128-key tiles) and both d64 kernels fetch their causal items from a global counter;
+    the non-causal d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state would spill).
+    Python learns which from the C entry, and zeroes the counter only for those launches."""
     lib = _lib.load()
-    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 256)] == [0, 1, 0]
+    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 256)] == [1, 1, 0]
     for fmt in SPEC["formats"]:
-        for head_dim, block_kv, cluster in SHAPES:
-            ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster))
+        for head_dim, block_kv, cluster, consumers in SHAPES:
+            ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster, consumers))
             atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
-            dynamic = (head_dim, block_kv) == (128, 128)
+            dynamic = {"ATOMG.E.ADD.STRONG.GPU"} if block_kv == 128 else set()
             split = block_kv == 176 or head_dim == 64  # the split last round's count (test_sm90a_machine_code)
-            expected = {"ATOMG.E.ADD.STRONG.GPU"} if dynamic else {"ATOMG.E.ADD.S32.STRONG.GPU"} if split else set()
-            assert atomics == expected, (head_dim, block_kv, atomics)
+            assert atomics == dynamic | ({"ATOMG.E.ADD.S32.STRONG.GPU"} if split else set()), (head_dim, block_kv, atomics)
 
 
 def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
@@ -411,20 +418,21 @@ def test_public_api_custom_scale_and_strided_inputs(d):
 
 
 @pytest.mark.gpu
-def test_dynamic_causal_scheduler_under_repeats_and_graph_replays():
-    """d128 causal CTAs take items from a counter that each launch zeroes first: with more items than
+@pytest.mark.parametrize("head_dim, seqlen_q", [(128, 1200), (64, 1200), (64, 1000)])
+def test_dynamic_causal_scheduler_under_repeats_and_graph_replays(head_dim, seqlen_q):
+    """d128 and d64 causal CTAs take items from a counter that each launch zeroes first: with more items than
     SMs, every launch -- eager, repeated, and replays of one captured CUDA graph (the driver times
     those) -- must write every row. A counter left at the last launch's value would end the CTAs after
-    their first item and leave the NaN poison in place."""
+    their first item and leave the NaN poison in place. (d64 with 1000 query rows: the two-consumer kernel.)"""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper"):
         pytest.skip(reason)
     from test_cuda_gpu import check_against_reference, make_inputs
 
-    # 4 x 8 heads x 10 query tiles = 320 items, more than the 132 SMs: CTAs take 2-3 items each
-    q, k, v = make_inputs(4, 8, 2, 1200, 1500, 128, torch.bfloat16, seed=11)
-    scale = 1.0 / math.sqrt(128)
+    # 4 x 8 heads x 7-10 query tiles = 224-320 items, more than the 132 SMs: CTAs take 1-3 items each
+    q, k, v = make_inputs(4, 8, 2, seqlen_q, 1500, head_dim, torch.bfloat16, seed=11)
+    scale = 1.0 / math.sqrt(head_dim)
     for _ in range(3):
         check_against_reference("hopper", q, k, v, True, scale)
     eager = cuda_impl.attention(q, k, v, causal=True, variant="hopper")
@@ -441,17 +449,19 @@ def test_dynamic_causal_scheduler_under_repeats_and_graph_replays():
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim, block_kv, consumer_regs", [(64, 128, 160), (128, 176, 240), (256, 80, 240)])
-def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass, fmt, head_dim, block_kv,
-                                                                    consumer_regs):
+@pytest.mark.parametrize("head_dim, block_kv, consumers, consumer_regs, producer_regs",
+                         [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (128, 176, 0, 240, 24), (256, 80, 0, 240, 24)])
+def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass, fmt, head_dim, block_kv, consumers,
+                                                                    consumer_regs, producer_regs):
     """Two consumer warpgroups take 240 registers each with a 24-register producer; d64's three take 160 with
-    a 32-register producer (128 x 32 + 384 x 160 = 65536, the whole pool of a 512-thread CTA): setmaxnreg asks
-    for exactly that, and no instruction touches a register past it."""
-    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv)
+    a 32-register producer (128 x 32 + 384 x 160 = 65536, the whole pool of a 512-thread CTA), and its two 232 (the
+    producer's walk of d64's split tail needs 32): setmaxnreg asks for exactly that, and no instruction touches a
+    register past it."""
+    instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, consumers=consumers)
     (alloc,) = [i for i in instructions if i.startswith("USETMAXREG.TRY_ALLOC")]
     (dealloc,) = [i for i in instructions if i.startswith("USETMAXREG.DEALLOC")]
     assert int(alloc.split(",")[-1].strip(" ;"), 16) == consumer_regs, alloc
-    assert int(dealloc.split()[-1].strip(" ;"), 16) == (32 if head_dim == 64 else 24), dealloc
+    assert int(dealloc.split()[-1].strip(" ;"), 16) == producer_regs, dealloc
     highest = max(int(r) for i in instructions for r in re.findall(r"\bR(\d+)\b", i))
     assert highest < consumer_regs, highest
 

@@ -195,7 +195,7 @@ _ENTRY = re.compile(r"Compiling entry function '(\S+)' for '(sm_\w+)'")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
 _LADDER_NAME = re.compile(
-    r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?"
+    r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?(?:Li(\d+)E)?"
 )
 _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb\dELi(\d)E")  # <DIM, FLAT_K, SCHEDULE>
 _FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # fwd_hopper_fp8.cu Fp8Schedule
@@ -206,7 +206,8 @@ _MX_FORMATS = ("mxfp8", "nvfp4")
 def readable_kernel_name(mangled: str) -> str:
     """'_ZN2fa13fwd_v5_kernelI13__nv_bfloat16Li128EEEv9FwdParams' -> 'fwd_v5_kernel<bf16,128>';
     a second int argument (hopper's BLOCK_KV) is kept: 'fwd_hopper_kernel<bf16,128,176>', and a third
-    (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>';
+    (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>', and a fourth (its consumer
+    warpgroups where not the head_dim's own) when set: 'fwd_hopper_kernel<bf16,64,128,consumers2>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128>' (one CTA per item), with persistent CTAs
     'fwd_hopper_fp8_kernel<fp8,128,persistent>' or '...,dynamic>' (fed by a counter); the block-scaled
     one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
@@ -222,6 +223,8 @@ def readable_kernel_name(mangled: str) -> str:
     extra = f",{m.group(3)}" if m.group(3) else ""
     if m.group(4) and m.group(4) != "1":
         extra += f",cluster{m.group(4)}"
+    if m.group(5) and m.group(5) != "0":
+        extra += f",consumers{m.group(5)}"
     return f"{m.group(1)}<{dtype},{m.group(2)}{extra}>"
 
 

@@ -1,7 +1,7 @@
 // hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
 //
 // CTA = 1 + CONSUMERS warpgroups, 64 query rows per consumer (2 consumers, 128 rows; 3 at d64,
-// 192 rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128 above 1k keys; 80 at d256,
+// 192 rows, but 2 for short causal rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128 above 1k keys; 80 at d256,
 // where O alone takes 128 registers per consumer thread):
 // - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
 //   load (Q once, then K and V of each tile into a STAGES-deep ring);
@@ -97,6 +97,12 @@
 #ifndef FA_HOPPER_D64_CONSUMERS
 #define FA_HOPPER_D64_CONSUMERS 3
 #endif
+// Causal d64 with at most this many query rows runs two consumers (128-row items, as triton:fa2-ws does): at 512
+// and 1k rows a 192-row item's tail and diagonal tiles are a third or more of its work (measured 8-9% fewer cycles
+// than three consumers, 7% more at 2k; docs/perf-notes-hopper.md, session 15). 0: three at every length.
+#ifndef FA_HOPPER_D64_SHORT_CAUSAL_ROWS
+#define FA_HOPPER_D64_SHORT_CAUSAL_ROWS 1024
+#endif
 // Keys per KV tile at d256 (80, FlashAttention-3's choice: S 40 + P 20 + O 128 registers, and
 // Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB of shared memory; 64 is the ablation).
 #ifndef FA_HOPPER_D256_BLOCK_KV
@@ -127,14 +133,15 @@
 // global memory (FlashAttention-3's causal scheduler) in the one-CTA-per-item order (L2 head groups,
 // heaviest query tile first in each), so an SM that finishes early takes the next item. The producer
 // fetches it and hands it to the consumers through shared memory (two slots, item_full / item_empty
-// barriers). On at d128: +4-21% at causal 4k-512, level at 16k. Off at d64 and d256: there the hand-over
-// state spills 1-2 words, which the non-causal kernels (the same instantiation) pay too, -2-4% at d256 and
-// up to -3% at d64, for at most +3% causal (docs/perf-notes-hopper.md, sessions 8 and 9).
+// barriers). On at d128: +4-21% at causal 4k-512, level at 16k; on at d64 since session 15, when its hand-over
+// no longer spilled: 3-13% fewer cycles at causal 512-4k. Off at d256: there the hand-over state spills 1-2
+// words, which the non-causal kernels (the same instantiation) pay too, -2-4%, and session 15 measured it level
+// at causal 512-2k (docs/perf-notes-hopper.md, sessions 8, 9 and 15).
 #ifndef FA_HOPPER_D128_DYNAMIC_CAUSAL
 #define FA_HOPPER_D128_DYNAMIC_CAUSAL 1
 #endif
 #ifndef FA_HOPPER_D64_DYNAMIC_CAUSAL
-#define FA_HOPPER_D64_DYNAMIC_CAUSAL 0
+#define FA_HOPPER_D64_DYNAMIC_CAUSAL 1
 #endif
 #ifndef FA_HOPPER_D256_DYNAMIC_CAUSAL
 #define FA_HOPPER_D256_DYNAMIC_CAUSAL 0
@@ -223,12 +230,13 @@ constexpr bool hopper_dynamic_causal(int head_dim) {
                            : FA_HOPPER_D256_DYNAMIC_CAUSAL;
 }
 
-template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1>
+// CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (FA_HOPPER_D64_CONSUMERS at d64, else 2).
+template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
   static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of CTAs at most");
-  static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_D64_CONSUMERS : 2;  // 64 rows each
+  static constexpr int CONSUMERS = CONSUMERS_ > 0 ? CONSUMERS_ : DIM == 64 ? FA_HOPPER_D64_CONSUMERS : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -276,9 +284,10 @@ struct HopperTiles {
   static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 64;
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
   static constexpr int RING_BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0);
-  static constexpr int BARRIERS = RING_BARRIERS + (TAIL_IN_SMEM ? 2 : 0);
-  // the split tail's TailRange (4 words, TAIL_IN_SMEM), after the barriers and the item slots
-  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * RING_BARRIERS;
+  // (+ the split tail's TailRange, TAIL_IN_SMEM: 4 words after an 8-byte pad where the count is odd)
+  static constexpr int BARRIERS = RING_BARRIERS + (TAIL_IN_SMEM ? 2 + RING_BARRIERS % 2 : 0);
+  // the split tail's TailRange, after the barriers and the item slots, 16-byte aligned
+  static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (RING_BARRIERS + RING_BARRIERS % 2);
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, in the 128-key
   // kernels (d128 causal and up to 1k keys, d64). The 176-key kernels store from the registers: with the staging their loops
@@ -301,11 +310,12 @@ struct HopperTiles {
   static constexpr int SMEM_BYTES = STAGE_OFFSET + STAGE_BYTES + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 32 + 384 x 160 = 65536, all
-  // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail fits in 32, not
-  // in 24). d256 needs O 128 + S 40 + P 20 of the consumers' 240 (S(t), P(t-1) and O are live together
-  // under the overlap); d64 with 128-key tiles S 64 + P 32 + O 32 of 160.
-  static constexpr int PRODUCER_REGS = CONSUMERS == 3 ? 32 : 24;
-  static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
+  // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail in shared memory,
+  // d64's, fits in 32, not in 24; two d64 consumers: 128 x 32 + 256 x 232). d256 needs O 128 + S 40 + P 20 of the
+  // consumers' 240 (S(t), P(t-1) and O are live together under the overlap); d64 with 128-key tiles S 64 + P 32
+  // + O 32 of 160.
+  static constexpr int PRODUCER_REGS = CONSUMERS == 3 || TAIL_IN_SMEM ? 32 : 24;
+  static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : TAIL_IN_SMEM ? 232 : 240;
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
   static constexpr int O_REGS = DIM / 2;
@@ -613,13 +623,13 @@ __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w,
 }  // namespace hopper
 #endif  // FA_SM90A
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER>
-__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -862,10 +872,10 @@ int cluster_fit(Kernel kernel, std::atomic<int> (&fit_on)[64], int cluster, int 
   return 0;
 }
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER>
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS = 0>
 struct HopperLaunch {
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER>;
-  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
+  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
   inline static std::atomic<int> fit_on[64];  // clusters that fit, per device (CLUSTER > 1)
 
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's epilogue). Causal
@@ -943,13 +953,17 @@ struct HopperLaunch {
 };
 
 // The kernel instantiation a launch takes: non-causal d128 / d256 in clusters of their CLUSTER CTAs when the
-// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys (on 128 up to FA_HOPPER_D128_SHORT_KEYS); calls
-// launcher.template operator()<HopperLaunch<...>>().
+// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys (on 128 up to FA_HOPPER_D128_SHORT_KEYS), causal
+// d64 on two consumers up to FA_HOPPER_D64_SHORT_CAUSAL_ROWS; calls launcher.template operator()<HopperLaunch<...>>().
 template <typename T, int DIM, typename Launcher>
 int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
   constexpr int block_kv = DIM == 256 ? FA_HOPPER_D256_BLOCK_KV : DIM == 128 ? FA_HOPPER_D128_BLOCK_KV : 128;
   constexpr int cluster = DIM == 256 ? FA_HOPPER_D256_CLUSTER : DIM == 128 ? FA_HOPPER_D128_CLUSTER : 1;
   if constexpr (DIM == 64) {
+    if constexpr (FA_HOPPER_D64_SHORT_CAUSAL_ROWS > 0 && FA_HOPPER_D64_CONSUMERS != 2) {
+      if (p.causal && p.seqlen_q <= FA_HOPPER_D64_SHORT_CAUSAL_ROWS)
+        return launcher.template operator()<HopperLaunch<T, DIM, 128, 1, 2>>();
+    }
     return launcher.template operator()<HopperLaunch<T, DIM, 128, 1>>();
   } else {
     constexpr int causal_kv = DIM == 256 ? FA_HOPPER_D256_BLOCK_KV : 128;
