@@ -63,7 +63,9 @@ ALT_FLAGS = {
     "no-pingpong": ("-DFA_HOPPER_PINGPONG=0",),
     "no-overlap": ("-DFA_HOPPER_OVERLAP=0",),
     "no-persist": ("-DFA_HOPPER_PERSISTENT=0",),
-    "causal-persist": ("-DFA_HOPPER_CAUSAL_PERSISTENT=1048576",),  # d256 causal persistent (static order) too
+    # d256 causal persistent (static order) at every length, and never (before session 15: one CTA per item)
+    "causal-persist": ("-DFA_HOPPER_D256_CAUSAL_PERSISTENT=1048576", "-DFA_HOPPER_D256_CAUSAL_PERSISTENT_FROM=0"),
+    "d256-causal-grid": ("-DFA_HOPPER_D256_CAUSAL_PERSISTENT=0",),
     # d64 causal on three consumers at every length and without the dynamic scheduler (before session 15): one CTA per
     # item (before session 8), persistent (the static balanced order) at every length, and the two as in sessions 8-14
     "d64-causal-grid": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0",
@@ -147,6 +149,9 @@ CORRECTNESS_SHAPES = [
     # causal d64 from the counter, more items than SMs: two consumers up to 1024 query rows, three above
     (8, 16, 4, 1000, 1200, 64, "bf16", True),
     (4, 16, 4, 1100, 1100, 64, "fp16", True),
+    # causal d256 with 4k-8k keys: persistent CTAs in the balanced static order (Sq != Sk, GQA, tails)
+    (2, 4, 2, 1000, 4100, 256, "fp16", True),
+    (4, 8, 2, 1500, 4096, 256, "bf16", True),
 ]
 BENCH_CASES = [  # b, h, s, d, causal
     (1, 16, 16384, 128, False),

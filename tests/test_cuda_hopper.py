@@ -375,6 +375,7 @@ GPU_SHAPES = [
     # the first, 144 items on 132 CTAs, 12 split
     (3, 16, 4, 500, 1999),
     (4, 16, 16, 384, 3000),
+    (2, 8, 2, 700, 4200),  # causal d256 with 4k-8k keys: persistent CTAs, 96 items of up to 53 tiles
 ]
 
 

@@ -79,7 +79,8 @@
 // for P V before the softmax (the GEMMs of one iteration still go out together);
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
 // launches one CTA per work item instead of one per SM;
-// FA_HOPPER_CAUSAL_PERSISTENT / FA_HOPPER_D64_CAUSAL_PERSISTENT: causal persistent too, up to a length (below).
+// FA_HOPPER_CAUSAL_PERSISTENT / FA_HOPPER_D64_CAUSAL_PERSISTENT / FA_HOPPER_D256_CAUSAL_PERSISTENT(_FROM): causal
+// persistent too, over a range of lengths (below).
 // Keys per KV tile of non-causal d128 (128 or 176, FlashAttention-3's choice: the per-tile
 // costs, O rescale included, spread over more keys). Causal and d64 always take 128.
 #ifndef FA_HOPPER_D128_BLOCK_KV
@@ -117,17 +118,24 @@
 #ifndef FA_HOPPER_PERSISTENT
 #define FA_HOPPER_PERSISTENT 1
 #endif
-// Causal persistent too, up to this many keys (0: never), per head_dim (see the host launch). d64: 1024,
-// where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item in every
-// run; from 2k up one paper sweep read it 3-8% below and interleaved dev runs level to +5%, so the bound
-// stays where both agree; d128 and d256 never (d128 level at 4k and 16k and -4% at 1k, d256 -17% at 512
-// and 1k: this order puts all heads in flight at once, more K/V than L2 holds there; docs/perf-notes-
-// hopper.md, session 8). A head_dim with the dynamic causal scheduler (below) is persistent regardless.
+// Causal persistent too (the balanced static order), up to this many keys (0: never), per head_dim (see the host
+// launch). d64: 1024, where the balanced static order measured +10-28% at causal 512 and 1k over one CTA per item in
+// every run; from 2k up one paper sweep read it 3-8% below and interleaved dev runs level to +5%, so the bound
+// stays where both agree (d64 now takes the dynamic scheduler, below, which overrides it); d128 never (level at 4k
+// and 16k and -4% at 1k; docs/perf-notes-hopper.md, session 8). d256 from FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM to
+// 8192 keys: there it measured 8-9% fewer cycles and 4-5% less time at 4k and 8k, but 17-20% more cycles at 512 and
+// 1k, 1-2% more at 2k and 16k (session 15). A head_dim with the dynamic causal scheduler is persistent regardless.
 #ifndef FA_HOPPER_CAUSAL_PERSISTENT
 #define FA_HOPPER_CAUSAL_PERSISTENT 0
 #endif
 #ifndef FA_HOPPER_D64_CAUSAL_PERSISTENT
 #define FA_HOPPER_D64_CAUSAL_PERSISTENT 1024
+#endif
+#ifndef FA_HOPPER_D256_CAUSAL_PERSISTENT
+#define FA_HOPPER_D256_CAUSAL_PERSISTENT 8192
+#endif
+#ifndef FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM
+#define FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM 4096
 #endif
 // Per head_dim, 1: causal launches persistent CTAs at every length that take their items from a counter in
 // global memory (FlashAttention-3's causal scheduler) in the one-CTA-per-item order (L2 head groups,
@@ -250,14 +258,18 @@ struct HopperTiles {
   static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
                                         : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
                                                      : FA_HOPPER_D256_RETIRE_AT_TOP;
-  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64 ? FA_HOPPER_D64_CAUSAL_PERSISTENT : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64    ? FA_HOPPER_D64_CAUSAL_PERSISTENT
+                                               : DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT
+                                                            : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM : 0;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)
   static constexpr bool DYNAMIC_CAUSAL = hopper_dynamic_causal(DIM) && (DIM != 128 || BLOCK_KV == 128);
-  // Whether a launch walks causal items with persistent CTAs (host and kernel must agree).
+  // Whether a launch walks causal items with persistent CTAs (host and kernel must agree; cluster kernels run
+  // non-causal launches only).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
-    return (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
-           (DYNAMIC_CAUSAL || p.seqlen_k <= CAUSAL_PERSISTENT_KEYS);
+    return CLUSTER == 1 && (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
+           (DYNAMIC_CAUSAL || (p.seqlen_k >= CAUSAL_PERSISTENT_FROM && p.seqlen_k <= CAUSAL_PERSISTENT_KEYS));
   }
   static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
                                     : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
