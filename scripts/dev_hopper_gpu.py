@@ -390,6 +390,7 @@ SANITIZE_SHAPES = [
     (1, 4, 2, 300, 170, 128, "fp16", True),
     (1, 4, 2, 300, 1100, 128, "bf16", False),  # the 176-key kernel (more than 1k keys), tail tile
     (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
+    (1, 2, 1, 128, 4100, 256, "fp16", True),  # d256 causal with 4k-8k keys: persistent CTAs
     (1, 2, 1, 200, 333, 256, "fp16", False),
     (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two (128-key kernel)
     (1, 72, 8, 512, 1100, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
