@@ -53,7 +53,8 @@ VARIANTS["hopper"] = {
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
     "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64, but 2 for causal d64 up to 1k query rows), "
     "S(t) issued with P(t-1)V(t-1) (softmax(t) under that P V at d256), "
-    "persistent CTAs (non-causal; causal d64 and d128 fed by an item counter), 176-key tiles (non-causal d128), "
+    "persistent CTAs (non-causal; causal d256 at 4k-8k keys; causal d64 and d128 fed by an item counter), "
+    "176-key tiles (non-causal d128), "
     "80-key tiles (d256)",
 }
 
