@@ -54,8 +54,7 @@ VARIANTS["hopper"] = {
     "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64, but 2 for causal d64 up to 1k query rows), "
     "S(t) issued with P(t-1)V(t-1) (softmax(t) under that P V at d256), "
     "persistent CTAs (non-causal; causal d256 at 4k-8k keys; causal d64 and d128 fed by an item counter), "
-    "176-key tiles (non-causal d128), "
-    "80-key tiles (d256)",
+    "176-key tiles (non-causal d128), 80-key tiles (d256)",
 }
 
 VARIANTS["hopper-fp8"] = {
