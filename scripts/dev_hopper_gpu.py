@@ -75,7 +75,7 @@ ALT_FLAGS = {
     "d64-static-causal": ("-DFA_HOPPER_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0"),
     "d64-causal-3wg": ("-DFA_HOPPER_D64_SHORT_CAUSAL_ROWS=0",),  # short causal d64 rows on three consumers too
     "static-causal": ("-DFA_HOPPER_D128_DYNAMIC_CAUSAL=0",),  # d128 causal one CTA per item (before session 9)
-    # d64 / d256 causal persistent at every length too, items from a counter (d128's scheduler)
+    # d256 causal persistent at every length, items from a counter (the scheduler of d64 and d128)
     "d256-dynamic-causal": ("-DFA_HOPPER_D256_DYNAMIC_CAUSAL=1",),
     "no-split": ("-DFA_HOPPER_SPLIT_TAIL=0",),  # a plain last round for non-causal d128 (before session 13)
     "kv128": ("-DFA_HOPPER_D128_BLOCK_KV=128",),
