@@ -59,13 +59,14 @@ VARIANTS["hopper"] = {
 
 VARIANTS["hopper-fp8"] = {
     "formats": ("fp8",),
-    # d256: O alone is 128 fp32 registers per consumer thread; hopper's 80-key d256 not ported.
-    "head_dims": (64, 128),
+    # d256: 128-key tiles (O 128 + S 64 + two P 16 registers of the consumers' 240), Q and K in two 128-byte panels,
+    # a 3-stage ring (Q 32 KB + 3 x 64 KB of shared)
+    "head_dims": (64, 128, 256),
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma .e4m3 / setmaxnreg: sm_90a cubin only
     "ceiling": "wgmma",  # compare.backends maps wgmma + fp8 to the wgmma.e4m3 ceiling
     "description": "sm_90a fp8 e4m3: hopper's TMA ring and warpgroups, QGMMA for both products, V^T K-major, "
-    "P in e4m3 (no scale), per-head descales, S(t+1) issued with P(t)V(t), 3 consumers at d64; "
+    "P in e4m3 (no scale), per-head descales, S(t+1) issued with P(t)V(t), 3 consumers at d64, 3 K/V stages at d256; "
     "K tiles loaded key-permuted (P packed without shuffles) when K is contiguous and Sk % 16 == 0",
 }
 

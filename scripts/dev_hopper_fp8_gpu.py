@@ -4,7 +4,7 @@ Build here first (`python scripts/dev_hopper_fp8_gpu.py --build-only [NAME... | 
 library and the ALT_BUILDS named) and carry cuda_impl/_build; the ALT_BUILDS that were not built and
 carried are skipped. On the H200:
 
-    PYTHONPATH=. [DEV_ROUNDS=3] [DEV_BASELINE_LIB=path/libcuda_fa.so] python scripts/dev_hopper_fp8_gpu.py
+    PYTHONPATH=. [DEV_ROUNDS=3] [DEV_HEAD_DIMS=256] [DEV_BASELINE_LIB=path/libcuda_fa.so] python scripts/dev_hopper_fp8_gpu.py
     PYTHONPATH=. timeout 120 compute-sanitizer --tool memcheck python scripts/dev_hopper_fp8_gpu.py --sanitize
     PYTHONPATH=. timeout 120 compute-sanitizer --tool memcheck python scripts/dev_hopper_fp8_gpu.py --sanitize-split
     PYTHONPATH=. ncu -k regex:fwd_hopper_fp8 --launch-skip 1 --launch-count 1 --section WarpStateStats \
@@ -13,7 +13,7 @@ carried are skipped. On the H200:
 Stages, each in a child process with a timeout (a barrier bug hangs instead of failing):
 1. correctness: compare.oracle.check (float64 reference on the dequantized inputs, the plain fp8
    reference's error x 2 as the bound, NaN-poisoned outputs, LSE) on shapes chosen for the
-   pipeline: tails, several ring rounds, causal with Sq != Sk both ways, GQA/MQA, both head dims,
+   pipeline: tails, several ring rounds, causal with Sq != Sk both ways, GQA/MQA, the three head dims,
    a custom scale, large and shifted inputs; each ALT_BUILDS library on a few of them;
 2. timing (only when everything passed): do_bench medians (L2 flushed) of cuda:hopper-fp8 through
    attention() (what the driver times) and as a direct launch per build, triton:fp8, and SDPA cuDNN
@@ -39,7 +39,9 @@ from compare.bench import attention_pairs  # noqa: E402
 from devkit import log, oracle_check, run_checks  # noqa: E402
 
 ROUNDS = int(os.environ.get("DEV_ROUNDS", "1"))  # timing rounds per candidate (see bench_case)
-STAGE_TIMEOUT_S = {"correctness": 90, "timing": 60 + 120 * ROUNDS}
+# DEV_HEAD_DIMS=256 or 64,128: time only BENCH_CASES of these head_dims (default: all)
+HEAD_DIMS = {int(d) for d in os.environ.get("DEV_HEAD_DIMS", "").split(",") if d}
+STAGE_TIMEOUT_S = {"correctness": 150, "timing": 60 + 120 * ROUNDS}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
 ALL_ALT_BUILDS = {
     "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
@@ -54,7 +56,8 @@ ALL_ALT_BUILDS = {
     "d128-retire-top": ("-DFA_HOPPER_FP8_D128_RETIRE_AT_TOP=1",),
     "no-persist": ("-DFA_HOPPER_FP8_PERSISTENT=0",),  # non-causal one CTA per item too (before session 9)
     # causal one CTA per item (before session 10; the default feeds persistent CTAs from a counter)
-    "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0"),
+    "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0",
+                         "-DFA_HOPPER_FP8_D256_DYNAMIC_CAUSAL=0"),
     "no-split": ("-DFA_HOPPER_FP8_SPLIT_TAIL=0",),  # a plain last round for non-causal d64 (before session 13)
     "direct-store": ("-DFA_HOPPER_FP8_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
 }
@@ -95,6 +98,15 @@ CORRECTNESS_CASES = [
     (4, 8, 4, 1000, 1200, 128, False, "normal", None),
     (2, 16, 8, 2000, 1500, 64, False, "shifted", None),  # d64's last round split (88 items over 132 CTAs)
     (3, 16, 4, 700, 1999, 64, False, "normal", 0.2),  # d64's last round split (60 items of 16 tiles)
+    # d256: Q and K in two 128-byte panels, P V as m64n256k32, a 3-stage ring (session 16)
+    (1, 2, 2, 128, 256, 256, False, "normal", None),
+    (2, 4, 4, 200, 333, 256, True, "normal", None),  # tails, in-order K (333 % 16), V^T re-padded
+    (1, 4, 4, 300, 97, 256, True, "normal", None),  # Sq > Sk
+    (2, 4, 2, 300, 1040, 256, True, "shifted", None),  # permuted K, GQA, the last tile into the next head
+    (1, 8, 8, 2048, 2048, 256, True, "large", 0.05),
+    (4, 8, 4, 1000, 1200, 256, False, "normal", None),  # 256 items: persistent CTAs take two
+    (2, 8, 1, 64, 1100, 256, False, "normal", 0.3),  # MQA
+    (3, 2, 2, 65, 1, 256, False, "normal", None),
 ]
 ALT_CASES = CORRECTNESS_CASES
 BENCH_CASES = [  # b, h, s, d, causal
@@ -115,6 +127,12 @@ BENCH_CASES = [  # b, h, s, d, causal
     (4, 16, 4096, 64, True),
     (16, 16, 1024, 64, True),
     (32, 16, 512, 64, True),
+    (1, 16, 16384, 256, False),
+    (1, 16, 16384, 256, True),
+    (4, 16, 4096, 256, False),
+    (4, 16, 4096, 256, True),
+    (16, 16, 1024, 256, False),
+    (16, 16, 1024, 256, True),
 ]
 
 
@@ -231,7 +249,7 @@ def bench_case(b, h, s, d, causal):
 
 
 def stage_timing() -> int:
-    rows = [bench_case(*c) for c in BENCH_CASES]
+    rows = [bench_case(*c) for c in BENCH_CASES if not HEAD_DIMS or c[3] in HEAD_DIMS]
     names = ["hopper-fp8", *ALT_BUILDS, "triton:fp8", "cudnn-bf16"]
     print(f"\nTFLOP/s (median of {ROUNDS} round{'s' if ROUNDS > 1 else ''})\n" + f"{'case':26} " + " ".join(f"{n:>10}" for n in names) + "  vs triton  vs cudnn  max|ours-triton|")
     for case, rates, diff in rows:
@@ -249,6 +267,8 @@ SANITIZE_CASES = [
     (2, 4, 2, 300, 1040, 128, True, "normal", None),  # key-permuted K tiles
     (2, 4, 2, 200, 320, 64, False, "normal", None),
     (3, 8, 4, 800, 500, 128, False, "normal", None),  # 168 items: persistent CTAs take two
+    (1, 4, 2, 300, 333, 256, True, "normal", None), (2, 4, 2, 300, 1040, 256, False, "normal", None),
+    (3, 8, 4, 800, 500, 256, False, "normal", None),
 ]
 # d64's split last round, in memcheck (its workspace; its hand-over is in global memory, which racecheck does not
 # watch): 60 items of 10 tiles over 132 CTAs, and 88 of 9.
@@ -287,7 +307,7 @@ def run_stage(stage: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="six small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="nine small launches, for compute-sanitizer")
     parser.add_argument("--sanitize-split", action="store_true",
                         help="two launches with a split last round, for compute-sanitizer's memcheck")
     parser.add_argument("--stage", choices=sorted(STAGE_TIMEOUT_S), help=argparse.SUPPRESS)

@@ -59,25 +59,27 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
 
 @pytest.mark.parametrize("schedule", [1, 2], ids=["persistent", "dynamic"])
 @pytest.mark.parametrize("permuted_k", [False, True], ids=["k-in-order", "k-permuted"])
-@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
 def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     """The default build's two schedules: persistent CTAs walking a static order (non-causal) and
     persistent CTAs fed by a counter (causal)."""
     instructions = kernel(fp8_sass, "sm_90", head_dim, permuted_k, schedule)
     ops = sass.opcode_counts(instructions)
-    # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring, q_empty (the
+    # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring (3 stages at d256), q_empty (the
     # producer reloads Q for the next item), and in the counter-fed kernels the four of the item
     # hand-over, whose one atomic takes the next item; at d64 the static walk's one atomic counts the parts of
-    # a split unit (hopper_split.cuh; d128 keeps a plain last round)
+    # a split unit (hopper_split.cuh; d128 and d256 keep a plain last round)
     dynamic = schedule == 2
     split = not dynamic and head_dim == 64
-    assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 + 1 + 4 * dynamic
+    stages = 3 if head_dim == 256 else 4
+    assert ops["SYNCS.EXCH.64"] == 1 + 3 * stages + 1 + 4 * dynamic
     assert ops.get("ATOMG.E.ADD.STRONG.GPU", 0) == dynamic and ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
     assert sum(op.startswith("ATOM") for op in ops) == dynamic + split
     qgmma = [i for i in instructions if i.startswith("QGMMA")]
     qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
     pv = [i for i in qgmma if i not in qk]
-    # Q K^T: head_dim / 32 k-steps of m64n128k32 per issue; P V: 128 / 32 k-steps, A from registers.
+    # Q K^T: head_dim / 32 k-steps of m64n128k32 per issue (d256: 4 in each 128-byte panel); P V: 128 / 32
+    # k-steps of m64n{head_dim}k32, A from registers.
     assert qk and all("64x128x32.F32.E4M3.E4M3" in i for i in qk)
     assert len(qk) % (head_dim // 32) == 0
     assert pv and all(f"64x{head_dim}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
@@ -88,10 +90,15 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     if head_dim == 64:
         assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
+    if head_dim == 256:  # Q and K in two panels: the panel offset is a TMA coordinate
+        loads = [i for i in instructions if i.startswith("UTMALDG")]
+        assert len(loads) >= 2 + 2 + 1, loads
     assert any(op.startswith("F2FP.SATFINITE.E4M3") for op in ops), "P is not packed to e4m3"
     # O leaves through shared memory (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of the store (the
-    # static walk at d64 has two: after a split part's merge and plain)
-    assert ops["STSM.16.M88.4"] == (1 + split) * head_dim // 16
+    # static walk at d64 has two: after a split part's merge and plain); at d256 the three stages leave no room for
+    # the staging, and O leaves from the registers
+    staged = head_dim <= 128
+    assert ops.get("STSM.16.M88.4", 0) == staged * (1 + split) * head_dim // 16
     # one SHFL.IDX broadcasts the warpgroup index at the start (warp-uniform to ptxas), one (static walk) the
     # count of a split unit's parts; the rest permute P
     broadcasts = 1 + split
@@ -110,7 +117,8 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
 
 # The causal schedule before session 10, one CTA per item: the ablation build "item-grid-causal" of
 # scripts/dev_hopper_fp8_gpu.py, what the counter-fed default is compared with bit for bit.
-ITEM_GRID_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0")
+ITEM_GRID_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0",
+                   "-DFA_HOPPER_FP8_D256_DYNAMIC_CAUSAL=0")
 
 
 def test_causal_launches_take_the_counter_fed_schedule_and_its_flags_turn_it_off(fp8_sass):
@@ -118,22 +126,22 @@ def test_causal_launches_take_the_counter_fed_schedule_and_its_flags_turn_it_off
     holds no one-CTA-per-item kernel. With the flags at 0: one-CTA-per-item causal kernels (no atomic, no
     q_empty, no hand-over barriers), no spills, and no counter asked for."""
     lib = _lib.load()
-    assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [1, 1]
+    assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128, 256)] == [1, 1, 1]
     assert not [fn for (_, fn) in fp8_sass if "ELi0E" in fn]
     spec = _lib.library_spec(ITEM_GRID_FLAGS)
     item_grid_lib = _lib.load(ITEM_GRID_FLAGS)
-    assert [item_grid_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128)] == [0, 0]
+    assert [item_grid_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128, 256)] == [0, 0, 0]
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     names = {r["kernel"] for r in rows if r["arch"] == "sm_90a"}
-    assert {f"fwd_hopper_fp8_kernel<fp8,{d}>" for d in (64, 128)} <= names
+    assert {f"fwd_hopper_fp8_kernel<fp8,{d}>" for d in (64, 128, 256)} <= names
     assert not any(n.endswith(",dynamic>") for n in names)
     assert all(r["stack"] == 0 and r["spill_stores"] == 0 for r in rows), rows
     functions = {key: ins for key, ins in sass.dump_sass(build.cached_library(spec)).items()
                  if "fwd_hopper_fp8_kernel" in key[1]}
-    for d in (64, 128):
+    for d in (64, 128, 256):
         for permuted_k in (False, True):
             ops = sass.opcode_counts(kernel(functions, "sm_90", d, permuted_k, schedule=0))
-            assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 and not any(op.startswith("ATOM") for op in ops), ops
+            assert ops["SYNCS.EXCH.64"] == 1 + 3 * (3 if d == 256 else 4) and not any(op.startswith("ATOM") for op in ops), ops
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
@@ -163,7 +171,7 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
 
 
 def test_registry_entry():
-    assert SPEC["formats"] == ("fp8",) and set(SPEC["head_dims"]) >= {64, 128}
+    assert SPEC["formats"] == ("fp8",) and SPEC["head_dims"] == (64, 128, 256)
     assert SPEC["min_cc"] == SPEC["max_cc"] == (9, 0)
     assert cuda_impl.DEFAULT_VARIANT["fp8"] == "hopper-fp8"
     backend = backends.get("cuda:hopper-fp8")
@@ -184,7 +192,7 @@ def quantized(d=64, sq=40, sk=40, hq=2, hkv=2, fmt="fp8"):
     "make, error, match",
     [
         (lambda: quantized(d=96), ValueError, "head_dim"),
-        (lambda: quantized(d=256), ValueError, "head_dim"),
+        (lambda: quantized(d=192), ValueError, "head_dim"),
         (lambda: quantized(hq=3, hkv=2), ValueError, "heads"),
         # V not transposed: P @ V would need an MN-major fp8 operand, which wgmma cannot read
         (lambda: (*quantized()[:2], formats.quantize(torch.randn(1, 2, 40, 64), "fp8")), ValueError, "layout"),
@@ -239,6 +247,12 @@ GPU_CASES = [
     (4, 8, 4, 1000, 1200, 128, False, "normal"),
     (2, 16, 8, 2000, 1500, 64, False, "shifted"),  # (352 items on 132 CTAs: the last round split, 88 items)
     (3, 16, 4, 700, 1999, 64, False, "normal"),  # d64's last round split: 60 items of 16 tiles over 132 CTAs
+    # d256: Q and K tiles in two 128-byte panels, P V as m64n256k32, a 3-stage ring
+    (1, 2, 2, 128, 256, 256, False, "normal"),
+    (2, 4, 2, 300, 1040, 256, True, "normal"),  # permuted K, GQA, the last tile into the next head
+    (2, 4, 4, 200, 333, 256, True, "shifted"),  # in-order K, tails, V^T re-padded
+    (1, 4, 4, 300, 97, 256, True, "normal"),  # Sq > Sk
+    (4, 8, 4, 1000, 1200, 256, False, "large"),  # 256 items: persistent CTAs take two
 ]
 
 
@@ -256,7 +270,7 @@ def test_matches_oracle(shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_counter_fed_causal_schedule_under_repeats_and_graph_replays(d):
     """Causal CTAs take items from a counter that each launch zeroes first: with more items than SMs,
     every launch -- eager, repeated, and replays of one captured CUDA graph (the driver times those) --
@@ -301,7 +315,7 @@ def test_counter_fed_causal_schedule_under_repeats_and_graph_replays(d):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("d", [64, 128, 256])
 def test_strided_k_takes_the_in_order_tiles_and_matches_oracle(d):
     """K stored (B, Sk, H, D) and viewed (B, H, Sk, D): its rows do not form one sequence over the
     heads, so the kernel loads K tiles in key order and moves P's keys with shuffles; both the

@@ -43,6 +43,10 @@
 #ifndef FA_HOPPER_FP8_STAGES
 #define FA_HOPPER_FP8_STAGES 4
 #endif
+// d256: K and V^T tiles of 128 keys are 32 KB each, so three stages (and Q's 32 KB) fill the 227 KB.
+#ifndef FA_HOPPER_FP8_D256_STAGES
+#define FA_HOPPER_FP8_D256_STAGES 3
+#endif
 // O leaves through shared memory, whole rows per store (hopper_epilogue.cuh); 0 stores it from the registers,
 // 4 bytes per thread and row (store_wgmma_rows), the ablation.
 #ifndef FA_HOPPER_FP8_STAGED_STORE
@@ -62,6 +66,9 @@
 #endif
 #ifndef FA_HOPPER_FP8_D64_SOFTMAX_CHAINS
 #define FA_HOPPER_FP8_D64_SOFTMAX_CHAINS 4
+#endif
+#ifndef FA_HOPPER_FP8_D256_SOFTMAX_CHAINS
+#define FA_HOPPER_FP8_D256_SOFTMAX_CHAINS 2
 #endif
 // Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
 // warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
@@ -91,6 +98,9 @@
 #ifndef FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL
 #define FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL 1
 #endif
+#ifndef FA_HOPPER_FP8_D256_DYNAMIC_CAUSAL
+#define FA_HOPPER_FP8_D256_DYNAMIC_CAUSAL 1
+#endif
 // 1: flat K tiles load key-permuted, P packed in place; 0: 4-D map in key order always; 2: flat K
 // through the 5-D map in key order (ablation).
 #ifndef FA_HOPPER_FP8_PERMUTED_K
@@ -104,6 +114,9 @@
 #endif
 #ifndef FA_HOPPER_FP8_D128_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_D128_RETIRE_AT_TOP 0
+#endif
+#ifndef FA_HOPPER_FP8_D256_RETIRE_AT_TOP
+#define FA_HOPPER_FP8_D256_RETIRE_AT_TOP 0
 #endif
 
 extern "C" {
@@ -129,7 +142,9 @@ constexpr int FA_DTYPE_E4M3 = 2;
 enum Fp8Schedule : int { FP8_ITEM_GRID = 0, FP8_PERSISTENT = 1, FP8_DYNAMIC = 2 };
 
 constexpr bool fp8_dynamic_causal(int head_dim) {
-  return head_dim == 64 ? FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL : FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL;
+  return head_dim == 64    ? FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
+         : head_dim == 128 ? FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL
+                           : FA_HOPPER_FP8_D256_DYNAMIC_CAUSAL;
 }
 
 template <int DIM_, bool FLAT_K_, int SCHEDULE>
@@ -145,20 +160,30 @@ struct Fp8Tiles {
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
-  static constexpr int STAGES = FA_HOPPER_FP8_STAGES;
-  static constexpr int SOFTMAX_CHAINS = DIM == 64 ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS : FA_HOPPER_FP8_D128_SOFTMAX_CHAINS;
-  static constexpr bool RETIRE_AT_TOP = DIM == 64 ? FA_HOPPER_FP8_D64_RETIRE_AT_TOP : FA_HOPPER_FP8_D128_RETIRE_AT_TOP;
+  static constexpr int STAGES = DIM == 256 ? FA_HOPPER_FP8_D256_STAGES : FA_HOPPER_FP8_STAGES;
+  static constexpr int SOFTMAX_CHAINS = DIM == 64    ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS
+                                        : DIM == 128 ? FA_HOPPER_FP8_D128_SOFTMAX_CHAINS
+                                                     : FA_HOPPER_FP8_D256_SOFTMAX_CHAINS;
+  static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_FP8_D64_RETIRE_AT_TOP
+                                        : DIM == 128 ? FA_HOPPER_FP8_D128_RETIRE_AT_TOP
+                                                     : FA_HOPPER_FP8_D256_RETIRE_AT_TOP;
   static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see the header)");
-  static constexpr int QK_SWIZZLE = DIM;  // a Q/K row is DIM bytes: 64- or 128-byte swizzle
-  static constexpr int Q_BYTES = BLOCK_Q * DIM;
-  static constexpr int K_BYTES = BLOCK_KV * DIM;
+  // A Q/K row is DIM bytes: one 64- or 128-byte swizzled row at d64 / d128; at d256 two 128-byte panels, each a
+  // whole tile of 128-byte rows (the widest TMA swizzle), the second after the first.
+  static constexpr int QK_SWIZZLE = DIM < 128 ? DIM : 128;
+  static constexpr int QK_PANELS = DIM / QK_SWIZZLE;
+  static constexpr int Q_PANEL_BYTES = BLOCK_Q * QK_SWIZZLE;
+  static constexpr int K_PANEL_BYTES = BLOCK_KV * QK_SWIZZLE;
+  static constexpr int Q_BYTES = QK_PANELS * Q_PANEL_BYTES;
+  static constexpr int K_BYTES = QK_PANELS * K_PANEL_BYTES;
   static constexpr int V_BYTES = DIM * BLOCK_KV;  // V^T tile: DIM rows of BLOCK_KV keys
   static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES, V after it
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
   static constexpr int BARRIERS = 1 + 3 * STAGES + (PERSISTENT ? 1 : 0) + (DYNAMIC ? 5 : 0);  // hopper_fp8::Barriers
   // the epilogue's staging slots (FA_HOPPER_FP8_STAGED_STORE), one per consumer warp, after the barriers
-  static constexpr bool STAGED_STORE = FA_HOPPER_FP8_STAGED_STORE;
+  // (d256: the three stages leave no room; O is stored from the registers)
+  static constexpr bool STAGED_STORE = FA_HOPPER_FP8_STAGED_STORE && DIM <= 128;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int SMEM_BYTES =
       STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
@@ -169,6 +194,7 @@ struct Fp8Tiles {
   static constexpr int S_REGS = BLOCK_KV / 2;
   static constexpr int O_REGS = DIM / 2;
   static constexpr int K_STEPS_QK = DIM / 32;    // k32 steps of Q K^T
+  static constexpr int K_STEPS_PER_PANEL = QK_SWIZZLE / 32;
   static constexpr int K_STEPS_PV = BLOCK_KV / 32;  // k32 steps of P V
   // (d64 only: at d128 the split walk measured 2% more cycles at 4k-16k than the plain last round it saves on,
   // its loop compiled differently; docs/perf-notes-hopper.md, session 13)
@@ -187,7 +213,9 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   if constexpr (C::PERSISTENT)  // the previous item's last S = Q K^T is done
     sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
-  sm90::tma_load_4d(smem, map_q, bars.q_full(), 0, w.q_start, w.head_q, w.batch);
+  for (int panel = 0; panel < C::QK_PANELS; panel++)
+    sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * C::QK_SWIZZLE, w.q_start,
+                      w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int ring = done.kv_tiles + tile;
     const int s = ring % C::STAGES;
@@ -195,11 +223,14 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
-    if constexpr (C::FLAT_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
-      sm90::tma_load_5d(k_smem, map_k, bars.k_full(s), 0, 0, 0, 0,
-                        ((w.batch * p.heads_kv + w.head_kv) * p.seqlen_k + kv_start) / 16);
-    else
-      sm90::tma_load_4d(k_smem, map_k, bars.k_full(s), 0, kv_start, w.head_kv, w.batch);
+    for (int panel = 0; panel < C::QK_PANELS; panel++) {
+      const uint32_t k_panel = k_smem + panel * C::K_PANEL_BYTES;
+      if constexpr (C::FLAT_K)  // the map's last axis: 16-key blocks of all (batch, head) rows
+        sm90::tma_load_5d(k_panel, map_k, bars.k_full(s), panel * C::QK_SWIZZLE, 0, 0, 0,
+                          ((w.batch * p.heads_kv + w.head_kv) * p.seqlen_k + kv_start) / 16);
+      else
+        sm90::tma_load_4d(k_panel, map_k, bars.k_full(s), panel * C::QK_SWIZZLE, kv_start, w.head_kv, w.batch);
+    }
     sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
     sm90::tma_load_4d(k_smem + C::K_BYTES, map_vt, bars.v_full(s), kv_start, 0, w.head_kv, w.batch);
   }
@@ -241,14 +272,17 @@ __device__ __forceinline__ void pack_p(const float (&S)[C::S_REGS], uint32_t (&P
   }
 }
 
-// S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row.
+// S = Q K^T of one tile, issued (not waited for): k-step kk is 32 bytes into every row of its panel.
 template <typename C>
 __device__ __forceinline__ void issue_qk(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
   const uint64_t q_desc = sm90::desc_kmajor<C::QK_SWIZZLE>(q_smem), k_desc = sm90::desc_kmajor<C::QK_SWIZZLE>(k_smem);
   sm90::wgmma_fence();
 #pragma unroll
-  for (int kk = 0; kk < C::K_STEPS_QK; kk++)
-    sm90::qgmma_ss_n128(S, sm90::desc_advance(q_desc, kk * 32), sm90::desc_advance(k_desc, kk * 32), kk > 0);
+  for (int kk = 0; kk < C::K_STEPS_QK; kk++) {
+    const int panel = kk / C::K_STEPS_PER_PANEL, in_panel = (kk % C::K_STEPS_PER_PANEL) * 32;
+    sm90::qgmma_ss_n128(S, sm90::desc_advance(q_desc, panel * C::Q_PANEL_BYTES + in_panel),
+                        sm90::desc_advance(k_desc, panel * C::K_PANEL_BYTES + in_panel), kk > 0);
+  }
   sm90::wgmma_commit();
 }
 
@@ -279,7 +313,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
 #pragma unroll
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
-  const uint32_t q_smem = smem + consumer * 64 * C::DIM;  // 64 rows: whole swizzle atoms
+  const uint32_t q_smem = smem + consumer * 64 * C::QK_SWIZZLE;  // 64 rows into every panel: whole swizzle atoms
   auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
   // Ping-pong: consumer c issues its GEMMs after bar.sync on barrier 1 + c, which completes when
   // the other consumer has arrived there, i.e. has issued its own previous GEMMs. Both run the
@@ -497,7 +531,7 @@ int encode_flat_k_map(CUtensorMap* map, const FwdParams& p, char* err, int err_l
   const cuuint64_t sizes[5] = {C::DIM, 2, 4, 2, blocks};
   const cuuint64_t bytes[4] = {row, (C::PERMUTED_K ? 4 : 2) * row, (C::PERMUTED_K ? 2 : 8) * row,
                                16 * row};
-  const cuuint32_t box[5] = {C::DIM, 2, 4, 2, C::BLOCK_KV / 16};
+  const cuuint32_t box[5] = {C::QK_SWIZZLE, 2, 4, 2, C::BLOCK_KV / 16};  // one panel
   return encode_e4m3(map, p.k, 5, sizes, bytes, box, err, err_len);
 }
 
@@ -513,11 +547,11 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
   using C = Fp8Tiles<DIM, FLAT_K, SCHEDULE>;
   const FwdParams& p = fp.base;
   CUtensorMap map_q, map_k, map_vt;
-  if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, DIM,
+  if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, C::QK_SWIZZLE,
                           C::BLOCK_Q, err, err_len))
     return rc;
   if (int rc = FLAT_K ? encode_flat_k_map<C>(&map_k, p, err, err_len)
-                      : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, DIM,
+                      : encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::QK_SWIZZLE,
                                    C::BLOCK_KV, err, err_len))
     return rc;
   // V^T: rows are head_dim, the inner (contiguous) axis is the key.
@@ -558,8 +592,8 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
   if (p.dtype != FA_DTYPE_E4M3) return report(err, err_len, "dtype", "hopper-fp8 takes e4m3 inputs");
   if (fp->q_descale == nullptr || fp->k_descale == nullptr || fp->v_descale == nullptr)
     return report(err, err_len, "descale", "q, k and v descales are required");
-  if (p.head_dim != 64 && p.head_dim != 128)
-    return report(err, err_len, "head_dim", "supported: 64, 128");
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return report(err, err_len, "head_dim", "supported: 64, 128, 256");
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
   const bool flat = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
   const auto launch = [&]<int DIM>() {
@@ -575,7 +609,9 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     if constexpr (FA_HOPPER_FP8_PERSISTENT) return with.template operator()<FP8_PERSISTENT>();
     else return with.template operator()<FP8_ITEM_GRID>();
   };
-  return p.head_dim == 64 ? launch.template operator()<64>() : launch.template operator()<128>();
+  return p.head_dim == 64    ? launch.template operator()<64>()
+         : p.head_dim == 128 ? launch.template operator()<128>()
+                             : launch.template operator()<256>();
 }
 
 // Bytes of base.split_workspace a launch of cuda_fa_fwd_hopper_fp8 with these parameters needs (0: none; the
@@ -588,7 +624,8 @@ extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, in
   const FwdParams& p = fp->base;
   *zeroed = 0;
   if (check_params(p, err, err_len)) return -1;
-  if (p.head_dim != 64 && p.head_dim != 128) return report(err, err_len, "head_dim", "supported: 64, 128"), -1;
+  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
+    return report(err, err_len, "head_dim", "supported: 64, 128, 256"), -1;
   if (p.causal || !FA_HOPPER_FP8_PERSISTENT) return 0;
   const auto sized = [&]<int DIM>() -> int64_t {
     using C = Fp8Tiles<DIM, true, FP8_PERSISTENT>;
@@ -597,5 +634,7 @@ extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, in
     *zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
     return C::Split::bytes(plan);
   };
-  return p.head_dim == 64 ? sized.template operator()<64>() : sized.template operator()<128>();
+  return p.head_dim == 64    ? sized.template operator()<64>()
+         : p.head_dim == 128 ? sized.template operator()<128>()
+                             : sized.template operator()<256>();
 }
