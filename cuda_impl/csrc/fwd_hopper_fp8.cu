@@ -15,6 +15,9 @@
 //   loads in order and sm90::qgmma_a_fragment moves the keys (byte permutes and 2 shuffles per row
 //   and k-step). Ablations: FA_HOPPER_FP8_PERMUTED_K=0 always takes the second path, =2 loads flat K
 //   through the 5-D map in key order (the map's own cost) and moves P's keys with shuffles;
+// - head_dim 256: a 256-byte Q or K row is wider than the widest TMA swizzle, so both tiles load as two
+//   128-byte panels (Fp8Tiles::QK_PANELS) and Q K^T's k-steps walk them; P V is m64n256k32; three K/V
+//   stages fill shared memory, and O is stored from the registers;
 // - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
 //   the final 1 / l;
 // - S(t + 1) = Q K^T and P(t) V(t) are issued together; softmax(t + 1) runs under P(t) V(t)
