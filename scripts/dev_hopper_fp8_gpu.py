@@ -268,7 +268,7 @@ SANITIZE_CASES = [
     (2, 4, 2, 200, 320, 64, False, "normal", None),
     (3, 8, 4, 800, 500, 128, False, "normal", None),  # 168 items: persistent CTAs take two
     (1, 4, 2, 300, 333, 256, True, "normal", None), (2, 4, 2, 300, 1040, 256, False, "normal", None),
-    (3, 8, 4, 800, 500, 256, False, "normal", None),
+    (3, 8, 4, 700, 300, 256, False, "normal", None),  # 144 items: persistent CTAs take two
 ]
 # d64's split last round, in memcheck (its workspace; its hand-over is in global memory, which racecheck does not
 # watch): 60 items of 10 tiles over 132 CTAs, and 88 of 9.

@@ -66,8 +66,8 @@ correctness_lane() {
       # every kernel: racecheck with a kernel filter (--kernel-name kns=fwd_) crashes in the sanitizer on
       # these kernels; torch's reductions in the oracle show hazards of their own, so the summary
       # counts the races reported in the project's kernels (fwd_*) apart
-      # (90 s: racecheck of the fp8 launches, one with more items than SMs, took about 50)
-      step correctness 90 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+      # (150 s: racecheck of the fp8 launches took about 50 s before d256; each d256 launch adds 10-30 s)
+      step correctness 150 "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
     done
   done
   # the split last round of cuda:hopper and cuda:hopper-fp8 (its workspace in global memory): memcheck only
