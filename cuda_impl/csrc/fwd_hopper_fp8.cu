@@ -111,12 +111,6 @@
 #ifndef FA_HOPPER_FP8_PERMUTED_K
 #define FA_HOPPER_FP8_PERMUTED_K 1
 #endif
-// The producer's waits for a free ring stage or Q buffer: each try_wait may suspend it up to this many ns
-// (sm90::mbar_wait_suspended) instead of returning at once. 0: the plain spin (before session 16), which at d64 16k
-// issued about 130 try_waits per tile from the producer warp (ncu source counters, session 16).
-#ifndef FA_HOPPER_FP8_PRODUCER_SUSPEND_NS
-#define FA_HOPPER_FP8_PRODUCER_SUSPEND_NS 10000000
-#endif
 // Where P(t-1) V(t-1) is waited for, per head_dim (hopper_fp8::overlapped_tiles): 1, at the top of
 // the next step, so that softmax(t) runs under it; 0, the loop before session 6. Measured
 // (docs/perf-notes-hopper.md, session 6): d64 +5-7% at the top, d128 4-8% slower there.
@@ -221,14 +215,8 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
                              sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
-  const auto wait = [](uint32_t bar, uint32_t parity) {
-    if constexpr (FA_HOPPER_FP8_PRODUCER_SUSPEND_NS > 0)
-      sm90::mbar_wait_suspended(bar, parity, FA_HOPPER_FP8_PRODUCER_SUSPEND_NS);
-    else
-      sm90::mbar_wait(bar, parity);
-  };
   if constexpr (C::PERSISTENT)  // the previous item's last S = Q K^T is done
-    wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
+    sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
   for (int panel = 0; panel < C::QK_PANELS; panel++)
     sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * C::QK_SWIZZLE, w.q_start,
@@ -236,7 +224,7 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int ring = done.kv_tiles + tile;
     const int s = ring % C::STAGES;
-    wait(bars.kv_empty(s), ((ring / C::STAGES) & 1) ^ 1);
+    sm90::mbar_wait(bars.kv_empty(s), ((ring / C::STAGES) & 1) ^ 1);
     const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);

@@ -78,24 +78,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
   }
 }
 
-// mbar_wait for a thread with nothing else to do (a producer): each try_wait may suspend the thread until the phase
-// completes, for at most `suspend_ns`, instead of returning at once, so that the wait does not spin through issue
-// slots the consumer warps of its SM sub-partition need.
-__device__ __forceinline__ void mbar_wait_suspended(uint32_t bar, uint32_t parity, uint32_t suspend_ns) {
-  uint32_t done = 0;
-  while (!done) {
-    asm volatile(
-        "{\n"
-        ".reg .pred ready;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 ready, [%1], %2, %3;\n"
-        "selp.u32 %0, 1, 0, ready;\n"
-        "}\n"
-        : "=r"(done)
-        : "r"(bar), "r"(parity), "r"(suspend_ns)
-        : "memory");
-  }
-}
-
 // --- TMA ----------------------------------------------------------------------------------
 
 // One box of a 4-D tensor map (coordinates innermost first) into shared memory; completion is
