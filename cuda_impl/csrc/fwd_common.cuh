@@ -40,6 +40,11 @@ constexpr int FA_DTYPE_BF16 = 0;
 constexpr int FA_DTYPE_FP16 = 1;
 constexpr float LOG2E = 1.4426950408889634f;
 
+// A per-head_dim setting (the kernels' FA_*_D64 / D128 / D256 flags): v64 at 64, v128 at 128, v256 otherwise.
+constexpr int by_head_dim(int head_dim, int v64, int v128, int v256) {
+  return head_dim == 64 ? v64 : head_dim == 128 ? v128 : v256;
+}
+
 // Tile shape. Each warp owns WARP_Q = 16 * M_TILES query rows for the whole KV sweep; the CTA
 // streams BLOCK_KV keys at a time through shared memory.
 template <int DIM_, int NUM_WARPS_, int M_TILES_, int BLOCK_KV_>

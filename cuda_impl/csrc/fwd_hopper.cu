@@ -233,9 +233,7 @@ namespace fa {
 
 // Whether causal launches at head_dim take the dynamic causal scheduler (FA_HOPPER_D*_DYNAMIC_CAUSAL).
 constexpr bool hopper_dynamic_causal(int head_dim) {
-  return head_dim == 64    ? FA_HOPPER_D64_DYNAMIC_CAUSAL
-         : head_dim == 128 ? FA_HOPPER_D128_DYNAMIC_CAUSAL
-                           : FA_HOPPER_D256_DYNAMIC_CAUSAL;
+  return by_head_dim(head_dim, FA_HOPPER_D64_DYNAMIC_CAUSAL, FA_HOPPER_D128_DYNAMIC_CAUSAL, FA_HOPPER_D256_DYNAMIC_CAUSAL);
 }
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (FA_HOPPER_D64_CONSUMERS at d64, else 2).
@@ -255,12 +253,10 @@ struct HopperTiles {
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
-  static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_D64_RETIRE_AT_TOP
-                                        : DIM == 128 ? FA_HOPPER_D128_RETIRE_AT_TOP
-                                                     : FA_HOPPER_D256_RETIRE_AT_TOP;
-  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 64    ? FA_HOPPER_D64_CAUSAL_PERSISTENT
-                                               : DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT
-                                                            : FA_HOPPER_CAUSAL_PERSISTENT;
+  static constexpr bool RETIRE_AT_TOP =
+      by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
+  static constexpr int CAUSAL_PERSISTENT_KEYS =
+      by_head_dim(DIM, FA_HOPPER_D64_CAUSAL_PERSISTENT, FA_HOPPER_CAUSAL_PERSISTENT, FA_HOPPER_D256_CAUSAL_PERSISTENT);
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM : 0;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)

@@ -147,9 +147,8 @@ constexpr int FA_DTYPE_E4M3 = 2;
 enum Fp8Schedule : int { FP8_ITEM_GRID = 0, FP8_PERSISTENT = 1, FP8_DYNAMIC = 2 };
 
 constexpr bool fp8_dynamic_causal(int head_dim) {
-  return head_dim == 64    ? FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL
-         : head_dim == 128 ? FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL
-                           : FA_HOPPER_FP8_D256_DYNAMIC_CAUSAL;
+  return by_head_dim(head_dim, FA_HOPPER_FP8_D64_DYNAMIC_CAUSAL, FA_HOPPER_FP8_D128_DYNAMIC_CAUSAL,
+                     FA_HOPPER_FP8_D256_DYNAMIC_CAUSAL);
 }
 
 template <int DIM_, bool FLAT_K_, int SCHEDULE>
@@ -166,12 +165,10 @@ struct Fp8Tiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = 128;  // one 128-byte swizzle row of V^T
   static constexpr int STAGES = DIM == 256 ? FA_HOPPER_FP8_D256_STAGES : FA_HOPPER_FP8_STAGES;
-  static constexpr int SOFTMAX_CHAINS = DIM == 64    ? FA_HOPPER_FP8_D64_SOFTMAX_CHAINS
-                                        : DIM == 128 ? FA_HOPPER_FP8_D128_SOFTMAX_CHAINS
-                                                     : FA_HOPPER_FP8_D256_SOFTMAX_CHAINS;
-  static constexpr bool RETIRE_AT_TOP = DIM == 64    ? FA_HOPPER_FP8_D64_RETIRE_AT_TOP
-                                        : DIM == 128 ? FA_HOPPER_FP8_D128_RETIRE_AT_TOP
-                                                     : FA_HOPPER_FP8_D256_RETIRE_AT_TOP;
+  static constexpr int SOFTMAX_CHAINS = by_head_dim(DIM, FA_HOPPER_FP8_D64_SOFTMAX_CHAINS,
+                                                    FA_HOPPER_FP8_D128_SOFTMAX_CHAINS, FA_HOPPER_FP8_D256_SOFTMAX_CHAINS);
+  static constexpr bool RETIRE_AT_TOP = by_head_dim(DIM, FA_HOPPER_FP8_D64_RETIRE_AT_TOP,
+                                                    FA_HOPPER_FP8_D128_RETIRE_AT_TOP, FA_HOPPER_FP8_D256_RETIRE_AT_TOP);
   static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see the header)");
   // A Q/K row is DIM bytes: one 64- or 128-byte swizzled row at d64 / d128; at d256 two 128-byte panels, each a
   // whole tile of 128-byte rows (the widest TMA swizzle), the second after the first.
