@@ -120,6 +120,7 @@
 #ifndef FA_HOPPER_FP8_D128_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_D128_RETIRE_AT_TOP 0
 #endif
+// (d256 at the top spilled 24-84 bytes: O 128 + S 64 registers leave too little; session 16)
 #ifndef FA_HOPPER_FP8_D256_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_D256_RETIRE_AT_TOP 0
 #endif
