@@ -28,7 +28,10 @@ built here first with `--build-only CASES` and carried, or another commit's libr
 `--source` collects ncu's SourceCounters instead (the SASS of every profiled kernel with the warp stall
 samples of each instruction) into DIR/sass.csv.gz and prints `stall_summary` of it; `--stalls FILE`
 prints that summary again from a committed sass.csv[.gz] (no GPU): per kernel, the share of the samples
-by instruction class and by stall reason, and the instructions that hold the most.
+by instruction class and by stall reason, the instructions that hold the most, and the executed instructions
+by opcode. `--per UNITS` divides those counts by UNITS (e.g. consumer warps x KV tiles of the launch), so that two
+kernels compare per unit of work: that is how the zero-extended e4m3 packs of `cuda:hopper-fp8` were found
+(docs/perf-notes-hopper.md, session 16).
 """
 
 from __future__ import annotations
@@ -256,7 +259,8 @@ def cycles_report(raw: Path, cases: list[str], repeat: int, out: Path) -> None:
 def stall_summary(text: str, top: int = 8) -> list[dict]:
     """Per profiled kernel of an ncu `--page source --print-source sass --csv` dump (the marker kernels and
     kernels without samples left out): name, samples, shares of the samples by instruction class and by
-    stall reason, and the `top` instructions holding the most samples (share, text, two main reasons)."""
+    stall reason, the `top` instructions holding the most samples (share, text, two main reasons), and the executed
+    instructions ("Instructions Executed", when the dump has it) in total and by full opcode, most first."""
     from cuda_impl import sass  # (imports torch: only where a summary is made)
 
     kernels = []
@@ -272,9 +276,10 @@ def stall_summary(text: str, top: int = 8) -> list[dict]:
         if MARKER in name or total == 0:
             continue
         reasons = [h for h in header if h.startswith("stall_") and "(Not Issued)" not in h]
-        by_class, by_reason = {}, {}
+        by_class, by_reason, executed = {}, {}, {}
         for r in rows:
             op = sass.opcode(r["Source"])
+            executed[op] = executed.get(op, 0) + int(number(r.get("Instructions Executed", "")) or 0)
             key = next((c for c in STALL_CLASSES if op.startswith(c)), "other")
             by_class[key] = by_class.get(key, 0.0) + samples(r) / total
             for h in reasons:
@@ -285,17 +290,24 @@ def stall_summary(text: str, top: int = 8) -> list[dict]:
             by_class=dict(sorted(by_class.items(), key=lambda kv: -kv[1])),
             by_reason=dict(sorted(by_reason.items(), key=lambda kv: -kv[1])),
             top=[(samples(r) / total, r["Source"].strip(),
-                  [h[6:] for h in sorted(reasons, key=lambda h: -(number(r[h]) or 0.0))[:2]]) for r in heavy]))
+                  [h[6:] for h in sorted(reasons, key=lambda h: -(number(r[h]) or 0.0))[:2]]) for r in heavy],
+            executed=sum(executed.values()),
+            executed_by_opcode={op: n for op, n in sorted(executed.items(), key=lambda kv: -kv[1]) if n}))
     return kernels
 
 
-def print_stalls(text: str) -> None:
+def print_stalls(text: str, per: float | None = None) -> None:
+    """stall_summary as text; executed instructions divided by `per` (units of work) when given."""
     for k in stall_summary(text):
         print(f"== {k['name']} ({k['samples']:.0f} samples)")
         print("  by instruction: " + ", ".join(f"{c} {100 * v:.1f}%" for c, v in list(k["by_class"].items())[:12]))
         print("  by reason: " + ", ".join(f"{c} {100 * v:.1f}%" for c, v in list(k["by_reason"].items())[:8]))
         for share, source, why in k["top"]:
             print(f"    {100 * share:5.1f}%  {source[:70]:70} {', '.join(why)}")
+        if k["executed"]:
+            scale, unit = (1.0 / per, f" per unit (/{per:g})") if per else (1.0, "")
+            print(f"  executed{unit}: {k['executed'] * scale:.4g}; by opcode: "
+                  + ", ".join(f"{op} {n * scale:.4g}" for op, n in list(k["executed_by_opcode"].items())[:24]))
 
 
 def read_text(path: Path) -> str:
@@ -312,6 +324,8 @@ def main() -> None:
     parser.add_argument("--source", action="store_true",
                         help="SourceCounters (stall samples per SASS instruction) into --out/sass.csv.gz")
     parser.add_argument("--stalls", type=Path, help="only summarize a committed sass.csv[.gz] (no GPU)")
+    parser.add_argument("--per", type=float, metavar="UNITS",
+                        help="with --source / --stalls: executed instructions per UNITS (e.g. warps x tiles)")
     parser.add_argument("--cycles", action="store_true",
                         help="only elapsed cycles and duration per launch (one pass: fast) into --out/cycles.csv")
     parser.add_argument("--repeat", type=int, default=1, help="profile the case list this many times over")
@@ -321,8 +335,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeat < 1:
         parser.error("--repeat: at least 1")
+    if args.per is not None and not args.per > 0:
+        parser.error("--per: a positive number of units")
     if args.stalls:
-        print_stalls(read_text(args.stalls))
+        print_stalls(read_text(args.stalls), args.per)
         return
     if args.stage == "child":
         child(args.cases, args.repeat)
@@ -354,7 +370,7 @@ def main() -> None:
             raise SystemExit(f"ncu exited with {result.returncode}")
         with gzip.open(args.out / "sass.csv.gz", "wt") as f:
             f.write(result.stdout)
-        print_stalls(result.stdout)
+        print_stalls(result.stdout, args.per)
         return
     raw = args.out / "ncu-raw.csv"
     if args.cycles:

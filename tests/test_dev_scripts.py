@@ -204,6 +204,44 @@ def test_stall_summary_shares_samples_by_instruction_class_and_reason():
     assert [(share, source, why[0]) for share, source, why in kernel["top"]] == [
         (0.6, "MUFU.EX2 R1, R2", "wait"), (0.3, "WARPGROUP.DEPBAR.LE gsb0, 0x1", "barrier"),
         (0.1, "@!P0  BRA 0x10", "wait")]
+    assert kernel["executed"] == 0 and kernel["executed_by_opcode"] == {}  # a dump without the column
+
+
+# Executed instructions per SASS line: the count that found session 16's zero-extended e4m3 packs
+PROFILE_SOURCE_EXECUTED = '''"Kernel Name","void fa::fwd_hopper_fp8_kernel<64, 1, 1>(Fp8FwdParams)",
+"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed","stall_wait"
+"0x0","F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C R1, R2, R3, RZ","10","400","10"
+"0x10","LOP3.LUT R1, R1, 0xffff, RZ, 0xc0, !PT","5","400","5"
+"0x20","@!P0  LOP3.LUT R4, R4, 0xffff, RZ, 0xc0, !PT","5","200","5"
+"0x30","MUFU.EX2 R5, R6","80","800","80"
+'''
+
+
+def test_stall_summary_counts_executed_instructions_by_opcode_per_unit(capsys):
+    import profile_gpu
+
+    (kernel,) = profile_gpu.stall_summary(PROFILE_SOURCE_EXECUTED)
+    assert kernel["executed"] == 1800
+    # predicates stripped, so both LOP3 lines add up; most first
+    assert kernel["executed_by_opcode"] == {"MUFU.EX2": 800, "LOP3.LUT": 600,
+                                            "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C": 400}
+    assert list(kernel["executed_by_opcode"])[:2] == ["MUFU.EX2", "LOP3.LUT"]
+    profile_gpu.print_stalls(PROFILE_SOURCE_EXECUTED, per=100)
+    assert ("executed per unit (/100): 18; by opcode: MUFU.EX2 8, LOP3.LUT 6, "
+            "F2FP.SATFINITE.E4M3.F32.PACK_AB_MERGE_C 4") in capsys.readouterr().out
+    profile_gpu.print_stalls(PROFILE_SOURCE_EXECUTED)
+    assert "executed: 1800; by opcode: MUFU.EX2 800," in capsys.readouterr().out
+
+
+def test_profile_per_units_must_be_positive(tmp_path):
+    dump = tmp_path / "sass.csv"
+    dump.write_text(PROFILE_SOURCE_EXECUTED)
+    run = lambda per: subprocess.run([sys.executable, str(SCRIPTS / "profile_gpu.py"), "--stalls", str(dump),  # noqa: E731
+                                      "--per", per], capture_output=True, text=True, timeout=120)
+    refused = run("0")
+    assert refused.returncode == 2 and "--per: a positive number of units" in refused.stderr
+    ok = run("200")
+    assert ok.returncode == 0 and "executed per unit (/200): 9; by opcode: MUFU.EX2 4," in ok.stdout
 
 
 def test_trace_phases_of_a_synthetic_timeline():
