@@ -579,6 +579,20 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
                        err, err_len, fp, map_q, map_k, map_vt);
 }
 
+// The head dims the kernel is built for; any other is reported (before anything touches a device).
+int check_head_dim(const FwdParams& p, char* err, int err_len) {
+  if (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) return 0;
+  return report(err, err_len, "head_dim", "supported: 64, 128, 256");
+}
+
+// f.template operator()<DIM>() for p.head_dim, one that check_head_dim passed.
+template <typename F>
+auto with_head_dim(const FwdParams& p, F&& f) {
+  return p.head_dim == 64    ? f.template operator()<64>()
+         : p.head_dim == 128 ? f.template operator()<128>()
+                             : f.template operator()<256>();
+}
+
 }  // namespace hopper_fp8_host
 }  // namespace fa
 
@@ -595,8 +609,7 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
   if (p.dtype != FA_DTYPE_E4M3) return report(err, err_len, "dtype", "hopper-fp8 takes e4m3 inputs");
   if (fp->q_descale == nullptr || fp->k_descale == nullptr || fp->v_descale == nullptr)
     return report(err, err_len, "descale", "q, k and v descales are required");
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    return report(err, err_len, "head_dim", "supported: 64, 128, 256");
+  if (int rc = hopper_fp8_host::check_head_dim(p, err, err_len)) return rc;
   if (int rc = check_sm90("variant hopper-fp8 runs on sm_90 (H100/H200) only", err, err_len)) return rc;
   const bool flat = FA_HOPPER_FP8_PERMUTED_K && hopper_fp8_host::k_rows_flat(p);
   const auto launch = [&]<int DIM>() {
@@ -612,9 +625,7 @@ extern "C" int cuda_fa_fwd_hopper_fp8(const Fp8FwdParams* fp, cudaStream_t strea
     if constexpr (FA_HOPPER_FP8_PERSISTENT) return with.template operator()<FP8_PERSISTENT>();
     else return with.template operator()<FP8_ITEM_GRID>();
   };
-  return p.head_dim == 64    ? launch.template operator()<64>()
-         : p.head_dim == 128 ? launch.template operator()<128>()
-                             : launch.template operator()<256>();
+  return hopper_fp8_host::with_head_dim(p, launch);
 }
 
 // Bytes of base.split_workspace a launch of cuda_fa_fwd_hopper_fp8 with these parameters needs (0: none; the
@@ -627,8 +638,7 @@ extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, in
   const FwdParams& p = fp->base;
   *zeroed = 0;
   if (check_params(p, err, err_len)) return -1;
-  if (p.head_dim != 64 && p.head_dim != 128 && p.head_dim != 256)
-    return report(err, err_len, "head_dim", "supported: 64, 128, 256"), -1;
+  if (hopper_fp8_host::check_head_dim(p, err, err_len)) return -1;
   if (p.causal || !FA_HOPPER_FP8_PERSISTENT) return 0;
   const auto sized = [&]<int DIM>() -> int64_t {
     using C = Fp8Tiles<DIM, true, FP8_PERSISTENT>;
@@ -637,7 +647,5 @@ extern "C" int64_t cuda_fa_hopper_fp8_split_workspace(const Fp8FwdParams* fp, in
     *zeroed = plan.split() ? C::Split::zeroed_bytes(plan) : 0;
     return C::Split::bytes(plan);
   };
-  return p.head_dim == 64    ? sized.template operator()<64>()
-         : p.head_dim == 128 ? sized.template operator()<128>()
-                             : sized.template operator()<256>();
+  return hopper_fp8_host::with_head_dim(p, sized);
 }
