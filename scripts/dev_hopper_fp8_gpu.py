@@ -60,9 +60,6 @@ ALL_ALT_BUILDS = {
     "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0"),
     "no-split": ("-DFA_HOPPER_FP8_SPLIT_TAIL=0",),  # a plain last round for non-causal d64 (before session 13)
     "direct-store": ("-DFA_HOPPER_FP8_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
-    # every 4th / 2nd softmax exponential on the FMA pipe instead of the MUFU (session 17; shared with the bf16 script)
-    "poly4": devkit.poly_exp2_flags(4),
-    "poly2": devkit.poly_exp2_flags(2),
 }
 
 

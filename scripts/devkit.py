@@ -40,12 +40,6 @@ def baseline_build() -> dict[str, tuple[str, ...]]:
     return {"baseline": ("baseline",)}
 
 
-def poly_exp2_flags(every: int) -> tuple[str, ...]:
-    """Every `every`-th softmax exponential on the FMA pipe in both Hopper kernels at every head_dim
-    (common.cuh poly_exp2): one library that dev_hopper_gpu.py and dev_hopper_fp8_gpu.py share."""
-    return tuple(f"-DFA_HOPPER_{kind}D{d}_POLY_EXP2={every}" for kind in ("", "FP8_") for d in (64, 128, 256))
-
-
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 

@@ -110,29 +110,6 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// exp2 on the FMA pipe, for the share of a softmax tile's exponentials that would otherwise queue
-// behind the MUFU (16 per clock and SM: in fp8 at d128 as many cycles per tile as the tensor cores'):
-// x = n + f with n = round(x) from the 1.5 * 2^23 shift (which leaves n in j's low mantissa bits),
-// 2^f on [-0.5, 0.5] by a cubic fitted for relative error (1.0e-4 at most, exactly 1 at f = 0), n
-// added to the exponent field. x <= -127 (and -inf) gives exactly 0; x must stay below 128.
-__device__ __forceinline__ float poly_exp2(float x) {
-  constexpr float SHIFT = 12582912.f;  // 1.5 * 2^23
-  x = fmaxf(x, -127.f);
-  const float j = __fadd_rn(x, SHIFT);  // _rn: no contraction, the rounding is the point
-  const float f = __fsub_rn(x, __fsub_rn(j, SHIFT));
-  const float p = fmaf(fmaf(fmaf(0.055008747f, f, 0.24221076f), f, 0.6932829f), f, 1.f);
-  return __uint_as_float(__float_as_uint(p) + (__float_as_uint(j) << 23));
-}
-
-// exp2 of value v of a thread's softmax row: every EVERY-th on the FMA pipe (poly_exp2), the rest
-// on the MUFU; EVERY = 0: all on the MUFU. v is a constant once the caller's loop is unrolled.
-template <int EVERY>
-__device__ __forceinline__ float split_exp2(float x, int v) {
-  if constexpr (EVERY > 0)
-    if (v % EVERY == EVERY - 1) return poly_exp2(x);
-  return fast_exp2(x);
-}
-
 // The online softmax's rescale of O and l, exp2(scale * (m_old - m_new)) in log2 units, exactly 1
 // while the row max stays put. Computed alone, m_old * scale_log2 - m_new_scaled contracts to an FMA
 // that keeps the rounding residual of m_new_scaled (up to half an ulp, ~2.4e-7 here) and multiplies

@@ -297,8 +297,7 @@ __device__ __forceinline__ float wgmma_row_max(const float (&S)[S_REGS], int h, 
   return m[0];
 }
 
-// S <- f(S, v) over row half h (v: the value's index in the thread's row), returning the sum of the
-// new values (chained as wgmma_row_max).
+// S <- f(S) over row half h, returning the sum of the new values (chained as wgmma_row_max).
 template <int CHAINS, int S_REGS, typename F>
 __device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&& f) {
   static_assert(CHAINS > 0 && (CHAINS & (CHAINS - 1)) == 0, "CHAINS: a power of 2");
@@ -308,7 +307,7 @@ __device__ __forceinline__ float wgmma_row_map_sum(float (&S)[S_REGS], int h, F&
 #pragma unroll
   for (int v = 0; v < S_REGS / 2; v++) {
     float& x = S[4 * (v / 2) + 2 * h + v % 2];
-    x = f(x, v);
+    x = f(x);
     sum[v % CHAINS] += x;
   }
 #pragma unroll

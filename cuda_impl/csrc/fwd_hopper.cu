@@ -212,18 +212,6 @@
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
 
-// Every POLY_EXP2-th exponential of a softmax row on the FMA pipe instead of the MUFU (common.cuh
-// poly_exp2; 0: none), per head_dim.
-#ifndef FA_HOPPER_D64_POLY_EXP2
-#define FA_HOPPER_D64_POLY_EXP2 0
-#endif
-#ifndef FA_HOPPER_D128_POLY_EXP2
-#define FA_HOPPER_D128_POLY_EXP2 0
-#endif
-#ifndef FA_HOPPER_D256_POLY_EXP2
-#define FA_HOPPER_D256_POLY_EXP2 0
-#endif
-
 // Non-causal persistent launches split their last, partly filled round of items over all clusters
 // (hopper_split.cuh; where: HopperTiles::SPLIT_TAIL). 1: on; 0: a plain last round, the ablation.
 #ifndef FA_HOPPER_SPLIT_TAIL
@@ -265,8 +253,6 @@ struct HopperTiles {
       DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
-  static constexpr int POLY_EXP2 = by_head_dim(DIM, FA_HOPPER_D64_POLY_EXP2, FA_HOPPER_D128_POLY_EXP2,
-                                               FA_HOPPER_D256_POLY_EXP2);
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
   static constexpr int CAUSAL_PERSISTENT_KEYS =
@@ -443,7 +429,7 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
     const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
-        S, h, [&](float s, int v) { return split_exp2<C::POLY_EXP2>(fmaf(s, scale_log2, -m_scaled), v); });
+        S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 }

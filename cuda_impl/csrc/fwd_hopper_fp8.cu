@@ -75,17 +75,6 @@
 #ifndef FA_HOPPER_FP8_D256_SOFTMAX_CHAINS
 #define FA_HOPPER_FP8_D256_SOFTMAX_CHAINS 1
 #endif
-// Every POLY_EXP2-th exponential of a softmax row on the FMA pipe instead of the MUFU (common.cuh
-// poly_exp2; 0: none), per head_dim: in fp8 the MUFU needs as many cycles per d128 tile as the QGMMAs.
-#ifndef FA_HOPPER_FP8_D64_POLY_EXP2
-#define FA_HOPPER_FP8_D64_POLY_EXP2 0
-#endif
-#ifndef FA_HOPPER_FP8_D128_POLY_EXP2
-#define FA_HOPPER_FP8_D128_POLY_EXP2 0
-#endif
-#ifndef FA_HOPPER_FP8_D256_POLY_EXP2
-#define FA_HOPPER_FP8_D256_POLY_EXP2 0
-#endif
 // Consumer warpgroups at d64 (64 query rows each): 3, as in the bf16 kernel, where a third
 // warpgroup's GEMMs measured +16-18% at d64 (docs/perf-notes-hopper.md); 2 is the ablation.
 #ifndef FA_HOPPER_FP8_D64_CONSUMERS
@@ -179,8 +168,6 @@ struct Fp8Tiles {
   static constexpr int STAGES = DIM == 256 ? FA_HOPPER_FP8_D256_STAGES : FA_HOPPER_FP8_STAGES;
   static constexpr int SOFTMAX_CHAINS = by_head_dim(DIM, FA_HOPPER_FP8_D64_SOFTMAX_CHAINS,
                                                     FA_HOPPER_FP8_D128_SOFTMAX_CHAINS, FA_HOPPER_FP8_D256_SOFTMAX_CHAINS);
-  static constexpr int POLY_EXP2 = by_head_dim(DIM, FA_HOPPER_FP8_D64_POLY_EXP2, FA_HOPPER_FP8_D128_POLY_EXP2,
-                                               FA_HOPPER_FP8_D256_POLY_EXP2);
   static constexpr bool RETIRE_AT_TOP = by_head_dim(DIM, FA_HOPPER_FP8_D64_RETIRE_AT_TOP,
                                                     FA_HOPPER_FP8_D128_RETIRE_AT_TOP, FA_HOPPER_FP8_D256_RETIRE_AT_TOP);
   static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see the header)");
@@ -271,7 +258,7 @@ __device__ __forceinline__ void softmax_step(float (&S)[C::S_REGS], float (&row_
     alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
     row_max[h] = m;
     const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
-        S, h, [&](float s, int v) { return split_exp2<C::POLY_EXP2>(fmaf(s, scale_log2, -m_scaled), v); });
+        S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
     row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 }
