@@ -107,8 +107,6 @@ ALT_FLAGS = {
     "direct-store": ("-DFA_HOPPER_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
     "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
-    # the row sums of P from a wgmma against a block of ones instead of the softmax's FADDs (session 17)
-    "row-sum-mma": ("-DFA_HOPPER_D64_ROW_SUM_MMA=1", "-DFA_HOPPER_D128_ROW_SUM_MMA=1", "-DFA_HOPPER_D256_ROW_SUM_MMA=1"),
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 

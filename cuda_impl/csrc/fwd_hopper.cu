@@ -212,19 +212,6 @@
 #define FA_HOPPER_SOFTMAX_CHAINS 4
 #endif
 
-// The row sums of P from the tensor cores instead of the FADDs of the softmax (FA_HOPPER_D*_ROW_SUM_MMA): each P V
-// k-step also issues P times a 16 x 8 block of ones (wgmma m64n8k16), whose columns are the row sums of the
-// 16-bit P that P V reads. Per head_dim.
-#ifndef FA_HOPPER_D64_ROW_SUM_MMA
-#define FA_HOPPER_D64_ROW_SUM_MMA 0
-#endif
-#ifndef FA_HOPPER_D128_ROW_SUM_MMA
-#define FA_HOPPER_D128_ROW_SUM_MMA 0
-#endif
-#ifndef FA_HOPPER_D256_ROW_SUM_MMA
-#define FA_HOPPER_D256_ROW_SUM_MMA 0
-#endif
-
 // Non-causal persistent launches split their last, partly filled round of items over all clusters
 // (hopper_split.cuh; where: HopperTiles::SPLIT_TAIL). 1: on; 0: a plain last round, the ablation.
 #ifndef FA_HOPPER_SPLIT_TAIL
@@ -327,14 +314,8 @@ struct HopperTiles {
   static constexpr int EMPTY_ARRIVALS = CONSUMER_THREADS + (CLUSTER - 1) * CONSUMER_THREADS / 32;
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
-  static constexpr bool ROW_SUM_MMA =
-      by_head_dim(DIM, FA_HOPPER_D64_ROW_SUM_MMA, FA_HOPPER_D128_ROW_SUM_MMA, FA_HOPPER_D256_ROW_SUM_MMA);
-  // ROW_SUM_MMA's block of ones (the descriptor reads 256 of these 512 bytes), after the staging
-  static constexpr int ONES_OFFSET = STAGE_OFFSET + STAGE_BYTES;
-  static constexpr int ONES_BYTES = ROW_SUM_MMA ? 512 : 0;
-  static_assert(ONES_OFFSET % 16 == 0, "wgmma operands start on 16 bytes");
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
-  static constexpr int SMEM_BYTES = ONES_OFFSET + ONES_BYTES + 1024;
+  static constexpr int SMEM_BYTES = STAGE_OFFSET + STAGE_BYTES + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 32 + 384 x 160 = 65536, all
   // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail in shared memory,
@@ -449,7 +430,7 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
     row_max[h] = m;
     const float sum = wgmma_row_map_sum<C::SOFTMAX_CHAINS>(
         S, h, [&](float s) { return fast_exp2(fmaf(s, scale_log2, -m_scaled)); });
-    if constexpr (!C::ROW_SUM_MMA) row_sum[h] = row_sum[h] * alpha[h] + sum;  // (else dead: no FADD)
+    row_sum[h] = row_sum[h] * alpha[h] + sum;
   }
 }
 
@@ -461,16 +442,13 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
 // docs/perf-notes-hopper.md, session 5.)
 template <typename T, typename C>
 __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
-                                                 float (&L)[4], const float (&alpha)[2],
+                                                 const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
     for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
-    if constexpr (C::ROW_SUM_MMA)
-#pragma unroll
-      for (int i = 0; i < 4; i++) L[i] *= alpha[i / 2];
   }
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
@@ -517,16 +495,12 @@ __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, 
 
 // O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
 // head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
-// With ROW_SUM_MMA, L (64 x 8) += P ones in the same group: L[2h] is the row sum of row h (register layout as O).
 template <typename T, typename C>
-__device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], float (&L)[4], const uint32_t (&P)[C::BLOCK_KV / 16][4],
-                                         uint32_t v_smem, uint32_t ones_smem) {
+__device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
+                                         uint32_t v_smem) {
   const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
 #pragma unroll
-  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) {
-    sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
-    if constexpr (C::ROW_SUM_MMA) sm90::wgmma_rs_n8<T>(L, P[kk], sm90::desc_plain(ones_smem, 128, 256));
-  }
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
   sm90::wgmma_commit();
 }
 
@@ -544,8 +518,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 #pragma unroll
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  float L[4] = {0.f, 0.f, 0.f, 0.f};  // ROW_SUM_MMA: the row sums, from the tensor cores
-  const uint32_t ones_smem = smem + C::ONES_OFFSET;
   const float scale_log2 = p.scale * LOG2E;
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
   const uint32_t q_smem = smem + consumer * 64 * 128;
@@ -579,12 +551,10 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   const auto retire = [&](int tile) {
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    if constexpr (C::ROW_SUM_MMA) sm90::fence_regs(L);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     if (tile >= 0) release(bars.v_empty(stage(tile)));
-    rescale_and_pack<T, C>(S, O, L, alpha, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
-    if constexpr (C::ROW_SUM_MMA) sm90::fence_regs(L);
     sm90::fence_regs(P);
   };
 
@@ -620,7 +590,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       turns.wait_turn();
       sm90::wgmma_fence();
       issue_s<T, C>(S, q_smem, k_smem(s));
-      issue_pv<T, C>(O, L, P, k_smem(prev) + C::KV_BYTES, ones_smem);  // O += P(t-1) V(t-1), queued behind S(t)
+      issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
       turns.pass_turn();
       sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
       sm90::fence_regs(S);
@@ -635,11 +605,10 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
     if (C::RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
-    issue_pv<T, C>(O, L, P, k_smem(s) + C::KV_BYTES, ones_smem);
+    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     next();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    if constexpr (C::ROW_SUM_MMA) sm90::fence_regs(L);
     trace::mark(role, done.q_loads, trace::LAST_PV_RETIRED);
     release(bars.v_empty(s));
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
@@ -648,9 +617,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   } else {
     next();
   }
-  // A quarter of the row sum per thread: the stores and the split's merge add the quad's four.
-  if constexpr (C::ROW_SUM_MMA)
-    for (int h = 0; h < 2; h++) row_sum[h] = 0.25f * L[2 * h];
   // The next item's loads are already under way while these stores drain.
   finish(O, row_max, row_sum, row0);
 }
@@ -739,11 +705,6 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>
     }
     sm90::mbar_init_fence();
     if constexpr (C::TAIL_IN_SMEM) store_tail_range(tail_smem, TailRange(plan(), blockIdx.x / CLUSTER));
-  }
-  if (C::ROW_SUM_MMA && threadIdx.x < C::ONES_BYTES / 16) {  // 1.0 in T: bf16 0x3f80, fp16 0x3c00
-    const uint32_t one = std::is_same_v<T, __nv_bfloat16> ? 0x3f803f80u : 0x3c003c00u;
-    sm90::st_shared_v4(smem + C::ONES_OFFSET + 16 * threadIdx.x, one, one, one, one);
-    sm90::fence_proxy_async_shared();
   }
   // The last CTA-wide barrier (roles diverge below); in a cluster, the other CTA's barriers are
   // initialised too before any multicast or remote arrival reaches them.

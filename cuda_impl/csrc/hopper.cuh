@@ -29,16 +29,6 @@ __device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
 }
 
-__device__ __forceinline__ void st_shared_v4(uint32_t addr, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(addr), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
-// Makes this thread's shared-memory writes visible to the async proxy (wgmma operands read from
-// shared memory) before a barrier hands them on.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
-
 // Makes the initialised barriers visible to the async proxy (TMA) before anyone uses them.
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -189,13 +179,6 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
          static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 |
          1ull << 62;  // layout type 1 = 128B swizzle
-}
-
-// Shared-memory matrix descriptor without swizzle: K-major core matrices of 8 rows x 16 bytes,
-// lbo bytes apart along K and sbo bytes apart along M / N.
-__device__ __forceinline__ uint64_t desc_plain(uint32_t addr, uint32_t lbo, uint32_t sbo) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(lbo >> 4) << 16 |
-         static_cast<uint64_t>(sbo >> 4) << 32;  // layout type 0 = no swizzle
 }
 
 // The same descriptor `bytes` further on (a multiple of 16): the start address field holds
@@ -409,25 +392,6 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
           : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
     }
   }
-}
-
-// D (64 x 8, fp32) += A (64 x 16, registers, as wgmma_rs) * B (16 x 8, shared, K-major). With a B
-// of ones every column of D is its row's sum of A: the row sums of P at the tensor cores' rate.
-template <typename T>
-__device__ __forceinline__ void wgmma_rs_n8(float (&d)[4], const uint32_t (&a)[4], uint64_t desc_b) {
-#define FA_RS_N8(TY)                                                                         \
-  asm volatile(                                                                              \
-      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %9, 0;\n"                                         \
-      "wgmma.mma_async.sync.aligned.m64n8k16.f32." TY "." TY " {%0, %1, %2, %3}, "           \
-      "{%4, %5, %6, %7}, %8, acc, 1, 1, 0;\n}\n"                                              \
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                       \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u))
-  if constexpr (WgmmaType<T>::BF16) {
-    FA_RS_N8("bf16");
-  } else {
-    FA_RS_N8("f16");
-  }
-#undef FA_RS_N8
 }
 
 // --- persistent CTAs: progress through the work items, and items handed to the consumers -------
