@@ -168,8 +168,10 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   // One pipelined step: S_cur holds tile t's scores; S_next receives tile t+1's.
   auto step = [&](float (&S_cur)[C::M_TILES][C::KV_TILES][4],
                   float (&S_next)[C::M_TILES][C::KV_TILES][4], int tile) {
-    cp_async_wait<STAGES - 3>();  // tile t+1 landed; t+2 .. t+STAGES-2 may be in flight
-    __syncthreads();  // tile t+1 visible to all; all warps are done with tile t-1
+    // The newest tile this step reads has landed (t+1 with S_AHEAD, whose S is computed here, else t);
+    // the tiles after it may still be in flight.
+    cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
+    __syncthreads();  // that tile visible to all; all warps are done with tile t-1
     if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1);  // into tile t-1's stage
     cp_async_commit();
     const bool has_next = tile + 1 < w.n_kv_tiles;
