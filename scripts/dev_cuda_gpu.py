@@ -43,6 +43,9 @@ SIXTEEN_BIT = [name for name, spec in cuda_impl.VARIANTS.items() if "bf16" in sp
 ALT_BUILDS = {
     "rows16": ("-DFA_V5_D128_WARP_ROWS=16",),
     "kv32": ("-DFA_V5_D128_BLOCK_KV=32", "-DFA_V5_D128_STAGES=4"),
+    # two stages (session 17): 48-key tiles, and FlashAttention-2's 64-key tiles (96 KB: still two CTAs per SM)
+    "s2": ("-DFA_V5_D128_STAGES=2",),
+    "kv64-s2": ("-DFA_V5_D128_BLOCK_KV=64", "-DFA_V5_D128_STAGES=2"),
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal
