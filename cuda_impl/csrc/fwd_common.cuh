@@ -469,10 +469,15 @@ inline int report(char* err, int err_len, const char* what, const char* detail) 
 
 // Before any launch: drop stale errors from earlier calls so they are not blamed on it, and raise
 // the kernel's dynamic shared-memory limit (needed past 48 KB).
+// FA_SMEM_CARVEOUT (a build flag for measurements; unset: the driver's choice): the percentage of the SM's
+// unified L1 / shared memory to hold as shared memory, e.g. 100 to leave L1 its smallest size.
 template <typename Kernel>
 int prepare_launch(Kernel kernel, int smem_bytes, char* err, int err_len) {
   cudaGetLastError();
-  const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+#ifdef FA_SMEM_CARVEOUT
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, FA_SMEM_CARVEOUT);
+#endif
   return e == cudaSuccess ? 0 : report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
 }
 
