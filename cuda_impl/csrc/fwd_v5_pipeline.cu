@@ -76,8 +76,11 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   const T* K = head_base<T>(p.k, p.k_stride, w.batch, w.head_kv);
   const T* V = head_base<T>(p.v, p.v_stride, w.batch, w.head_kv);
 
-  auto load_kv = [&](int tile) {
-    const uint32_t stage = KV_smem + (tile % STAGES) * STAGE_BYTES;
+  // The ring slot of a tile is a shared address advanced one slot per tile: as tile % STAGES (a
+  // signed modulo by 3 at d128) it cost ~20 instructions a tile, more than the third stage saved.
+  const uint32_t ring_end = KV_smem + STAGES * STAGE_BYTES;
+  const auto next_slot = [&](uint32_t slot) { return slot + STAGE_BYTES == ring_end ? KV_smem : slot + STAGE_BYTES; };
+  auto load_kv = [&](int tile, uint32_t stage) {
     const int kv_start = tile * C::BLOCK_KV;
     load_tile_async<C::BLOCK_KV, DIM, C::THREADS, true>(stage, K + kv_start * p.k_stride[2],
                                                         p.k_stride[2], p.seqlen_k - kv_start);
@@ -93,7 +96,7 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   // One commit group per tile, committed even when empty, so the group count stays fixed.
 #pragma unroll
   for (int tile = 0; tile < STAGES - 1; tile++) {
-    if (tile < w.n_kv_tiles) load_kv(tile);
+    if (tile < w.n_kv_tiles) load_kv(tile, KV_smem + tile * STAGE_BYTES);
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();  // Q and tile 0 have landed
@@ -109,8 +112,7 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   const SwizzledLane<C::ROW_BYTES, 2> K_pair_lane(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
 
   // S = Q K^T for one tile, masked when the tile needs it.
-  auto scores = [&](float (&S)[C::M_TILES][C::KV_TILES][4], int tile) {
-    const uint32_t K_smem = KV_smem + (tile % STAGES) * STAGE_BYTES;
+  auto scores = [&](float (&S)[C::M_TILES][C::KV_TILES][4], uint32_t K_smem) {
 #pragma unroll
     for (int mt = 0; mt < C::M_TILES; mt++)
 #pragma unroll
@@ -164,6 +166,8 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
 #pragma unroll
     for (int r = 0; r < 2; r++) row_max[mt][r] = -INFINITY, row_sum[mt][r] = 0.f;
   const float scale_log2 = p.scale * LOG2E;
+  uint32_t slot = KV_smem;                               // tile t's ring slot
+  uint32_t prev = KV_smem + (STAGES - 1) * STAGE_BYTES;  // tile t-1's (for t = 0 the last, still empty)
 
   // One pipelined step: S_cur holds tile t's scores; S_next receives tile t+1's.
   auto step = [&](float (&S_cur)[C::M_TILES][C::KV_TILES][4],
@@ -172,20 +176,20 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
     // the tiles after it may still be in flight.
     cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
     __syncthreads();  // that tile visible to all; all warps are done with tile t-1
-    if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1);  // into tile t-1's stage
+    if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1, prev);  // into tile t-1's stage
     cp_async_commit();
     const bool has_next = tile + 1 < w.n_kv_tiles;
     if constexpr (C::S_AHEAD) {
-      if (has_next) scores(S_next, tile + 1);  // independent of the softmax below: overlaps it
+      if (has_next) scores(S_next, next_slot(slot));  // independent of the softmax below: overlaps it
     } else {
-      scores(S_cur, tile);
+      scores(S_cur, slot);
       mask_if_needed(S_cur, tile);
     }
 
     uint32_t P_rmem[C::M_TILES][C::KV_STEPS][4];
     online_softmax<T>(S_cur, row_max, row_sum, O_rmem, P_rmem, scale_log2);
 
-    const uint32_t V_smem = KV_smem + (tile % STAGES) * STAGE_BYTES + C::KV_BYTES;
+    const uint32_t V_smem = slot + C::KV_BYTES;
 #pragma unroll
     for (int kk = 0; kk < C::KV_STEPS; kk++)
 #pragma unroll
@@ -200,13 +204,15 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
       }
     if constexpr (C::S_AHEAD)
       if (has_next) mask_if_needed(S_next, tile + 1);  // after the math, so it cannot split it
+    prev = slot;
+    slot = next_slot(slot);
   };
 
   // Two score buffers that swap roles every tile; the loop is unrolled by two so that the swap
   // is a renaming, not 32 register moves. Without S_AHEAD their lifetimes never overlap.
   float S_a[C::M_TILES][C::KV_TILES][4], S_b[C::M_TILES][C::KV_TILES][4];
   if (C::S_AHEAD && w.n_kv_tiles > 0) {
-    scores(S_a, 0);
+    scores(S_a, KV_smem);
     mask_if_needed(S_a, 0);
   }
   for (int tile = 0; tile < w.n_kv_tiles; tile += 2) {
