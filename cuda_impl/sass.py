@@ -69,11 +69,9 @@ def parse_sass(text: str, with_addresses: bool = False) -> dict[tuple[str, str],
     return functions
 
 
-def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
-    """The instructions of a Hopper kernel's KV-tile loop: the shortest span from a backward branch's
-    target to the branch that issues both GEMMs of a tile, a wgmma with both operands in shared memory
-    (S = Q K^T) and one with A in registers (P V); [] if there is none. `addressed` as from
-    dump_sass(..., with_addresses=True)."""
+def loop_with(addressed: list[tuple[int, str]], *patterns: re.Pattern) -> list[str]:
+    """The shortest span from a backward branch's target to the branch that holds an instruction matching
+    each of `patterns`; [] if there is none. `addressed` as from dump_sass(..., with_addresses=True)."""
     index = {address: i for i, (address, _) in enumerate(addressed)}
     loops = []
     for i, (address, ins) in enumerate(addressed):
@@ -82,9 +80,16 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
         if start is None or start >= address or start not in index:
             continue
         body = [text for _, text in addressed[index[start]: i + 1]]
-        if any(_SS_WGMMA.search(t) for t in body) and any(_RS_WGMMA.search(t) for t in body):
+        if all(any(pattern.search(t) for t in body) for pattern in patterns):
             loops.append(body)
     return min(loops, key=len, default=[])
+
+
+def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
+    """The instructions of a Hopper kernel's KV-tile loop: the shortest loop (loop_with) that issues both
+    GEMMs of a tile, a wgmma with both operands in shared memory (S = Q K^T) and one with A in registers
+    (P V)."""
+    return loop_with(addressed, _SS_WGMMA, _RS_WGMMA)
 
 
 def opcode(ins: str) -> str:

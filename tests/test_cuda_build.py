@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,6 +137,23 @@ def test_v5_needs_fewer_barriers_per_tile_than_v4(fa_sass):
             assert rates[1] < rates[0], (
                 f"{arch} {fmt}: barriers per HMMA v4 {rates[0]:.4f}, v5 {rates[1]:.4f}"
             )
+
+
+def test_v5_ring_slot_is_not_recomputed_per_tile(fa_library):
+    """v5's d128 loop (three stages) takes each tile's ring slot from the step before. Computed as tile % 3 it
+    was a multiply-high chain (UIMAD.WIDE.U32 on sm_90a) ahead of the step's shared-memory addresses, and the
+    kernel needed 1.1-1.3% more cycles (docs/perf-notes-cuda.md, session 17)."""
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    functions = sass.dump_sass(fa_library, with_addresses=True)
+    for fmt in ("bf16", "fp16"):
+        kernels = kernels_of(functions, "v5", fmt, 128)
+        assert kernels
+        for arch, addressed in kernels.items():
+            loop = sass.loop_with(addressed, re.compile(r"\bHMMA\."))
+            assert loop, f"{arch} {fmt}: no loop with HMMA"
+            high = [i for i in loop if sass.opcode(i).startswith(("UIMAD.WIDE", "IMAD.HI", "IMAD.WIDE.U32.HI"))]
+            assert not high, f"{arch} {fmt}: {high[:3]}"
 
 
 # --- the C surface without a GPU -----------------------------------------------------------
