@@ -478,7 +478,7 @@ int prepare_launch(Kernel kernel, int smem_bytes, char* err, int err_len) {
 #ifdef FA_SMEM_CARVEOUT
   if (e == cudaSuccess) e = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, FA_SMEM_CARVEOUT);
 #endif
-  return e == cudaSuccess ? 0 : report(err, err_len, "cudaFuncSetAttribute(max dynamic smem)", cudaGetErrorString(e));
+  return e == cudaSuccess ? 0 : report(err, err_len, "cudaFuncSetAttribute(shared memory)", cudaGetErrorString(e));
 }
 
 // Launch grid x threads on `stream` with `args` (prepare_launch first), and turn any CUDA error into

@@ -15,7 +15,8 @@
 // Ring depth, build flags for timing alternatives (scripts/dev_cuda_gpu.py): FA_V5_STAGES for d64
 // and the 16-row d128 shape (4 measured best there: 303 vs 301 TFLOP/s for 3 on H200),
 // FA_V5_D128_STAGES for the 32-row d128 shape, whose 48-key stages allow 3 if two CTAs are to
-// share an SM (32 KB of Q + 3 x 24 KB of K/V each).
+// share an SM (32 KB of Q + 3 x 24 KB of K/V each); 2 (build s2) measured level with 3 once the ring
+// slot stopped being tile % 3, and the ladder's v5 keeps three.
 #ifndef FA_V5_STAGES
 #define FA_V5_STAGES 4
 #endif
@@ -76,8 +77,9 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   const T* K = head_base<T>(p.k, p.k_stride, w.batch, w.head_kv);
   const T* V = head_base<T>(p.v, p.v_stride, w.batch, w.head_kv);
 
-  // The ring slot of a tile is a shared address advanced one slot per tile: as tile % STAGES (a
-  // signed modulo by 3 at d128) it cost ~20 instructions a tile, more than the third stage saved.
+  // The ring slot of a tile is a shared address advanced one slot per tile. Computed as tile % STAGES
+  // (a multiply-high for three stages) it was a dependent chain ahead of every shared-memory address
+  // of the step: 1.1-1.3% of the cycles at d128 (docs/perf-notes-cuda.md, session 17).
   const uint32_t ring_end = KV_smem + STAGES * STAGE_BYTES;
   const auto next_slot = [&](uint32_t slot) { return slot + STAGE_BYTES == ring_end ? KV_smem : slot + STAGE_BYTES; };
   auto load_kv = [&](int tile, uint32_t stage) {
