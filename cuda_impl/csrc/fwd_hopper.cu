@@ -75,6 +75,11 @@
 #ifndef FA_HOPPER_D128_STAGES
 #define FA_HOPPER_D128_STAGES 2
 #endif
+// ... and at d64 (Q 24 KB + 3 x 32 KB, or 4 x 32 KB = 152 KB): with 4 the ring slot and phase of a tile
+// are a mask and a shift instead of a multiply-high (measured in session 17).
+#ifndef FA_HOPPER_D64_STAGES
+#define FA_HOPPER_D64_STAGES 3
+#endif
 // Ablation flags for scripts/dev_hopper_gpu.py (one library each): FA_HOPPER_OVERLAP=0 waits
 // for P V before the softmax (the GEMMs of one iteration still go out together);
 // FA_HOPPER_PINGPONG=0 lets the consumers issue whenever they are ready; FA_HOPPER_PERSISTENT=0
@@ -250,7 +255,7 @@ struct HopperTiles {
   // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
   // stage in less; d256 (80 keys): Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB.
   static constexpr int STAGES =
-      DIM == 64 ? 3 : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
+      DIM == 64 ? FA_HOPPER_D64_STAGES : DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_STAGES : 2;
   static constexpr int LAZY_RESCALE = DIM == 256 ? FA_HOPPER_LAZY_RESCALE : 0;  // log2 units; 0: eager
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
