@@ -76,7 +76,7 @@
 #define FA_HOPPER_D128_STAGES 2
 #endif
 // ... and at d64 (Q 24 KB + 3 x 32 KB, or 4 x 32 KB = 152 KB): with 4 the ring slot and phase of a tile
-// are a mask and a shift instead of a multiply-high (measured in session 17).
+// are a mask and a shift instead of a multiply-high, which measured level (session 17).
 #ifndef FA_HOPPER_D64_STAGES
 #define FA_HOPPER_D64_STAGES 3
 #endif
