@@ -40,6 +40,13 @@
 #define FA_V5_D128_BLOCK_KV 48
 #endif
 
+// Where the 32-row d128 shape issues the next tile's loads: 0 right after the step's barrier (as d64),
+// 1 after S's MMAs are issued, so that the reloads of the spilled address constants they need wait
+// under the tensor work instead of ahead of it (session 17).
+#ifndef FA_V5_LOAD_AFTER_S
+#define FA_V5_LOAD_AFTER_S 0
+#endif
+
 namespace fa {
 
 // S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer). The
@@ -48,6 +55,7 @@ template <int DIM>
 struct V5Tiles : LadderTiles<DIM> {
   static constexpr bool Q_FROM_SMEM = false;
   static constexpr bool S_AHEAD = true;
+  static constexpr bool LOAD_AFTER_S = false;
   static constexpr int STAGES = FA_V5_STAGES;
 };
 #if FA_V5_D128_WARP_ROWS == 32
@@ -55,6 +63,7 @@ template <>
 struct V5Tiles<128> : Tiles<128, 4, 2, FA_V5_D128_BLOCK_KV> {
   static constexpr bool Q_FROM_SMEM = true;
   static constexpr bool S_AHEAD = false;
+  static constexpr bool LOAD_AFTER_S = FA_V5_LOAD_AFTER_S;
   static constexpr int STAGES = FA_V5_D128_STAGES;
 };
 #endif
@@ -178,13 +187,20 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
     // the tiles after it may still be in flight.
     cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
     __syncthreads();  // that tile visible to all; all warps are done with tile t-1
-    if (tile + STAGES - 1 < w.n_kv_tiles) load_kv(tile + STAGES - 1, prev);  // into tile t-1's stage
-    cp_async_commit();
+    const int load_tile = tile + STAGES - 1;  // into tile t-1's stage
+    if constexpr (!C::LOAD_AFTER_S) {
+      if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
+      cp_async_commit();
+    }
     const bool has_next = tile + 1 < w.n_kv_tiles;
     if constexpr (C::S_AHEAD) {
       if (has_next) scores(S_next, next_slot(slot));  // independent of the softmax below: overlaps it
     } else {
       scores(S_cur, slot);
+      if constexpr (C::LOAD_AFTER_S) {
+        if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
+        cp_async_commit();
+      }
       mask_if_needed(S_cur, tile);
     }
 
