@@ -48,7 +48,6 @@ ALT_BUILDS = {
     "kv64-s2": ("-DFA_V5_D128_BLOCK_KV=64", "-DFA_V5_D128_STAGES=2"),
     # s2 with the whole carveout as shared memory: L1 at its smallest, as the 3-stage default leaves it
     "s2-carveout100": ("-DFA_V5_D128_STAGES=2", "-DFA_SMEM_CARVEOUT=100"),
-    "load-after-s": ("-DFA_V5_LOAD_AFTER_S=1",),  # the next tile's loads issued after S's MMAs (session 17)
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal
