@@ -179,6 +179,8 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
     cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
     __syncthreads();  // that tile visible to all; all warps are done with tile t-1
     const int load_tile = tile + STAGES - 1;  // into tile t-1's stage
+    // (Two S_AHEAD blocks, not one: merged, or with the loads in a lambda, ptxas compiled both shapes'
+    // loops differently from the measured ones.)
     if constexpr (C::S_AHEAD) {
       if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
       cp_async_commit();
