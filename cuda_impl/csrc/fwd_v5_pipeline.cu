@@ -179,9 +179,15 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
     cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
     __syncthreads();  // that tile visible to all; all warps are done with tile t-1
     const int load_tile = tile + STAGES - 1;  // into tile t-1's stage
-    // (Two S_AHEAD blocks, not one: merged, or with the loads in a lambda, ptxas compiled both shapes'
-    // loops differently from the measured ones.)
-    if constexpr (C::S_AHEAD) {
+    // Without S_AHEAD the loads go after S's MMAs: the reloads of the spilled address constants they
+    // need then wait under the tensor work, not ahead of it (-0.9% cycles at 4k, -1.2% at 16k on sm_90a;
+    // session 17). Not on sm_80, where that order spills 16 bytes more and was never measured.
+#if __CUDA_ARCH__ >= 900
+    constexpr bool LOADS_AFTER_S = !C::S_AHEAD;
+#else
+    constexpr bool LOADS_AFTER_S = false;
+#endif
+    if constexpr (!LOADS_AFTER_S) {
       if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
       cp_async_commit();
     }
@@ -189,11 +195,11 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
     if constexpr (C::S_AHEAD) {
       if (has_next) scores(S_next, next_slot(slot));  // independent of the softmax below: overlaps it
     } else {
-      // The loads go after S's MMAs: the reloads of the spilled address constants they need then wait
-      // under the tensor work, not ahead of it (-0.9% cycles at 4k, -1.2% at 16k; session 17).
       scores(S_cur, slot);
-      if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
-      cp_async_commit();
+      if constexpr (LOADS_AFTER_S) {
+        if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
+        cp_async_commit();
+      }
       mask_if_needed(S_cur, tile);
     }
 
