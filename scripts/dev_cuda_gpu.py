@@ -48,6 +48,10 @@ ALT_BUILDS = {
     "kv64-s2": ("-DFA_V5_D128_BLOCK_KV=64", "-DFA_V5_D128_STAGES=2"),
     # s2 with the whole carveout as shared memory: L1 at its smallest, as the 3-stage default leaves it
     "s2-carveout100": ("-DFA_V5_D128_STAGES=2", "-DFA_SMEM_CARVEOUT=100"),
+    # d64 (session 17): S computed in place (no S_AHEAD), with 32- or 64-key tiles, and 64-key tiles with S_AHEAD
+    "d64-in-place": ("-DFA_V5_D64_S_AHEAD=0",),
+    "d64-kv64-in-place": ("-DFA_V5_D64_BLOCK_KV=64", "-DFA_V5_D64_S_AHEAD=0"),
+    "d64-kv64": ("-DFA_V5_D64_BLOCK_KV=64",),
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal
@@ -115,7 +119,7 @@ def run_pytest(out_dir: Path) -> str:
 
 
 def check_builds(tests) -> str:
-    """Default and alternative builds against the reference: all variants, a few d128 shapes
+    """Default and alternative builds against the reference: all variants, a few shapes at both head_dims
     (a quick check for runs that skip pytest)."""
     failures = []
     for alt, flags in {"default": (), **ALT_BUILDS}.items():
@@ -125,12 +129,13 @@ def check_builds(tests) -> str:
                 ((2, 2, 2, 256, 256), False),
                 ((1, 2, 1, 400, 130), True),
             ]:
-                b, hq, hkv, sq, sk = shape
-                q, k, v = tests.make_inputs(b, hq, hkv, sq, sk, 128, torch.bfloat16)
-                try:
-                    tests.check_against_reference(variant, q, k, v, causal, 128**-0.5, extra_flags=flags)
-                except AssertionError as exc:
-                    failures.append(f"{alt} {variant} {shape} causal={causal}: {exc}")
+                for d in (64, 128):
+                    b, hq, hkv, sq, sk = shape
+                    q, k, v = tests.make_inputs(b, hq, hkv, sq, sk, d, torch.bfloat16)
+                    try:
+                        tests.check_against_reference(variant, q, k, v, causal, d**-0.5, extra_flags=flags)
+                    except AssertionError as exc:
+                        failures.append(f"{alt} {variant} {shape} d{d} causal={causal}: {exc}")
     return "pass" if not failures else "FAIL: " + "; ".join(failures)
 
 
@@ -264,8 +269,8 @@ def main() -> None:
         summary["pytest"] = run_pytest(args.out)
         log(summary["pytest"])
     if "alt" not in args.skip:
-        summary["all builds vs fp64 (d128)"] = check_builds(load_test_module())
-        log(summary["all builds vs fp64 (d128)"])
+        summary["all builds vs fp64 (d64, d128)"] = check_builds(load_test_module())
+        log(summary["all builds vs fp64 (d64, d128)"])
     rows: list[dict] = []
     if "bench" not in args.skip:
         log("timing ...")

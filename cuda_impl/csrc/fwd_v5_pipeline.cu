@@ -50,6 +50,20 @@ struct V5Tiles : LadderTiles<DIM> {
   static constexpr bool S_AHEAD = true;
   static constexpr int STAGES = FA_V5_STAGES;
 };
+// d64, build flags for timing alternatives (session 17): the ladder's 32-key tiles with S_AHEAD,
+// or longer tiles with S computed in place (FA2 runs d64 on 128-key tiles).
+#ifndef FA_V5_D64_BLOCK_KV
+#define FA_V5_D64_BLOCK_KV 32
+#endif
+#ifndef FA_V5_D64_S_AHEAD
+#define FA_V5_D64_S_AHEAD 1
+#endif
+template <>
+struct V5Tiles<64> : Tiles<64, 4, 2, FA_V5_D64_BLOCK_KV> {
+  static constexpr bool Q_FROM_SMEM = false;
+  static constexpr bool S_AHEAD = FA_V5_D64_S_AHEAD;
+  static constexpr int STAGES = FA_V5_STAGES;
+};
 #if FA_V5_D128_WARP_ROWS == 32
 template <>
 struct V5Tiles<128> : Tiles<128, 4, 2, FA_V5_D128_BLOCK_KV> {
