@@ -48,10 +48,9 @@ ALT_BUILDS = {
     "kv64-s2": ("-DFA_V5_D128_BLOCK_KV=64", "-DFA_V5_D128_STAGES=2"),
     # s2 with the whole carveout as shared memory: L1 at its smallest, as the 3-stage default leaves it
     "s2-carveout100": ("-DFA_V5_D128_STAGES=2", "-DFA_SMEM_CARVEOUT=100"),
-    # d64 (session 17): S computed in place (no S_AHEAD), with 32- or 64-key tiles, and 64-key tiles with S_AHEAD
-    "d64-in-place": ("-DFA_V5_D64_S_AHEAD=0",),
-    "d64-kv64-in-place": ("-DFA_V5_D64_BLOCK_KV=64", "-DFA_V5_D64_S_AHEAD=0"),
-    "d64-kv64": ("-DFA_V5_D64_BLOCK_KV=64",),
+    # d64 before session 17 (32-key tiles, S of tile t+1 ahead of the softmax), and those tiles with S in place
+    "d64-kv32-ahead": ("-DFA_V5_D64_BLOCK_KV=32", "-DFA_V5_D64_S_AHEAD=1"),
+    "d64-kv32": ("-DFA_V5_D64_BLOCK_KV=32",),
 }
 FOUNDING = dict(b=1, hq=8, hkv=8, sq=4096, sk=8192, d=128)
 BENCH_CASES = [  # name, shape, causal

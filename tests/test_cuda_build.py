@@ -60,8 +60,10 @@ def test_every_kernel_compiles_for_every_target(fa_library):
 
 # Spills accepted on purpose, with the most bytes each may store or load: v5's d128 48-key tiles spill up to
 # 80 bytes of row state and loop constants on both archs (about 10 L1-resident local accesses per tile) and
-# are still faster than the spill-free 32-key tiles (docs/perf-notes-cuda.md, "Longer KV tiles").
-KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 80, "fwd_v5_kernel<fp16,128>": 80}
+# are still faster than the spill-free 32-key tiles (docs/perf-notes-cuda.md, "Longer KV tiles"); its d64
+# 64-key tiles spill 28 bytes on sm_90a and are 13-14% faster than the spill-free 32-key ones (session 17).
+KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 80, "fwd_v5_kernel<fp16,128>": 80,
+                "fwd_v5_kernel<bf16,64>": 28, "fwd_v5_kernel<fp16,64>": 28}
 
 
 def test_no_register_spills_beyond_the_known_ones(fa_library):

@@ -2,14 +2,14 @@
 // founding pipeline overlapped: prefetch K/V, S = Q K^T, softmax, O += P V.
 // - Loads: tiles t+1 .. t+STAGES-1 are in flight while tile t is computed; the newest one is
 //   issued right after the iteration's single barrier (d128: right after S's MMAs).
-// - Math: S for tile t+1 is issued before the softmax of tile t, so the tensor cores work on
-//   it while the same warp spends its issue slots on exp2/max/sum (in v4 a warp's MMAs stall
-//   behind its own softmax, and the per-tile barrier keeps all warps in that phase together).
+// - Math (S_AHEAD, the 16-row d128 shape of build rows16): S for tile t+1 is issued before the
+//   softmax of tile t, so the tensor cores work on it while the same warp spends its issue slots on
+//   exp2/max/sum. The default shapes compute S in place instead and spend the registers on longer
+//   tiles, which measured faster (48 keys at d128, 64 at d64; docs/perf-notes-cuda.md).
 // One barrier per tile: the one that publishes tile t+1's K also proves that every warp is
 // done with tile t-1 (its V was the last read of that stage), whose stage is refilled next.
-// At d128 each warp owns 32 query rows (two m-tiles per K/V fragment: a quarter less shared-
-// memory traffic per MMA) and re-reads Q from shared memory; registers then leave no room for
-// the early S of tile t+1, so that overlap is kept for d64 only (V5Tiles).
+// Each warp owns 32 query rows (two m-tiles per K/V fragment: a quarter less shared-memory traffic
+// per MMA); at d128 it re-reads Q from shared memory (V5Tiles).
 #include "fwd_common.cuh"
 
 // Ring depth, build flags for timing alternatives (scripts/dev_cuda_gpu.py): FA_V5_STAGES for d64
@@ -42,21 +42,22 @@
 
 namespace fa {
 
-// S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer). The
-// 32-row shape has no registers for it (O alone is 128): it computes S of tile t in place.
+// S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer); the 32-row
+// d128 shape has no registers for it (O alone is 128), and d64 measured faster without it.
 template <int DIM>
 struct V5Tiles : LadderTiles<DIM> {
   static constexpr bool Q_FROM_SMEM = false;
   static constexpr bool S_AHEAD = true;
   static constexpr int STAGES = FA_V5_STAGES;
 };
-// d64, build flags for timing alternatives (session 17): the ladder's 32-key tiles with S_AHEAD,
-// or longer tiles with S computed in place (FA2 runs d64 on 128-key tiles).
+// d64 (session 17): 64-key tiles with S computed in place, 13-14% fewer cycles than the 32-key tiles
+// with S_AHEAD (build flags for the ablations: FA_V5_D64_BLOCK_KV=32, FA_V5_D64_S_AHEAD=1; 64 keys with
+// S_AHEAD spill 128 bytes). 255 registers and 12 / 28 bytes of spills on sm_90a.
 #ifndef FA_V5_D64_BLOCK_KV
-#define FA_V5_D64_BLOCK_KV 32
+#define FA_V5_D64_BLOCK_KV 64
 #endif
 #ifndef FA_V5_D64_S_AHEAD
-#define FA_V5_D64_S_AHEAD 1
+#define FA_V5_D64_S_AHEAD 0
 #endif
 template <>
 struct V5Tiles<64> : Tiles<64, 4, 2, FA_V5_D64_BLOCK_KV> {
