@@ -1,7 +1,8 @@
 // v5 (deep pipeline): v4 with a ring of STAGES >= 3 K/V buffers and the four stages of the
 // founding pipeline overlapped: prefetch K/V, S = Q K^T, softmax, O += P V.
 // - Loads: tiles t+1 .. t+STAGES-1 are in flight while tile t is computed; the newest one is
-//   issued right after the iteration's single barrier (d128: right after S's MMAs).
+//   issued right after the iteration's single barrier (on sm_90a, in the shapes without S_AHEAD,
+//   right after S's MMAs).
 // - Math (S_AHEAD, the 16-row d128 shape of build rows16): S for tile t+1 is issued before the
 //   softmax of tile t, so the tensor cores work on it while the same warp spends its issue slots on
 //   exp2/max/sum. The default shapes compute S in place instead and spend the registers on longer
