@@ -272,9 +272,8 @@ struct HopperTiles {
     return CLUSTER == 1 && (DYNAMIC_CAUSAL || CAUSAL_PERSISTENT_KEYS > 0) && p.causal &&
            (DYNAMIC_CAUSAL || (p.seqlen_k >= CAUSAL_PERSISTENT_FROM && p.seqlen_k <= CAUSAL_PERSISTENT_KEYS));
   }
-  static constexpr int HEAD_GROUP = DIM == 128  ? FA_HOPPER_D128_HEAD_GROUP
-                                    : DIM == 64 ? FA_HOPPER_D64_HEAD_GROUP
-                                                : 0;  // 0: l2_head_group
+  static constexpr int HEAD_GROUP =
+      by_head_dim(DIM, FA_HOPPER_D64_HEAD_GROUP, FA_HOPPER_D128_HEAD_GROUP, 0);  // 0: l2_head_group
   static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
