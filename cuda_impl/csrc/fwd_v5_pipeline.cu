@@ -203,6 +203,8 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
 #else
     constexpr bool LOADS_AFTER_S = false;
 #endif
+    // (The two-line load is written out at both places: as one lambda, ptxas compiled both shapes' loops
+    // differently from the measured ones.)
     if constexpr (!LOADS_AFTER_S) {
       if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
       cp_async_commit();
