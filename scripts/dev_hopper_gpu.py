@@ -108,6 +108,7 @@ ALT_FLAGS = {
     "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
     "d64-4-stage": ("-DFA_HOPPER_D64_STAGES=4",),  # d64 with a 4-stage ring: no multiply-high for slot and phase (session 17)
+    "wide-diag": ("-DFA_HOPPER_D128_NARROW_DIAG=0",),  # causal d128's last tile full width for both consumers (before session 18)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 
@@ -127,6 +128,11 @@ CORRECTNESS_SHAPES = [
     (1, 8, 8, 2048, 2048, 128, "fp16", False),
     (1, 8, 8, 2048, 2048, 128, "bf16", True),
     (1, 16, 16, 4096, 4096, 128, "bf16", True),
+    # the 128-key kernel's narrow last tile: the upper consumer sees none of the last tile (Sq = Sk + 64); non-causal
+    # up to 1k keys with 64 keys and with 4 keys in the last tile
+    (1, 2, 2, 576, 512, 128, "bf16", True),
+    (2, 4, 4, 300, 960, 128, "fp16", False),
+    (2, 4, 2, 333, 900, 128, "bf16", False),
     # d256 (80-key tiles, 4 head_dim panels, O += P V as m64n256k16)
     (1, 2, 2, 128, 128, 256, "bf16", False),  # one Q tile, a full and a 48-key tail tile
     (2, 4, 4, 200, 333, 256, "fp16", True),  # tails on both axes
