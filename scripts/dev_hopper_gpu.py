@@ -13,8 +13,8 @@ that a hung kernel (a barrier waiting for an arrival that never comes) is report
 eating the call:
 1. correctness, once per build (the default library and each ALT_FLAGS library that was built
    and carried; with DEV_BASELINE_LIB, build "baseline": another commit's library, devkit.baseline_build):
-   30 shapes (9 of them d256; 9 with more items than SMs, 6 in clusters of two CTAs, 3 with a split
-   last round) against float64, each under freshly NaN-poisoned outputs, one line per shape (max
+   the CORRECTNESS_SHAPES (d64, d128 and d256; some with more items than SMs, in clusters of two CTAs
+   or with a split last round) against float64, each under freshly NaN-poisoned outputs, one line per shape (max
    error, the FlashAttention bound, pass/fail); a crash in one shape is caught and printed without
    hiding the others (a CUDA fault poisons the context, so the rest are then marked as skipped);
 2. timing of the builds that passed: triton.testing.do_bench medians beside torch SDPA cuDNN
@@ -108,7 +108,6 @@ ALT_FLAGS = {
     "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
     "d64-4-stage": ("-DFA_HOPPER_D64_STAGES=4",),  # d64 with a 4-stage ring: no multiply-high for slot and phase (session 17)
-    "wide-diag": ("-DFA_HOPPER_D128_NARROW_DIAG=0",),  # causal d128's last tile full width for both consumers (before session 18)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 
@@ -128,8 +127,8 @@ CORRECTNESS_SHAPES = [
     (1, 8, 8, 2048, 2048, 128, "fp16", False),
     (1, 8, 8, 2048, 2048, 128, "bf16", True),
     (1, 16, 16, 4096, 4096, 128, "bf16", True),
-    # the 128-key kernel's narrow last tile: the upper consumer sees none of the last tile (Sq = Sk + 64); non-causal
-    # up to 1k keys with 64 keys and with 4 keys in the last tile
+    # the upper consumer of a causal item sees none of its last tile (Sq = Sk + 64); non-causal up to 1k keys (the
+    # 128-key kernel) with 64 keys and with 4 keys in the last tile
     (1, 2, 2, 576, 512, 128, "bf16", True),
     (2, 4, 4, 300, 960, 128, "fp16", False),
     (2, 4, 2, 333, 900, 128, "bf16", False),
