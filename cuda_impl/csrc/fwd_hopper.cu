@@ -114,6 +114,21 @@
 #ifndef FA_HOPPER_D256_BLOCK_KV
 #define FA_HOPPER_D256_BLOCK_KV 80
 #endif
+// Keys of the narrow last tile of the 128-key d128 kernel (causal, and non-causal up to FA_HOPPER_D128_SHORT_KEYS;
+// 0: off): when the rows of a consumer see at most this many keys of the item's last tile (the upper consumer on
+// the causal diagonal: its 64 rows end 64 keys before the tile does), its last S and P V run this many keys wide.
+#ifndef FA_HOPPER_D128_NARROW_DIAG
+#define FA_HOPPER_D128_NARROW_DIAG 0
+#endif
+// Experiment (session 18): 1 recomputes the shared base from the dynamic shared window in every step, so that ptxas
+// cannot keep it in a uniform register across the loop (the loops that did were the slower ones, sessions 13-18).
+#ifndef FA_HOPPER_PIN_BASE
+#define FA_HOPPER_PIN_BASE 0
+#endif
+// Experiment (session 18): 1 stages the 176-key kernels' stores too.
+#ifndef FA_HOPPER_D128_WIDE_STAGED
+#define FA_HOPPER_D128_WIDE_STAGED 0
+#endif
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -260,6 +275,10 @@ struct HopperTiles {
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
+  // Width of a consumer's narrow last tile, 0 if none (FA_HOPPER_D128_NARROW_DIAG): the 128-key d128 kernel.
+  static constexpr int NARROW_KV = DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_NARROW_DIAG : 0;
+  static_assert(NARROW_KV % 16 == 0 && NARROW_KV < BLOCK_KV, "a narrow tile: whole 16-key P V steps");
+  static_assert(NARROW_KV == 0 || !RETIRE_AT_TOP, "a narrow last step needs no P V in flight across it");
   static constexpr int CAUSAL_PERSISTENT_KEYS =
       by_head_dim(DIM, FA_HOPPER_D64_CAUSAL_PERSISTENT, FA_HOPPER_CAUSAL_PERSISTENT, FA_HOPPER_D256_CAUSAL_PERSISTENT);
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM : 0;
@@ -305,7 +324,7 @@ struct HopperTiles {
   // kernels (d128 causal and up to 1k keys, d64). The 176-key kernels store from the registers: with the staging their loops
   // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
   // of the 227 (docs/perf-notes-hopper.md, session 14).
-  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && BLOCK_KV == 128;
+  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && (BLOCK_KV == 128 || FA_HOPPER_D128_WIDE_STAGED);
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
@@ -336,6 +355,10 @@ struct HopperTiles {
 
 #if FA_SM90A
 namespace hopper {
+
+// Keys of a tile whose S accumulator (64 x keys fp32 per warpgroup: keys / 2 registers a thread) is the array A.
+template <typename A>
+constexpr int keys_in = 2 * int(std::extent_v<std::remove_cvref_t<A>>);
 
 // Shared addresses of the CTA's mbarriers (8 bytes each, after the tiles).
 template <int STAGES>
@@ -416,8 +439,8 @@ __device__ void drain_ring(Barriers<C::STAGES> bars, const sm90::Progress& done)
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
 // thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
 // difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
-template <typename C>
-__device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
+template <typename C, int S_REGS>
+__device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)[2],
                                             float (&row_sum)[2], float (&alpha)[2],
                                             float scale_log2) {
 #pragma unroll
@@ -438,14 +461,14 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
-// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A fragments (a narrow S
+// fills the first blocks of P). Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
 // No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 // (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
 // docs/perf-notes-hopper.md, session 5.)
-template <typename T, typename C>
-__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
+template <typename T, typename C, int S_REGS>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -455,7 +478,7 @@ __device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], fl
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
 #pragma unroll
-  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
+  for (int kk = 0; kk < S_REGS / 8; kk++)
 #pragma unroll
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
@@ -484,27 +507,28 @@ struct PingPong {
   }
 };
 
-// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
-template <typename T, typename C>
-__device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
+// S = Q K^T over the first 2 S_REGS keys of the K tile: k-step kk reads 16 columns = 32 bytes inside panel
+// kk / 4 of both operands.
+template <typename T, typename C, int S_REGS>
+__device__ __forceinline__ void issue_s(float (&S)[S_REGS], uint32_t q_smem, uint32_t k_smem) {
   const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
-                                   sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
+    sm90::wgmma_ss<T, 2 * S_REGS>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+                                  sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
 
-// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
-// head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
-template <typename T, typename C>
+// O += P V over the first KEYS keys: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further;
+// the head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+template <typename T, typename C, int KEYS>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
   const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
 #pragma unroll
-  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
+  for (int kk = 0; kk < KEYS / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
   sm90::wgmma_commit();
 }
 
@@ -540,26 +564,76 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
+  // A consumer whose rows see at most NARROW_KV keys of the item's last tile computes that tile NARROW_KV keys
+  // wide, into S_narrow (as the first NARROW_KV / 2 registers of S, ptxas serialised every wgmma of the kernel:
+  // C7511). The lambdas below take the tile's S, full or narrow, and their width from it.
+  float S_narrow[C::NARROW_KV > 0 ? C::NARROW_KV / 2 : 1];
+  const bool narrow_last = C::NARROW_KV > 0 && n > 1 &&
+                           visible_keys_end(p, min(w.q_start + consumer * 64 + 63, p.seqlen_q - 1)) -
+                                   (w.kv_tile0 + n - 1) * C::BLOCK_KV <= C::NARROW_KV;
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
-  const auto softmax = [&](int tile) {
+  const auto softmax = [&](auto& S_tile, int tile) {
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
-    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
+    if (tile_needs_mask<keys_in<decltype(S_tile)>>(p, w, kv_start)) mask_scores(S_tile, p, w, row0, kv_start);
+    softmax_exp<C>(S_tile, row_max, row_sum, alpha, scale_log2);
   };
   // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
   // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
   // wait to the start of its basic block, so written right after softmax(t) the wait ran before
   // the softmax, which then never overlapped its own warpgroup's P V (docs/perf-notes-hopper.md,
   // session 6).
-  const auto retire = [&](int tile) {
+  const auto retire = [&](auto& S_tile, int tile) {
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     if (tile >= 0) release(bars.v_empty(stage(tile)));
-    rescale_and_pack<T, C>(S, O, alpha, P);
+    rescale_and_pack<T, C>(S_tile, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
+  };
+  const auto smem_now = [&] {
+    if (!FA_HOPPER_PIN_BASE) return smem;
+    extern __shared__ __align__(1024) uint8_t smem_dyn[];
+    uint32_t a;
+    asm volatile("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(a) : "l"(smem_dyn));
+    return (a + 1023) & ~1023u;
+  };
+  // Step t >= 1: S(t) into S_tile, and O += P(t-1) V(t-1) (tile t - 1 is always a full one).
+  const auto step = [&](auto& S_tile, int tile) {
+    const uint32_t base = smem_now();
+    const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
+    const uint32_t q_smem = base + consumer * 64 * 128;
+    const int s = stage(tile), prev = stage(tile - 1);
+    sm90::mbar_wait(bars.k_full(s), parity(tile));
+    // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
+    // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
+    sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
+    if (C::RETIRE_AT_TOP) retire(S, tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
+    turns.wait_turn();
+    sm90::wgmma_fence();
+    issue_s<T, C>(S_tile, q_smem, k_smem(s));
+    issue_pv<T, C, C::BLOCK_KV>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+    turns.pass_turn();
+    sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
+    sm90::fence_regs(S_tile);
+    release(bars.k_empty(s));
+    if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
+    softmax(S_tile, tile);
+    if (!C::RETIRE_AT_TOP) retire(S_tile, tile - 1);
+  };
+  // The last tile's P V, as wide as its S; `next()` under it.
+  const auto last_pv = [&](const auto& S_tile) {
+    const int s = stage(n - 1);
+    sm90::mbar_wait(bars.v_full(s), parity(n - 1));
+    if (C::RETIRE_AT_TOP) retire(S, n - 2);
+    sm90::wgmma_fence();
+    issue_pv<T, C, keys_in<decltype(S_tile)>>(O, P, k_smem(s) + C::KV_BYTES);
+    next();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    trace::mark(turns.consumer + 1, done.q_loads, trace::LAST_PV_RETIRED);
+    release(bars.v_empty(s));
   };
 
   // One block for tile 0, the loop and the last P V: with the loop outside it, ptxas saw a path
@@ -581,40 +655,21 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     trace::mark(role, done.q_loads, trace::S0_RETIRED);
     release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(0);
-    if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
+    softmax(S, 0);
+    if (!C::RETIRE_AT_TOP) retire(S, -1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
-    for (int tile = 1; tile < n; tile++) {
-      const int s = stage(tile), prev = stage(tile - 1);
-      sm90::mbar_wait(bars.k_full(s), parity(tile));
-      // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
-      // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
-      sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-      if (C::RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
-      turns.wait_turn();
-      sm90::wgmma_fence();
-      issue_s<T, C>(S, q_smem, k_smem(s));
-      issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
-      turns.pass_turn();
-      sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
-      sm90::fence_regs(S);
-      release(bars.k_empty(s));
-      if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-      softmax(tile);
-      if (!C::RETIRE_AT_TOP) retire(tile - 1);
-    }
+    for (int tile = 1; tile < n - narrow_last; tile++) step(S, tile);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
-    // the last tile's P V
-    const int s = stage(n - 1);
-    sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (C::RETIRE_AT_TOP) retire(n - 2);
-    sm90::wgmma_fence();
-    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
-    next();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
-    trace::mark(role, done.q_loads, trace::LAST_PV_RETIRED);
-    release(bars.v_empty(s));
+    if constexpr (C::NARROW_KV > 0) {
+      if (narrow_last) {
+        step(S_narrow, n - 1);
+        last_pv(S_narrow);
+      } else {
+        last_pv(S);
+      }
+    } else {
+      last_pv(S);
+    }
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
