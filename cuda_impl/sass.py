@@ -92,6 +92,14 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
     return loop_with(addressed, _SS_WGMMA, _RS_WGMMA)
 
 
+def back_to_back_ss_wgmmas(loop: list[str]) -> int:
+    """Pairs of S = Q K^T wgmmas (both operands in shared memory) in `loop` with nothing but NOPs between them.
+    The Hopper loops that ptxas compiled that way measured 0.3-1.9% slower than the same loops with the wgmmas
+    interleaved with their descriptor arithmetic (docs/perf-notes-hopper.md, sessions 13-18)."""
+    ss = [i for i, ins in enumerate(loop) if _SS_WGMMA.search(ins)]
+    return sum(all(opcode(ins) == "NOP" for ins in loop[a + 1: b]) for a, b in zip(ss, ss[1:]))
+
+
 def opcode(ins: str) -> str:
     """The full opcode with modifiers ('HMMA.16816.F32.BF16'), its predicate stripped; '' if none."""
     words = ins.split()

@@ -91,11 +91,6 @@ def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     assert "C751" not in log and "C752" not in log, f"ptxas changed the wgmma pipeline:\n{log}"
 
 
-# R2UR (vector to uniform register moves) left in the KV-tile loop: the d256 cluster kernel builds its Q
-# descriptors in vector registers (14 moves per tile); every other loop keeps them uniform.
-KNOWN_LOOP_R2UR = {(256, 80, 2): 14}
-
-
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim, block_kv, cluster, consumers", SHAPES)
 def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addressed, fmt, head_dim, block_kv,
@@ -109,7 +104,29 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
     ops = sass.opcode_counts(loop)
     wgmma = sum(n for op, n in ops.items() if op.startswith("HGMMA"))
     assert wgmma == head_dim // 16 + block_kv // 16, ops  # S(t) and P(t-1) V(t-1)
-    assert ops["R2UR"] == KNOWN_LOOP_R2UR.get((head_dim, block_kv, cluster), 0), ops
+    # no vector-to-uniform moves (the d256 cluster loop had 14 per tile, its Q descriptors built in vector registers,
+    # until its steps read the shared base anew: PIN_BASE, session 18)
+    assert ops["R2UR"] == 0, ops
+
+
+# Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): the 176-key d128 kernels and d256.
+PINNED = {(128, 176), (256, 80)}
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim, block_kv, cluster, consumers", SHAPES)
+def test_pinned_loops_rebuild_the_shared_base_and_interleave_s(hopper_sass_addressed, fmt, head_dim, block_kv,
+                                                               cluster, consumers):
+    """Where a step reads the shared base anew, ptxas rebuilds it in the loop (S2UR of the CTA id) and issues the S
+    wgmmas between their descriptor arithmetic, not back to back (perf-notes-hopper, session 18: the loops compiled
+    the other way were the slower ones, and the 176-key loop takes the staged stores only in this form)."""
+    if (head_dim, block_kv) not in PINNED:
+        pytest.skip("not pinned: its loop keeps the base it has")
+    tag = mangled_tag(fmt, head_dim, block_kv, cluster, consumers)
+    (addressed,) = [ins for (arch, fn), ins in hopper_sass_addressed.items() if arch == "sm_90" and tag in fn]
+    loop = sass.steady_loop(addressed)
+    assert sass.opcode_counts(loop)["S2UR"] >= 1
+    assert sass.back_to_back_ss_wgmmas(loop) <= 2
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
@@ -146,14 +163,13 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     assert not any(op.startswith(("HMMA", "LDGSTS")) for op in ops)
     local = ops.get("STL", 0) + ops.get("LDL", 0)
     assert local == 0, "local memory (spills)"
-    # O leaves through shared memory in the 128-key kernels (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per
-    # copy of the store (d64 has two: after a split part's merge and plain); the others store from the registers
-    copies = 2 if head_dim == 64 else 1
-    assert ops.get("STSM.16.M88.4", 0) == (copies * head_dim // 16 if block_kv == 128 else 0)
     panels = head_dim // 64
     # the split last round (d64 and the 176-key d128 kernels): one gpu-scope acq_rel count of a split unit's
     # parts (its fence brings a CGAERRBAR)
     split = int(block_kv == 176 or head_dim == 64)
+    # O leaves through shared memory at d64 and d128 (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of
+    # the store (two where the last round splits: after a split part's merge and plain); d256 stores from the registers
+    assert ops.get("STSM.16.M88.4", 0) == ((1 + split) * head_dim // 16 if head_dim <= 128 else 0)
     assert ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
     if cluster == 1:
         assert not any(op.startswith(("UTMALDG.4D.MULTICAST", "UCGABAR")) for op in ops)
@@ -473,21 +489,25 @@ def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass,
 
 @pytest.mark.gpu
 def test_staged_epilogue_refuses_unaligned_output_rows_and_register_stores_take_them():
-    """The 128-key kernels (causal d128, non-causal d128 up to 1k keys, d64) write O through shared memory in 16-byte
-    chunks (hopper_epilogue.cuh); an output whose rows do not start on 16 bytes is refused with a message, not written
-    out of place. The public API always allocates aligned rows; the raw launch takes any output, and the 176-key
-    kernels (non-causal d128 above 1k keys), which store 4 bytes per thread, take this one and match the reference."""
+    """The d64 and d128 kernels write O through shared memory in 16-byte chunks (hopper_epilogue.cuh); an output whose
+    rows do not start on 16 bytes is refused with a message, not written out of place: causal d128 (the 128-key
+    kernel) and non-causal d128 above 1k keys (the 176-key kernels). The public API always allocates aligned rows; the
+    raw launch takes any output, and d256, which stores 4 bytes per thread, takes such a one and matches the reference."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper"):
         pytest.skip(reason)
     from test_cuda_gpu import attention_reference, make_inputs
 
-    q, k, v = make_inputs(1, 4, 4, 300, 1100, 128, torch.bfloat16, seed=5)
-    out = torch.full((1, 4, 300, 132), math.nan, device="cuda", dtype=torch.bfloat16)[..., :128]  # rows 264 B apart
+    for head_dim, causal in ((128, True), (128, False)):
+        q, k, v = make_inputs(1, 4, 4, 300, 1100, head_dim, torch.bfloat16, seed=5)
+        out = torch.full((1, 4, 300, head_dim + 4), math.nan, device="cuda", dtype=torch.bfloat16)[..., :head_dim]
+        lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+        with pytest.raises(RuntimeError, match="rows must start on 16 bytes"):
+            _lib.launch_forward("hopper", q, k, v, out, lse, causal=causal, scale=head_dim**-0.5)
+    q, k, v = make_inputs(1, 4, 4, 300, 1100, 256, torch.bfloat16, seed=5)
+    out = torch.full((1, 4, 300, 260), math.nan, device="cuda", dtype=torch.bfloat16)[..., :256]  # rows 520 B apart
     lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
-    with pytest.raises(RuntimeError, match="rows must start on 16 bytes"):
-        _lib.launch_forward("hopper", q, k, v, out, lse, causal=True, scale=128**-0.5)
-    _lib.launch_forward("hopper", q, k, v, out, lse, causal=False, scale=128**-0.5)
-    ref, _ = attention_reference(q, k, v, False, 128**-0.5)
+    _lib.launch_forward("hopper", q, k, v, out, lse, causal=False, scale=256**-0.5)
+    ref, _ = attention_reference(q, k, v, False, 256**-0.5)
     assert (out.double() - ref).abs().max().item() < 2e-2

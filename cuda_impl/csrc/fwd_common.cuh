@@ -97,13 +97,6 @@ struct CtaWork {
   int diag;          // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag
 };
 
-// One past the last key that query rows up to `last_row` see (causal: bottom-right aligned).
-__device__ __forceinline__ int visible_keys_end(const FwdParams& p, int last_row) {
-  int kv_end = p.seqlen_k;
-  if (p.causal) kv_end = max(0, min(kv_end, last_row + p.seqlen_k - p.seqlen_q + 1));
-  return kv_end;
-}
-
 // The work of query tile `q_tile` of (batch, head_q).
 template <int BLOCK_Q, int BLOCK_KV>
 __device__ __forceinline__ CtaWork tile_work(const FwdParams& p, int batch, int head_q, int q_tile) {
@@ -113,8 +106,6 @@ __device__ __forceinline__ CtaWork tile_work(const FwdParams& p, int batch, int 
   w.head_kv = head_q / (p.heads_q / p.heads_kv);
   w.q_start = q_tile * BLOCK_Q;
   w.diag = p.seqlen_k - p.seqlen_q;
-  // (visible_keys_end of the tile's last row, written out: through the helper ptxas compiled every kernel's loop
-  // differently)
   int kv_end = p.seqlen_k;
   if (p.causal) {
     const int last_row = min(w.q_start + BLOCK_Q, p.seqlen_q) - 1;

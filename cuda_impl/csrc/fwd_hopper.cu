@@ -114,21 +114,6 @@
 #ifndef FA_HOPPER_D256_BLOCK_KV
 #define FA_HOPPER_D256_BLOCK_KV 80
 #endif
-// Keys of the narrow last tile of the 128-key d128 kernel (causal, and non-causal up to FA_HOPPER_D128_SHORT_KEYS;
-// 0: off): when the rows of a consumer see at most this many keys of the item's last tile (the upper consumer on
-// the causal diagonal: its 64 rows end 64 keys before the tile does), its last S and P V run this many keys wide.
-#ifndef FA_HOPPER_D128_NARROW_DIAG
-#define FA_HOPPER_D128_NARROW_DIAG 0
-#endif
-// Experiment (session 18): 1 recomputes the shared base from the dynamic shared window in every step, so that ptxas
-// cannot keep it in a uniform register across the loop (the loops that did were the slower ones, sessions 13-18).
-#ifndef FA_HOPPER_PIN_BASE
-#define FA_HOPPER_PIN_BASE 0
-#endif
-// Experiment (session 18): 1 stages the 176-key kernels' stores too.
-#ifndef FA_HOPPER_D128_WIDE_STAGED
-#define FA_HOPPER_D128_WIDE_STAGED 0
-#endif
 #ifndef FA_HOPPER_OVERLAP
 #define FA_HOPPER_OVERLAP 1
 #endif
@@ -243,6 +228,15 @@
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
+// Each KV-tile step reads the CTA's shared base anew through a volatile cvta (where: HopperTiles::PIN_BASE), so that
+// ptxas rebuilds it in the loop instead of keeping it in a uniform register. Changes after the loop had made it keep the
+// base and then issue the S wgmmas back to back, each time 0.3-1.9% slower (sessions 13-18); read anew, the 176-key
+// loops issue them interleaved whatever follows the loop: -0.3 / -0.4% cycles at 4k / 16k, -1.2 / -0.5% with the staged
+// stores they now take, d256 -0.7%; the 128-key d128 loop +0.6-0.9% and d64 level, which keep theirs (session 18).
+// 0: no step reads it anew, the ablation.
+#ifndef FA_HOPPER_PIN_BASE
+#define FA_HOPPER_PIN_BASE 1
+#endif
 // The next item's bookkeeping (its index from the scheduler, its work) under the last P V of the current one
 // (where: HopperTiles::EARLY_NEXT); 0 does it after the stores, the ablation.
 #ifndef FA_HOPPER_EARLY_NEXT
@@ -275,10 +269,8 @@ struct HopperTiles {
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
-  // Width of a consumer's narrow last tile, 0 if none (FA_HOPPER_D128_NARROW_DIAG): the 128-key d128 kernel.
-  static constexpr int NARROW_KV = DIM == 128 && BLOCK_KV == 128 ? FA_HOPPER_D128_NARROW_DIAG : 0;
-  static_assert(NARROW_KV % 16 == 0 && NARROW_KV < BLOCK_KV, "a narrow tile: whole 16-key P V steps");
-  static_assert(NARROW_KV == 0 || !RETIRE_AT_TOP, "a narrow last step needs no P V in flight across it");
+  // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
+  static constexpr bool PIN_BASE = FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
       by_head_dim(DIM, FA_HOPPER_D64_CAUSAL_PERSISTENT, FA_HOPPER_CAUSAL_PERSISTENT, FA_HOPPER_D256_CAUSAL_PERSISTENT);
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM : 0;
@@ -320,11 +312,10 @@ struct HopperTiles {
   // the split tail's TailRange, after the barriers and the item slots, 16-byte aligned
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (RING_BARRIERS + RING_BARRIERS % 2);
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
-  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, in the 128-key
-  // kernels (d128 causal and up to 1k keys, d64). The 176-key kernels store from the registers: with the staging their loops
-  // compiled differently and took 0.3% more cycles at 16k for nothing measurable at 4k; at d256 the tiles leave 3 KB
-  // of the 227 (docs/perf-notes-hopper.md, session 14).
-  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128 && (BLOCK_KV == 128 || FA_HOPPER_D128_WIDE_STAGED);
+  // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, at d64 and d128.
+  // (The 176-key kernels gained from it only once their loop stopped changing with it, PIN_BASE; session 18.) At
+  // d256 the tiles leave 3 KB of the 227 (docs/perf-notes-hopper.md, session 14).
+  static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs (FA_HOPPER_EARLY_NEXT), instead of after the
@@ -355,6 +346,15 @@ struct HopperTiles {
 
 #if FA_SM90A
 namespace hopper {
+
+// The CTA's 1024-aligned dynamic shared base, as the kernel computes it, but through a volatile cvta.to.shared: ptxas
+// rebuilds it wherever it is read instead of keeping it in a uniform register (HopperTiles::PIN_BASE).
+__device__ __forceinline__ uint32_t shared_base_anew() {
+  extern __shared__ __align__(1024) uint8_t smem_dyn[];
+  uint32_t generic_to_shared;
+  asm volatile("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(generic_to_shared) : "l"(smem_dyn));
+  return (generic_to_shared + 1023) & ~1023u;
+}
 
 // Keys of a tile whose S accumulator (64 x keys fp32 per warpgroup: keys / 2 registers a thread) is the array A.
 template <typename A>
@@ -461,8 +461,7 @@ __device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A fragments (a narrow S
-// fills the first blocks of P). Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
 // No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 // (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
@@ -564,13 +563,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
-  // A consumer whose rows see at most NARROW_KV keys of the item's last tile computes that tile NARROW_KV keys
-  // wide, into S_narrow (as the first NARROW_KV / 2 registers of S, ptxas serialised every wgmma of the kernel:
-  // C7511). The lambdas below take the tile's S, full or narrow, and their width from it.
-  float S_narrow[C::NARROW_KV > 0 ? C::NARROW_KV / 2 : 1];
-  const bool narrow_last = C::NARROW_KV > 0 && n > 1 &&
-                           visible_keys_end(p, min(w.q_start + consumer * 64 + 63, p.seqlen_q - 1)) -
-                                   (w.kv_tile0 + n - 1) * C::BLOCK_KV <= C::NARROW_KV;
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
   const auto softmax = [&](auto& S_tile, int tile) {
@@ -592,16 +584,9 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  const auto smem_now = [&] {
-    if (!FA_HOPPER_PIN_BASE) return smem;
-    extern __shared__ __align__(1024) uint8_t smem_dyn[];
-    uint32_t a;
-    asm volatile("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(a) : "l"(smem_dyn));
-    return (a + 1023) & ~1023u;
-  };
   // Step t >= 1: S(t) into S_tile, and O += P(t-1) V(t-1) (tile t - 1 is always a full one).
   const auto step = [&](auto& S_tile, int tile) {
-    const uint32_t base = smem_now();
+    const uint32_t base = C::PIN_BASE ? shared_base_anew() : smem;
     const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
     const uint32_t q_smem = base + consumer * 64 * 128;
     const int s = stage(tile), prev = stage(tile - 1);
@@ -658,18 +643,9 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     softmax(S, 0);
     if (!C::RETIRE_AT_TOP) retire(S, -1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
-    for (int tile = 1; tile < n - narrow_last; tile++) step(S, tile);
+    for (int tile = 1; tile < n; tile++) step(S, tile);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
-    if constexpr (C::NARROW_KV > 0) {
-      if (narrow_last) {
-        step(S_narrow, n - 1);
-        last_pv(S_narrow);
-      } else {
-        last_pv(S);
-      }
-    } else {
-      last_pv(S);
-    }
+    last_pv(S);
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
