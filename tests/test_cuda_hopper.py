@@ -139,26 +139,18 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     # tile 0 and in the loop; O += P V (block_kv / 16 k-steps of m64n{head_dim}k16) also twice:
     # in the loop and for the last tile.
     s_steps, pv_steps = 2 * head_dim // 16, 2 * block_kv // 16
-    # The 176-key kernels have a second copy of the step for a last tile of at most 64 keys (NARROW_KV): its S
-    # (head_dim / 16 k-steps of m64n64k16), its own P(t-1) V(t-1) (block_kv / 16 k-steps) and a 4-step last P V.
-    narrow = 64 if block_kv == 176 else 0
-    if narrow:
-        pv_steps += block_kv // 16 + narrow // 16
     hgmma = {f"HGMMA.64x{block_kv}x16.F32{suffix}": s_steps}
-    if narrow:
-        hgmma[f"HGMMA.64x{narrow}x16.F32{suffix}"] = head_dim // 16
     pv = f"HGMMA.64x{head_dim}x16.F32{suffix}"
     hgmma[pv] = hgmma.get(pv, 0) + pv_steps
     assert {op: n for op, n in ops.items() if op.startswith("HGMMA")} == hgmma
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
     assert len(transposed_b) == pv_steps, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
-    # One wgmma.fence per batch (tile 0, loop, last P V; the narrow step and its last P V): none injected by ptxas.
-    # The steps wait for S(t) alone (DEPBAR.LE 1); waits: tile 0's S, the two retires, the loop's S, the last P V,
-    # and the narrow copy's S, retire and last P V.
-    assert ops["WARPGROUP.ARRIVE"] == 3 + 2 * bool(narrow)
+    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
+    # for S(t) alone (DEPBAR.LE 1); waits: tile 0's S, the two retires, the loop's S, the last P V.
+    assert ops["WARPGROUP.ARRIVE"] == 3
     waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
-    assert sum("gsb0, 0x1" in i for i in waits) == 1 + bool(narrow) and len(waits) == 5 + 3 * bool(narrow), waits
+    assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 5, waits
     if head_dim == 256:  # retire at the top of the next step: every exp runs under P(t-1) V(t-1)
         assert sass.exps_under_pending_wgmma(instructions) == block_kv // 2 + 2  # every p, both alphas
     # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.
@@ -185,9 +177,8 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
         return
     # Q alone, then K and V: this CTA's half of each tile's panels, multicast into both CTAs
     assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
-    # the other CTA's producer hears each K/V release: remote arrivals, one per release site (three more in the narrow
-    # copy of the step: its K, the retired V before it and its own V)
-    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4) + 3 * bool(narrow)
+    # the other CTA's producer hears each K/V release: remote arrivals, one per release site
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
     # on the remote arrivals would put one before each of them (7-16% slower, perf-notes-hopper)
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split
@@ -401,7 +392,7 @@ GPU_SHAPES = [
     (3, 16, 4, 500, 1999),
     (4, 16, 16, 384, 3000),
     (2, 8, 2, 700, 4200),  # causal d256 with 4k-8k keys: persistent CTAs, 96 items of up to 53 tiles
-    (2, 8, 2, 1500, 2000),  # non-causal d128: 11 tiles of 176 and a narrow one of exactly 64 keys
+    (2, 8, 2, 1500, 2000),  # non-causal d128: 11 tiles of 176 and one of exactly 64 keys
     # the upper consumer of a causal item sees none of its last tile (Sq = Sk + 64); non-causal up to 1k keys (d128's
     # 128-key kernel) with a 4-key last tile
     (1, 2, 2, 576, 512),

@@ -228,12 +228,6 @@
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
-// Keys of the narrow last tile of the 176-key (non-causal d128) kernels, 0: none (the ablation). An item whose last tile
-// holds at most this many keys computes it this many keys wide: 4096 keys are 23 tiles of 176 and one of 48, 16384
-// are 93 and one of 16. (Session 13 measured it slower, its loop recompiled; with PIN_BASE the loop stays; session 18.)
-#ifndef FA_HOPPER_D128_NARROW_KV
-#define FA_HOPPER_D128_NARROW_KV 64
-#endif
 // Each KV-tile step reads the CTA's shared base anew through a volatile cvta (where: HopperTiles::PIN_BASE), so that
 // ptxas rebuilds it in the loop instead of keeping it in a uniform register. Changes after the loop had made it keep the
 // base and then issue the S wgmmas back to back, each time 0.3-1.9% slower (sessions 13-18); read anew, the 176-key
@@ -275,10 +269,6 @@ struct HopperTiles {
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
-  // Width of the narrow last tile, 0 if none (FA_HOPPER_D128_NARROW_KV): the 176-key kernels.
-  static constexpr int NARROW_KV = DIM == 128 && BLOCK_KV > 128 ? FA_HOPPER_D128_NARROW_KV : 0;
-  static_assert(NARROW_KV % 16 == 0 && NARROW_KV < BLOCK_KV, "a narrow tile: whole 16-key P V steps");
-  static_assert(NARROW_KV == 0 || !RETIRE_AT_TOP, "a narrow last step needs no P V in flight across it");
   // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
   static constexpr bool PIN_BASE = FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
@@ -573,11 +563,6 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
-  // A last tile with at most NARROW_KV keys (non-causal: the 176-key kernels) is computed NARROW_KV keys wide, into
-  // S_narrow (as the first NARROW_KV / 2 registers of S, ptxas serialised every wgmma of a kernel: C7511). The
-  // lambdas below take the tile's S, full or narrow, and their width from it.
-  float S_narrow[C::NARROW_KV > 0 ? C::NARROW_KV / 2 : 1];
-  const bool narrow_last = C::NARROW_KV > 0 && n > 1 && p.seqlen_k - (w.kv_tile0 + n - 1) * C::BLOCK_KV <= C::NARROW_KV;
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
   const auto softmax = [&](auto& S_tile, int tile) {
@@ -658,18 +643,9 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     softmax(S, 0);
     if (!C::RETIRE_AT_TOP) retire(S, -1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
-    for (int tile = 1; tile < n - narrow_last; tile++) step(S, tile);
+    for (int tile = 1; tile < n; tile++) step(S, tile);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
-    if constexpr (C::NARROW_KV > 0) {
-      if (narrow_last) {
-        step(S_narrow, n - 1);
-        last_pv(S_narrow);
-      } else {
-        last_pv(S);
-      }
-    } else {
-      last_pv(S);
-    }
+    last_pv(S);
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
