@@ -347,15 +347,6 @@ struct HopperTiles {
 #if FA_SM90A
 namespace hopper {
 
-// The CTA's 1024-aligned dynamic shared base, as the kernel computes it, but through a volatile cvta.to.shared: ptxas
-// rebuilds it wherever it is read instead of keeping it in a uniform register (HopperTiles::PIN_BASE).
-__device__ __forceinline__ uint32_t shared_base_anew() {
-  extern __shared__ __align__(1024) uint8_t smem_dyn[];
-  uint32_t generic_to_shared;
-  asm volatile("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(generic_to_shared) : "l"(smem_dyn));
-  return (generic_to_shared + 1023) & ~1023u;
-}
-
 // Keys of a tile whose S accumulator (64 x keys fp32 per warpgroup: keys / 2 registers a thread) is the array A.
 template <typename A>
 constexpr int keys_in = 2 * int(std::extent_v<std::remove_cvref_t<A>>);
@@ -586,7 +577,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   };
   // Step t >= 1: S(t) into S_tile, and O += P(t-1) V(t-1) (tile t - 1 is always a full one).
   const auto step = [&](auto& S_tile, int tile) {
-    const uint32_t base = C::PIN_BASE ? shared_base_anew() : smem;
+    const uint32_t base = C::PIN_BASE ? sm90::shared_base_anew() : smem;
     const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
     const uint32_t q_smem = base + consumer * 64 * 128;
     const int s = stage(tile), prev = stage(tile - 1);

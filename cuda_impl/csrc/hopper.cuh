@@ -144,6 +144,16 @@ __device__ __forceinline__ uint4 ld_shared_v4(uint32_t addr) {
   return v;
 }
 
+// The CTA's 1024-aligned dynamic shared base, as the kernels compute it, but through a volatile cvta.to.shared:
+// ptxas rebuilds it wherever it is read instead of keeping it in a uniform register, which pins a KV-tile loop to the
+// schedule that interleaves its S wgmmas with their descriptor arithmetic (HopperTiles::PIN_BASE, session 18).
+__device__ __forceinline__ uint32_t shared_base_anew() {
+  extern __shared__ __align__(1024) uint8_t smem_dyn[];
+  uint32_t generic_to_shared;
+  asm volatile("{.reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t;}" : "=r"(generic_to_shared) : "l"(smem_dyn));
+  return (generic_to_shared + 1023) & ~1023u;
+}
+
 // --- clusters ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ uint32_t cluster_ctarank() {
