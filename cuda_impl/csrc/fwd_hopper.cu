@@ -347,10 +347,6 @@ struct HopperTiles {
 #if FA_SM90A
 namespace hopper {
 
-// Keys of a tile whose S accumulator (64 x keys fp32 per warpgroup: keys / 2 registers a thread) is the array A.
-template <typename A>
-constexpr int keys_in = 2 * int(std::extent_v<std::remove_cvref_t<A>>);
-
 // Shared addresses of the CTA's mbarriers (8 bytes each, after the tiles).
 template <int STAGES>
 struct Barriers {
@@ -430,8 +426,8 @@ __device__ void drain_ring(Barriers<C::STAGES> bars, const sm90::Progress& done)
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
 // thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
 // difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
-template <typename C, int S_REGS>
-__device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)[2],
+template <typename C>
+__device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
                                             float (&row_sum)[2], float (&alpha)[2],
                                             float scale_log2) {
 #pragma unroll
@@ -452,13 +448,14 @@ __device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)
   }
 }
 
-// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
+// Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
+// fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
 // No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 // (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
 // docs/perf-notes-hopper.md, session 5.)
-template <typename T, typename C, int S_REGS>
-__device__ __forceinline__ void rescale_and_pack(const float (&S)[S_REGS], float (&O)[C::O_REGS],
+template <typename T, typename C>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -468,7 +465,7 @@ __device__ __forceinline__ void rescale_and_pack(const float (&S)[S_REGS], float
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
 #pragma unroll
-  for (int kk = 0; kk < S_REGS / 8; kk++)
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
@@ -497,28 +494,27 @@ struct PingPong {
   }
 };
 
-// S = Q K^T over the first 2 S_REGS keys of the K tile: k-step kk reads 16 columns = 32 bytes inside panel
-// kk / 4 of both operands.
-template <typename T, typename C, int S_REGS>
-__device__ __forceinline__ void issue_s(float (&S)[S_REGS], uint32_t q_smem, uint32_t k_smem) {
+// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
+template <typename T, typename C>
+__device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
   const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, 2 * S_REGS>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
-                                  sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
+    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+                                   sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
 
-// O += P V over the first KEYS keys: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further;
-// the head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
-template <typename T, typename C, int KEYS>
+// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
+// head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+template <typename T, typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
   const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
 #pragma unroll
-  for (int kk = 0; kk < KEYS / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
   sm90::wgmma_commit();
 }
 
@@ -556,27 +552,28 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float alpha[2];
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
-  const auto softmax = [&](auto& S_tile, int tile) {
+  const auto softmax = [&](int tile) {
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
-    if (tile_needs_mask<keys_in<decltype(S_tile)>>(p, w, kv_start)) mask_scores(S_tile, p, w, row0, kv_start);
-    softmax_exp<C>(S_tile, row_max, row_sum, alpha, scale_log2);
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
   // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
   // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
   // wait to the start of its basic block, so written right after softmax(t) the wait ran before
   // the softmax, which then never overlapped its own warpgroup's P V (docs/perf-notes-hopper.md,
   // session 6).
-  const auto retire = [&](auto& S_tile, int tile) {
+  const auto retire = [&](int tile) {
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     if (tile >= 0) release(bars.v_empty(stage(tile)));
-    rescale_and_pack<T, C>(S_tile, O, alpha, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  // Step t >= 1: S(t) into S_tile, and O += P(t-1) V(t-1) (tile t - 1 is always a full one).
-  const auto step = [&](auto& S_tile, int tile) {
+  // Step t >= 1: S(t), and O += P(t-1) V(t-1). (A lambda: the form whose machine code was measured in session 18;
+  // written inline in the loop, as before, the 128-key and d64 kernels compile with one compare's operands swapped.)
+  const auto step = [&](int tile) {
     const uint32_t base = C::PIN_BASE ? sm90::shared_base_anew() : smem;
     const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
     const uint32_t q_smem = base + consumer * 64 * 128;
@@ -585,26 +582,26 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span
     // between wgmma.fence and the last wgmma (ptxas would inject a warpgroup.arrive, C7519).
     sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
-    if (C::RETIRE_AT_TOP) retire(S, tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
+    if (C::RETIRE_AT_TOP) retire(tile - 2);  // P(t-2) V(t-2) ran under softmax(t-1)
     turns.wait_turn();
     sm90::wgmma_fence();
-    issue_s<T, C>(S_tile, q_smem, k_smem(s));
-    issue_pv<T, C, C::BLOCK_KV>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+    issue_s<T, C>(S, q_smem, k_smem(s));
+    issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
     turns.pass_turn();
     sm90::wgmma_wait<FA_HOPPER_OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
-    sm90::fence_regs(S_tile);
+    sm90::fence_regs(S);
     release(bars.k_empty(s));
     if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(S_tile, tile);
-    if (!C::RETIRE_AT_TOP) retire(S_tile, tile - 1);
+    softmax(tile);
+    if (!C::RETIRE_AT_TOP) retire(tile - 1);
   };
-  // The last tile's P V, as wide as its S; `next()` under it.
-  const auto last_pv = [&](const auto& S_tile) {
+  // The last tile's P V; `next()` under it.
+  const auto last_pv = [&] {
     const int s = stage(n - 1);
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
-    if (C::RETIRE_AT_TOP) retire(S, n - 2);
+    if (C::RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
-    issue_pv<T, C, keys_in<decltype(S_tile)>>(O, P, k_smem(s) + C::KV_BYTES);
+    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
     next();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
@@ -631,12 +628,12 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     trace::mark(role, done.q_loads, trace::S0_RETIRED);
     release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(S, 0);
-    if (!C::RETIRE_AT_TOP) retire(S, -1);  // P(0); then each retire right after its softmax
+    softmax(0);
+    if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
-    for (int tile = 1; tile < n; tile++) step(S, tile);
+    for (int tile = 1; tile < n; tile++) step(tile);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
-    last_pv(S);
+    last_pv();
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
     done.kv_tiles += n;
     done.q_loads++;
