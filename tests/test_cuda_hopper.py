@@ -392,7 +392,7 @@ GPU_SHAPES = [
     (3, 16, 4, 500, 1999),
     (4, 16, 16, 384, 3000),
     (2, 8, 2, 700, 4200),  # causal d256 with 4k-8k keys: persistent CTAs, 96 items of up to 53 tiles
-    (2, 8, 2, 1500, 2000),  # non-causal d128: 11 tiles of 176 and one of exactly 64 keys
+    (2, 8, 2, 1500, 2000),  # non-causal d128: 11 tiles of 176 and a last one of exactly 64 keys
     # the upper consumer of a causal item sees none of its last tile (Sq = Sk + 64); non-causal up to 1k keys (d128's
     # 128-key kernel) with a 4-key last tile
     (1, 2, 2, 576, 512),
@@ -500,12 +500,12 @@ def test_staged_epilogue_refuses_unaligned_output_rows_and_register_stores_take_
         pytest.skip(reason)
     from test_cuda_gpu import attention_reference, make_inputs
 
-    for head_dim, causal in ((128, True), (128, False)):
-        q, k, v = make_inputs(1, 4, 4, 300, 1100, head_dim, torch.bfloat16, seed=5)
-        out = torch.full((1, 4, 300, head_dim + 4), math.nan, device="cuda", dtype=torch.bfloat16)[..., :head_dim]
-        lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+    q, k, v = make_inputs(1, 4, 4, 300, 1100, 128, torch.bfloat16, seed=5)
+    out = torch.full((1, 4, 300, 132), math.nan, device="cuda", dtype=torch.bfloat16)[..., :128]  # rows 264 B apart
+    lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
+    for causal in (True, False):
         with pytest.raises(RuntimeError, match="rows must start on 16 bytes"):
-            _lib.launch_forward("hopper", q, k, v, out, lse, causal=causal, scale=head_dim**-0.5)
+            _lib.launch_forward("hopper", q, k, v, out, lse, causal=causal, scale=128**-0.5)
     q, k, v = make_inputs(1, 4, 4, 300, 1100, 256, torch.bfloat16, seed=5)
     out = torch.full((1, 4, 300, 260), math.nan, device="cuda", dtype=torch.bfloat16)[..., :256]  # rows 520 B apart
     lse = torch.empty(q.shape[:-1], device="cuda", dtype=torch.float32)
