@@ -109,7 +109,6 @@ ALT_FLAGS = {
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
     "d64-4-stage": ("-DFA_HOPPER_D64_STAGES=4",),  # d64 with a 4-stage ring: no multiply-high for slot and phase (session 17)
     "no-pin": ("-DFA_HOPPER_PIN_BASE=0",),  # the 176-key and d256 loops keep the shared base they have (before session 18)
-    "tail-first": ("-DFA_HOPPER_D128_TAIL_FIRST=64",),  # experiment: a short last KV tile first, 64 keys wide (session 18)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 

@@ -228,13 +228,6 @@
 #ifndef FA_HOPPER_STAGED_STORE
 #define FA_HOPPER_STAGED_STORE 1
 #endif
-// Keys of the narrow first tile of the 176-key (non-causal d128) kernels, 0: none. A unit of work (an item or a split
-// part) whose last KV tile holds at most this many keys (4096 keys: 23 tiles of 176 and one of 48) takes that tile
-// first, as tile 0, whose S and softmax run this many keys wide (its P V, in the first step, multiplies zeros past
-// them). Experiment, session 18.
-#ifndef FA_HOPPER_D128_TAIL_FIRST
-#define FA_HOPPER_D128_TAIL_FIRST 0
-#endif
 // Each KV-tile step reads the CTA's shared base anew through a volatile cvta (where: HopperTiles::PIN_BASE), so that
 // ptxas rebuilds it in the loop instead of keeping it in a uniform register. Changes after the loop had made it keep the
 // base and then issue the S wgmmas back to back, each time 0.3-1.9% slower (sessions 13-18); read anew, the 176-key
@@ -276,14 +269,6 @@ struct HopperTiles {
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
-  // Keys of the narrow first tile, 0 if none (FA_HOPPER_D128_TAIL_FIRST): the 176-key kernels.
-  static constexpr int NARROW_KV = DIM == 128 && BLOCK_KV > 128 ? FA_HOPPER_D128_TAIL_FIRST : 0;
-  static_assert(NARROW_KV % 16 == 0 && NARROW_KV < BLOCK_KV, "a narrow tile: whole 16-key blocks of P");
-  // Whether the unit of work `w` takes its last KV tile first, narrow (producer and consumers agree on it).
-  __device__ static bool tail_first(const FwdParams& p, const CtaWork& w) {
-    return NARROW_KV > 0 && !p.causal && w.n_kv_tiles > 1 &&
-           p.seqlen_k - (w.kv_tile0 + w.n_kv_tiles - 1) * BLOCK_KV <= NARROW_KV;
-  }
   // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
   static constexpr bool PIN_BASE = FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
@@ -395,7 +380,7 @@ __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* ma
 }
 
 template <typename C>
-__device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
+__device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES> bars,
                              sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_v, uint32_t rank) {
   if (w.n_kv_tiles == 0) return;
@@ -408,13 +393,11 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   for (int panel = 0; panel < C::PANELS; panel++)
     sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * 64,
                       w.q_start, w.head_q, w.batch);
-  // (C::tail_first: the last tile goes first, the others follow one place later)
-  const int tail = C::tail_first(p, w);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int s = (done.kv_tiles + tile) % C::STAGES;
     const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
     const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
-    const int kv_start = (w.kv_tile0 + (tail && tile == 0 ? w.n_kv_tiles : tile) - tail) * C::BLOCK_KV;
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     // (cluster: the whole tile's bytes land here, this producer's share and the other's)
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
@@ -443,8 +426,8 @@ __device__ void drain_ring(Barriers<C::STAGES> bars, const sm90::Progress& done)
 // Online softmax, first half, on a fresh S tile in the wgmma accumulator layout (two rows per
 // thread, the four threads of a quad share a row): new row max, S -> exp2 of the scaled
 // difference, row sums. alpha is what O must be multiplied by; that waits for P V to retire.
-template <typename C, int S_REGS>
-__device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)[2],
+template <typename C>
+__device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_max)[2],
                                             float (&row_sum)[2], float (&alpha)[2],
                                             float scale_log2) {
 #pragma unroll
@@ -471,8 +454,8 @@ __device__ __forceinline__ void softmax_exp(float (&S)[S_REGS], float (&row_max)
 // No wgmma is in flight here, so the warp-uniform branch of the lazy rescale cannot serialise any.
 // (O *= alpha between the next S and P V issues, FlashAttention-3's order, measured no gain:
 // docs/perf-notes-hopper.md, session 5.)
-template <typename T, typename C, int S_REGS>
-__device__ __forceinline__ void rescale_and_pack(const float (&S)[S_REGS], float (&O)[C::O_REGS],
+template <typename T, typename C>
+__device__ __forceinline__ void rescale_and_pack(const float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2],
                                                  uint32_t (&P)[C::BLOCK_KV / 16][4]) {
   if (C::LAZY_RESCALE == 0 || __any_sync(0xffffffff, alpha[0] != 1.f || alpha[1] != 1.f)) {
@@ -482,7 +465,7 @@ __device__ __forceinline__ void rescale_and_pack(const float (&S)[S_REGS], float
       for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
   }
 #pragma unroll
-  for (int kk = 0; kk < S_REGS / 8; kk++)
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
 #pragma unroll
     for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
 }
@@ -512,14 +495,14 @@ struct PingPong {
 };
 
 // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
-template <typename T, typename C, int S_REGS>
-__device__ __forceinline__ void issue_s(float (&S)[S_REGS], uint32_t q_smem, uint32_t k_smem) {
+template <typename T, typename C>
+__device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
   const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < C::PANELS * 4; kk++) {
     const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, 2 * S_REGS>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
-                                  sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
+    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
+                                   sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
@@ -567,34 +550,27 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float S[C::S_REGS];
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
-  // C::tail_first: tile 0 is the last KV tile, NARROW_KV keys wide in its own S registers; tile t >= 1 is KV tile t - 1.
-  const int tail = C::tail_first(p, w);
-  float S_narrow[C::NARROW_KV > 0 ? C::NARROW_KV / 2 : 1];
-  const int kv_tile_base = w.kv_tile0 - tail;
 
   // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
-  const auto softmax_of = [&](auto& S_tile, int tile) {
-    constexpr int KEYS = 2 * int(sizeof(S_tile) / sizeof(float));
-    const int kv_start = (kv_tile_base + tile) * C::BLOCK_KV;
-    if (tile_needs_mask<KEYS>(p, w, kv_start)) mask_scores(S_tile, p, w, row0, kv_start);
-    softmax_exp<C>(S_tile, row_max, row_sum, alpha, scale_log2);
+  const auto softmax = [&](int tile) {
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
+    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
-  const auto softmax = [&](int tile) { softmax_of(S, tile); };
   // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
   // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
   // wait to the start of its basic block, so written right after softmax(t) the wait ran before
   // the softmax, which then never overlapped its own warpgroup's P V (docs/perf-notes-hopper.md,
   // session 6).
-  const auto retire_of = [&](auto& S_tile, int tile) {
+  const auto retire = [&](int tile) {
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
     sm90::fence_regs(P);  // P(t-1) stays untouched until its wgmma has retired
     if (tile >= 0) release(bars.v_empty(stage(tile)));
-    rescale_and_pack<T, C>(S_tile, O, alpha, P);
+    rescale_and_pack<T, C>(S, O, alpha, P);
     sm90::fence_regs(O);  // keeps the rescale and the packing ahead of the next wgmma.fence
     sm90::fence_regs(P);
   };
-  const auto retire = [&](int tile) { retire_of(S, tile); };
   // Step t >= 1: S(t), and O += P(t-1) V(t-1). (A lambda: the form whose machine code was measured in session 18;
   // written inline in the loop, as before, the 128-key and d64 kernels compile with one compare's operands swapped.)
   const auto step = [&](int tile) {
@@ -640,39 +616,21 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     const int role = consumer + 1;
     trace::mark(role, done.q_loads, trace::BEGIN);
     // tile 0: S only (O is still zero)
-    const auto first_tile = [&](auto& S_tile, int tile) {
-      sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
-      trace::mark(role, done.q_loads, trace::Q_LANDED);
-      sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
-      turns.wait_turn();
-      trace::mark(role, done.q_loads, trace::S0_TURN);
-      sm90::wgmma_fence();
-      issue_s<T, C>(S_tile, q_smem, k_smem(stage(0)));
-      turns.pass_turn();
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(S_tile);
-      trace::mark(role, done.q_loads, trace::S0_RETIRED);
-      release(bars.k_empty(stage(0)));
-      if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
-      softmax_of(S_tile, tile);
-      if (!C::RETIRE_AT_TOP) retire_of(S_tile, -1);  // P(0); then each retire right after its softmax
-      constexpr int KEYS = 2 * int(sizeof(S_tile) / sizeof(float));
-      if constexpr (KEYS < C::BLOCK_KV) {  // P(0) past the narrow tile: zeros for the first P V
-#pragma unroll
-        for (int kk = KEYS / 16; kk < C::BLOCK_KV / 16; kk++)
-#pragma unroll
-          for (int r = 0; r < 4; r++) P[kk][r] = 0u;
-        sm90::fence_regs(P);
-      }
-    };
-    if constexpr (C::NARROW_KV > 0) {
-      if (tail)
-        first_tile(S_narrow, n);  // KV tile kv_tile0 + n - 1
-      else
-        first_tile(S, 0);
-    } else {
-      first_tile(S, 0);
-    }
+    sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
+    trace::mark(role, done.q_loads, trace::Q_LANDED);
+    sm90::mbar_wait(bars.k_full(stage(0)), parity(0));
+    turns.wait_turn();
+    trace::mark(role, done.q_loads, trace::S0_TURN);
+    sm90::wgmma_fence();
+    issue_s<T, C>(S, q_smem, k_smem(stage(0)));
+    turns.pass_turn();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+    trace::mark(role, done.q_loads, trace::S0_RETIRED);
+    release(bars.k_empty(stage(0)));
+    if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
+    softmax(0);
+    if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
     for (int tile = 1; tile < n; tile++) step(tile);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
@@ -794,7 +752,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>
           more = item < items;
         }
         if (!more) break;
-        hopper::produce_item<C>(p, part_work(item, part), smem, bars, done, &map_q, &map_k, &map_v, rank);
+        hopper::produce_item<C>(part_work(item, part), smem, bars, done, &map_q, &map_k, &map_v, rank);
       }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
