@@ -1,7 +1,8 @@
 """Registry of named attention backends with declared capabilities.
 
 Names are ``<backend>:<variant>``: ``sdpa:flash``, ``sdpa:cudnn``, ``sdpa:efficient``, ``sdpa:math``
-(torch SDPA peers), ``triton:<variant>`` and ``cuda:<variant>`` (read from each package's ``VARIANTS``).
+(torch SDPA peers), ``fa4:cute`` (FlashAttention-4's CuTe-DSL forward, where the ``flash-attn-4`` wheel
+imports), ``triton:<variant>`` and ``cuda:<variant>`` (read from each package's ``VARIANTS``).
 Asking for a backend that cannot run here raises ``BackendUnavailable`` with the reason (no GPU, arch
 too old, package missing); nothing is ever substituted.
 """
@@ -9,6 +10,7 @@ too old, package missing); nothing is ever substituted.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable
@@ -142,6 +144,54 @@ def _sdpa_backends() -> list[Backend]:
     return out
 
 
+# --- FlashAttention-4 peer ---------------------------------------------------------------------
+
+FA4_MODULE = "flash_attn.cute"
+
+
+@functools.lru_cache(maxsize=None)
+def _fa4_import_error() -> str | None:
+    """Why FlashAttention-4 cannot be imported here (None: it can). Cached: the import is slow."""
+    try:
+        importlib.import_module(FA4_MODULE)
+    except Exception as exc:  # a broken install raises more than ImportError (its DSL loads native libraries)
+        return f"{FA4_MODULE} (wheel flash-attn-4) could not be imported: {type(exc).__name__}: {exc}"
+    return None
+
+
+def _fa4_versions() -> str:
+    """The installed FA4 and CuTe-DSL versions, recorded as the rows' config."""
+    from importlib.metadata import PackageNotFoundError, version
+    parts = []
+    for dist in ("flash-attn-4", "nvidia-cutlass-dsl"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            parts.append(f"{dist} ?")
+    return ", ".join(parts)
+
+
+def _fa4_run(q, k, v, *, causal=False, scale=None, return_lse=False):
+    """FA4 on (B, H, S, D) tensors. It takes (B, S, H, D): the transposed views are passed as they are
+    (FA4 accepts any 16-byte-aligned strides), so no copy is timed; its causal mask is bottom-right and
+    its LSE natural-log, as the oracle's."""
+    module = importlib.import_module(FA4_MODULE)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"fa4:cute takes plain tensors, got {type(x).__name__} for {name}")
+    out, lse = module.flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                      softmax_scale=scale, causal=causal, return_lse=return_lse)
+    out = out.transpose(1, 2)
+    return (out, lse) if return_lse else out
+
+
+def _fa4_backends() -> list[Backend]:
+    return [Backend(
+        name="fa4:cute", family="peer", formats=SIXTEEN_BIT, head_dims=None, run=_fa4_run,
+        availability=_fa4_import_error, min_cc=(8, 0), ceiling="wgmma", last_config=_fa4_versions,
+        description="FlashAttention-4, CuTe-DSL forward (its sm90 path on Hopper)")]
+
+
 # --- project backends (triton_impl, cuda_impl) --------------------------------------------------
 
 _CEILING = {"triton": "wgmma", "cuda": "mma.sync"}  # Triton emits wgmma on sm_90
@@ -188,7 +238,7 @@ def registry() -> dict[str, Backend]:
     """All known backends by name (built once, on first use)."""
     global _REGISTRY
     if _REGISTRY is None:
-        backends = _sdpa_backends() + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl")
+        backends = _sdpa_backends() + _fa4_backends() + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl")
         _REGISTRY = {b.name: b for b in backends}
     return _REGISTRY
 

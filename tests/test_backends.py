@@ -1,5 +1,8 @@
 """Registry: capabilities, clear errors, no silent substitutes."""
 
+import sys
+import types
+
 import pytest
 import torch
 
@@ -82,3 +85,44 @@ def test_interpreter_only_fp32_is_not_a_compared_format():
     for name, b in backends.registry().items():
         if b.family != "peer":
             assert "fp32" not in b.formats, name
+
+
+def test_fa4_is_a_wgmma_peer_that_records_its_versions():
+    fa4 = backends.get("fa4:cute")
+    assert fa4.family == "peer" and fa4.min_cc == (8, 0) and fa4.causal_unequal and fa4.returns_lse
+    assert fa4.ceiling_for("bf16") == "wgmma.bf16" and "fp8" not in fa4.formats
+    assert fa4.last_config().startswith("flash-attn-4 ")
+
+
+def test_fa4_without_its_wheel_says_why(monkeypatch):
+    monkeypatch.setitem(sys.modules, backends.FA4_MODULE, None)  # an import of it now raises ImportError
+    backends._fa4_import_error.cache_clear()
+    try:
+        assert "flash-attn-4" in backends._fa4_import_error()
+    finally:
+        backends._fa4_import_error.cache_clear()
+
+
+def _fake_flash_attn_func(q, k, v, qv=None, gather_kv_indices=None, softmax_scale=None, causal=False,
+                          return_lse=False):
+    """FA4's signature and conventions: (B, S, H, D) inputs with a unit last stride, (B, S, H, D) output,
+    LSE (B, H, S) in float32, bottom-right causal."""
+    assert all(x.stride(-1) == 1 for x in (q, k, v))
+    assert q.shape[0] == k.shape[0] and q.shape[2] % k.shape[2] == 0 and q.shape[3] == k.shape[3]
+    scale = softmax_scale if softmax_scale is not None else q.shape[-1] ** -0.5
+    out, lse = oracle.reference(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), causal=causal, scale=scale)
+    return out.transpose(1, 2).to(q.dtype).contiguous(), lse.float()
+
+
+def test_fa4_wrapper_passes_layout_mask_and_lse_through(monkeypatch):
+    fake = types.ModuleType(backends.FA4_MODULE)
+    fake.flash_attn_func = _fake_flash_attn_func
+    monkeypatch.setitem(sys.modules, backends.FA4_MODULE, fake)
+    for case in (oracle.Case(1, 4, 2, 50, 120, 64, causal=True, fmt="bf16"),
+                 oracle.Case(2, 2, 1, 120, 50, 64, causal=True, fmt="bf16", scale=0.3),
+                 oracle.Case(1, 2, 2, 33, 33, 128, causal=False, fmt="bf16")):
+        verdict = oracle.check(backends._fa4_run, case, returns_lse=True)
+        assert verdict.passed, verdict.summary()
+    q = torch.randn(1, 2, 8, 64)
+    with pytest.raises(TypeError, match="plain tensors"):
+        backends._fa4_run(q, object(), q)
