@@ -1,6 +1,8 @@
 """Install FlashAttention-4 on the GPU machine from the folders `scripts/fa4_wheels.sh` fills (no pip, no
 network): every wheel is unzipped into TARGET, and the CuTe-DSL native library, carried as xz parts
-cu13.partNN with its checksum in cu13.sha256, is joined, checked and unpacked there.
+cu13.partNN with its checksum in cu13.sha256, is joined, checked and unpacked there once all parts have come.
+Parts are kept in TARGET/.fa4-parts, because a carried folder does not outlive its call on the GPU machine
+(TARGET under /tmp does, while the machine stays warm).
 
     python3 scripts/fa4_install.py [--partial-ok] TARGET DIR [DIR ...]
     export PYTHONPATH=TARGET:TARGET/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
@@ -16,6 +18,7 @@ import argparse
 import hashlib
 import io
 import lzma
+import shutil
 import sys
 import tarfile
 import zipfile
@@ -34,12 +37,15 @@ def main() -> int:
         with zipfile.ZipFile(wheel) as z:
             z.extractall(args.target)
         print(f"unzipped {wheel.name}")
-    parts = sorted((p for d in args.dirs for p in d.glob("cu13.part*")), key=lambda p: p.name)
-    sums = [d / "cu13.sha256" for d in args.dirs if (d / "cu13.sha256").exists()]
-    if not sums:
-        sys.exit("no cu13.sha256 in " + ", ".join(map(str, args.dirs)) + ": run scripts/fa4_wheels.sh here first")
+    kept = args.target / ".fa4-parts"
+    kept.mkdir(exist_ok=True)
+    for carried in (p for d in args.dirs for p in d.glob("cu13.*")):
+        shutil.copyfile(carried, kept / carried.name)
+    parts = sorted(kept.glob("cu13.part*"))
+    if not (kept / "cu13.sha256").exists():
+        sys.exit(f"no cu13.sha256 in {', '.join(map(str, args.dirs))} or {kept}: carry .fa4a (scripts/fa4_wheels.sh)")
     blob = b"".join(p.read_bytes() for p in parts)
-    if hashlib.sha256(blob).hexdigest() != sums[0].read_text().strip():
+    if hashlib.sha256(blob).hexdigest() != (kept / "cu13.sha256").read_text().strip():
         message = f"cu13 parts {[p.name for p in parts]} do not match cu13.sha256 (a part is missing?)"
         if args.partial_ok:
             print(message + "; left for the next call")

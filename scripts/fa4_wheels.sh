@@ -5,11 +5,11 @@
 #
 #   bash scripts/fa4_wheels.sh          # here: fills .fa4a/ (small wheels, part 0) and .fa4b/ (the rest)
 #   device call 1, carry [".fa4a"]:       python3 scripts/fa4_install.py --partial-ok /tmp/site .fa4a
-#   device call 2, carry [".fa4b", ...]:  python3 scripts/fa4_install.py /tmp/site .fa4a .fa4b
+#   device call 2, carry [".fa4b", ...]:  python3 scripts/fa4_install.py /tmp/site .fa4b
 #       then  export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 #
-# .fa4a/ stays on the warm machine between the two calls (an ignored path not named in the second call's
-# carry is kept); if the machine was given back in between, call 1 again. The versions are those pip
+# A carried folder does not outlive its call there, but /tmp does while the machine stays warm, so the
+# install keeps what call 1 brought under /tmp/site; if the machine was given back in between, call 1 again. The versions are those pip
 # resolved for the 2026-11-29 FA4 anchor (../shared/anchors/h200-2026-11-29-fa4.csv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
