@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 FA4=flash-attn-4==4.0.0b36
 DSL=4.8.1
 SMALL=(apache-tvm-ffi==0.1.15.post2 torch-c-dlpack-ext==0.1.5 quack-kernels==0.6.5
-       "nvidia-cutlass-dsl==$DSL" "nvidia-cutlass-dsl-libs-base==$DSL")
+       "nvidia-cutlass-dsl==$DSL" "nvidia-cutlass-dsl-libs-base==$DSL" "nvidia-cutlass-dsl-libs-core==$DSL")
 PLATFORM=(--only-binary=:all: --python-version 3.12 --implementation cp --platform manylinux_2_28_x86_64
           --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64)
 for d in .fa4a .fa4b; do
