@@ -63,6 +63,7 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
 #include <atomic>
+#include <type_traits>
 
 #include "fwd_common.cuh"
 #include "hopper.cuh"
@@ -184,6 +185,15 @@
 // FMUL, the vote and branch cost more than they save (-1 to -4%), so they rescale eagerly.
 #ifndef FA_HOPPER_LAZY_RESCALE
 #define FA_HOPPER_LAZY_RESCALE 8
+#endif
+
+// 1: the KV loop is split in two copies of the step, the tiles that need no mask first, then those that do (the
+// tail past seqlen_k, the causal diagonal), so that the steady loop's softmax has no mask branch; FlashAttention-4's
+// sm90 loop has none, and there ptxas leaves the wait for P(t-1) V(t-1) in the middle of softmax(t) instead of
+// hoisting it to the start of the block after the branch (docs/perf-notes-hopper.md, session 19). 0: one loop,
+// every step checks its tile.
+#ifndef FA_HOPPER_UNMASKED_LOOP
+#define FA_HOPPER_UNMASKED_LOOP 0
 #endif
 
 // Where P(t-1) V(t-1) is waited for, per head_dim: 1, at the top of step t+1 (after its mbarrier
@@ -551,12 +561,14 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   uint32_t P[C::BLOCK_KV / 16][4];  // P(t-1), read by the P V wgmma in flight during softmax(t)
   float alpha[2];
 
-  // Masks keys past seqlen_k and after the diagonal, then the first half of the softmax.
-  const auto softmax = [&](int tile) {
+  // Masks keys past seqlen_k and after the diagonal (if the tile may need it), then the first half of the softmax.
+  const auto softmax = [&](int tile, auto may_mask) {
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    if constexpr (decltype(may_mask)::value)
+      if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
+  const std::true_type may_mask;
   // P(tile) V(tile) is done (tile < 0: none was issued): free its V, O *= alpha, P = the next P.
   // It runs at the top of the next step, after that step's mbarrier waits: ptxas hoists a wgmma
   // wait to the start of its basic block, so written right after softmax(t) the wait ran before
@@ -573,7 +585,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   };
   // Step t >= 1: S(t), and O += P(t-1) V(t-1). (A lambda: the form whose machine code was measured in session 18;
   // written inline in the loop, as before, the 128-key and d64 kernels compile with one compare's operands swapped.)
-  const auto step = [&](int tile) {
+  const auto step = [&](int tile, auto tile_may_mask) {
     const uint32_t base = C::PIN_BASE ? sm90::shared_base_anew() : smem;
     const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
     const uint32_t q_smem = base + consumer * 64 * 128;
@@ -592,7 +604,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::fence_regs(S);
     release(bars.k_empty(s));
     if (FA_HOPPER_EARLY_Q_RELEASE && tile == n - 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(tile);
+    softmax(tile, tile_may_mask);
     if (!C::RETIRE_AT_TOP) retire(tile - 1);
   };
   // The last tile's P V; `next()` under it. (Also a lambda as measured: written out in place, ptxas compiled six of
@@ -629,10 +641,18 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     trace::mark(role, done.q_loads, trace::S0_RETIRED);
     release(bars.k_empty(stage(0)));
     if (FA_HOPPER_EARLY_Q_RELEASE && n == 1) sm90::mbar_arrive(bars.q_empty());
-    softmax(0);
+    softmax(0, may_mask);
     if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
-    for (int tile = 1; tile < n; tile++) step(tile);
+    int tile = 1;
+    if constexpr (FA_HOPPER_UNMASKED_LOOP) {
+      // Tiles needing a mask are the last ones (a mask is needed from some key on, in both masks).
+      int first_masked = n;
+      while (first_masked > 1 && tile_needs_mask<C::BLOCK_KV>(p, w, (w.kv_tile0 + first_masked - 1) * C::BLOCK_KV))
+        first_masked--;
+      for (; tile < first_masked; tile++) step(tile, std::false_type{});
+    }
+    for (; tile < n; tile++) step(tile, may_mask);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
     last_pv();
     if (!FA_HOPPER_EARLY_Q_RELEASE) sm90::mbar_arrive(bars.q_empty());
