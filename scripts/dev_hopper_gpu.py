@@ -94,8 +94,10 @@ ALT_FLAGS = {
     # where P(t-1) V(t-1) is waited for (session 6): d256 right after softmax(t), where ptxas hoists the wait ahead
     # of the softmax (as before session 6); d64 and d128 at the top of the next step, so softmax(t) runs under it
     "d256-retire-late": ("-DFA_HOPPER_D256_RETIRE_AT_TOP=0",),
-    # the KV loop as two copies of the step, tiles needing no mask first (FlashAttention-4's mask-free steady loop)
-    "unmasked-loop": ("-DFA_HOPPER_UNMASKED_LOOP=1",),
+    # the KV loop as one copy of the step that checks every tile for a mask (d128 before session 19), and d64 and d256
+    # with two copies, the tiles needing no mask first (FlashAttention-4's mask-free steady loop)
+    "masked-loop": ("-DFA_HOPPER_D128_UNMASKED_LOOP=0",),
+    "unmasked-loop-d64-d256": ("-DFA_HOPPER_D64_UNMASKED_LOOP=1", "-DFA_HOPPER_D256_UNMASKED_LOOP=1"),
     "retire-top": ("-DFA_HOPPER_D64_RETIRE_AT_TOP=1", "-DFA_HOPPER_D128_RETIRE_AT_TOP=1"),
     # the softmax under the own P V at d64 / d128 without the ping-pong that covered it with the other consumer's GEMMs
     # 128-key d128 tiles (S 64 + P 32 + O 64 registers instead of 88 + 44 + 64) with the softmax under its own P V

@@ -109,6 +109,10 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
     assert ops["R2UR"] == 0, ops
 
 
+# Head dims whose KV loop runs the tiles that need no mask in a copy of the step without the mask branch
+# (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (perf-notes-hopper, session 19).
+UNMASKED_LOOP = {128}
+
 # Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): the 176-key d128 kernels and d256.
 PINNED = {(128, 176), (256, 80)}
 
@@ -135,10 +139,11 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster, consumers)
     ops = sass.opcode_counts(instructions)
     suffix = HGMMA_SUFFIX[fmt]
-    # S = Q K^T (head_dim / 16 k-steps of m64n{block_kv}k16) is issued twice in the code: for
-    # tile 0 and in the loop; O += P V (block_kv / 16 k-steps of m64n{head_dim}k16) also twice:
-    # in the loop and for the last tile.
-    s_steps, pv_steps = 2 * head_dim // 16, 2 * block_kv // 16
+    # S = Q K^T (head_dim / 16 k-steps of m64n{block_kv}k16) is issued for tile 0 and in each copy of the loop's
+    # step; O += P V (block_kv / 16 k-steps of m64n{head_dim}k16) in each copy and for the last tile. d128 runs two
+    # copies: the tiles that need no mask, then the rest (HopperTiles::UNMASKED_LOOP).
+    copies = 2 if head_dim in UNMASKED_LOOP else 1
+    s_steps, pv_steps = (1 + copies) * head_dim // 16, (1 + copies) * block_kv // 16
     hgmma = {f"HGMMA.64x{block_kv}x16.F32{suffix}": s_steps}
     pv = f"HGMMA.64x{head_dim}x16.F32{suffix}"
     hgmma[pv] = hgmma.get(pv, 0) + pv_steps
@@ -146,13 +151,17 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
     assert len(transposed_b) == pv_steps, "P @ V: A from registers, V via the MN-major descriptor"
     assert all(", R" in i.split("gdesc")[0] for i in transposed_b), "P @ V must take A from registers"
-    # One wgmma.fence per batch (tile 0, loop, last P V): none injected by ptxas. The loop waits
-    # for S(t) alone (DEPBAR.LE 1); waits: tile 0's S, the two retires, the loop's S, the last P V.
-    assert ops["WARPGROUP.ARRIVE"] == 3
+    # One wgmma.fence per batch (tile 0, each loop copy, last P V): none injected by ptxas. A loop copy waits
+    # for S(t) alone (DEPBAR.LE 1); waits: tile 0's S and its retire, each copy's S and retire, the last P V.
+    assert ops["WARPGROUP.ARRIVE"] == 2 + copies
     waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
-    assert sum("gsb0, 0x1" in i for i in waits) == 1 and len(waits) == 5, waits
+    assert sum("gsb0, 0x1" in i for i in waits) == copies and len(waits) == 3 + 2 * copies, waits
     if head_dim == 256:  # retire at the top of the next step: every exp runs under P(t-1) V(t-1)
         assert sass.exps_under_pending_wgmma(instructions) == block_kv // 2 + 2  # every p, both alphas
+    elif head_dim in UNMASKED_LOOP:  # in the mask-free copy ptxas leaves part of the softmax under its own P V
+        assert sass.exps_under_pending_wgmma(instructions) >= 8
+    else:  # after the mask branch ptxas hoists the wait for P V to the start of the softmax (session 6)
+        assert sass.exps_under_pending_wgmma(instructions) == 0
     # Ping-pong: named barriers 1 and 2 (256 threads: both consumers), besides __syncthreads.
     named = [i for i in instructions if i.lstrip("@!P0123456789 ").startswith("BAR.") and "0x100" in i]
     assert sum(".ARV" in i for i in named) >= 2 and sum(".SYNC" in i for i in named) >= 2, named
@@ -177,8 +186,9 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
         return
     # Q alone, then K and V: this CTA's half of each tile's panels, multicast into both CTAs
     assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
-    # the other CTA's producer hears each K/V release: remote arrivals, one per release site
-    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4)
+    # the other CTA's producer hears each K/V release: remote arrivals, one per release site (a K and a V release in
+    # each loop copy)
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4) + 2 * (copies - 1)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
     # on the remote arrivals would put one before each of them (7-16% slower, perf-notes-hopper)
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split

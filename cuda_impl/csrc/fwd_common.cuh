@@ -162,6 +162,16 @@ __device__ __forceinline__ bool tile_needs_mask(const FwdParams& p, const CtaWor
   return p.causal && kv_start + BLOCK_KV - 1 > w.q_start + w.diag;
 }
 
+// The first of an item's KV tiles 1 .. n-1 from which on every tile may need a mask (n: none does). Needing one is
+// monotonic in the tile (the tail past seqlen_k, the causal diagonal and after), so the Hopper kernels run tiles
+// 1 .. first-1 in a copy of their step without the mask branch (HopperTiles / Fp8Tiles::UNMASKED_LOOP).
+template <int BLOCK_KV>
+__device__ __forceinline__ int first_masked_tile(const FwdParams& p, const CtaWork& w, int n) {
+  int first = n;
+  while (first > 1 && tile_needs_mask<BLOCK_KV>(p, w, (w.kv_tile0 + first - 1) * BLOCK_KV)) first--;
+  return first;
+}
+
 // Copy ROWS x DIM elements (row stride `row_stride`) into shared memory with 16-byte cp.async.
 // Rows at or past `valid_rows` are zero-filled. Consecutive threads take consecutive chunks of
 // a row (coalesced reads; conflict-free shared writes, swizzled or not), and each pass moves

@@ -187,13 +187,20 @@
 #define FA_HOPPER_LAZY_RESCALE 8
 #endif
 
-// 1: the KV loop is split in two copies of the step, the tiles that need no mask first, then those that do (the
-// tail past seqlen_k, the causal diagonal), so that the steady loop's softmax has no mask branch; FlashAttention-4's
-// sm90 loop has none, and there ptxas leaves the wait for P(t-1) V(t-1) in the middle of softmax(t) instead of
-// hoisting it to the start of the block after the branch (docs/perf-notes-hopper.md, session 19). 0: one loop,
-// every step checks its tile.
-#ifndef FA_HOPPER_UNMASKED_LOOP
-#define FA_HOPPER_UNMASKED_LOOP 0
+// Per head_dim, 1: the KV loop runs as two copies of the step, first the tiles that need no mask, then those that do
+// (the tail past seqlen_k, the causal diagonal), so that the steady loop's softmax has no mask branch. Then ptxas
+// leaves the wait for P(t-1) V(t-1) in the middle of softmax(t), as in FlashAttention-4's sm90 loop (which has no
+// mask branch either), instead of hoisting it to the start of the block after the branch. Measured
+// (docs/perf-notes-hopper.md, session 19): d128 4-8% fewer cycles at 4k-16k in both masks; d64 +2.5-2.7% (three
+// consumers), d256 level, so those keep one loop in which every step checks its tile.
+#ifndef FA_HOPPER_D64_UNMASKED_LOOP
+#define FA_HOPPER_D64_UNMASKED_LOOP 0
+#endif
+#ifndef FA_HOPPER_D128_UNMASKED_LOOP
+#define FA_HOPPER_D128_UNMASKED_LOOP 1
+#endif
+#ifndef FA_HOPPER_D256_UNMASKED_LOOP
+#define FA_HOPPER_D256_UNMASKED_LOOP 0
 #endif
 
 // Where P(t-1) V(t-1) is waited for, per head_dim: 1, at the top of step t+1 (after its mbarrier
@@ -279,6 +286,8 @@ struct HopperTiles {
   static constexpr int SOFTMAX_CHAINS = FA_HOPPER_SOFTMAX_CHAINS;
   static constexpr bool RETIRE_AT_TOP =
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
+  static constexpr bool UNMASKED_LOOP =
+      by_head_dim(DIM, FA_HOPPER_D64_UNMASKED_LOOP, FA_HOPPER_D128_UNMASKED_LOOP, FA_HOPPER_D256_UNMASKED_LOOP);
   // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
   static constexpr bool PIN_BASE = FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
@@ -645,13 +654,9 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
     int tile = 1;
-    if constexpr (FA_HOPPER_UNMASKED_LOOP) {
-      // Tiles needing a mask are the last ones (a mask is needed from some key on, in both masks).
-      int first_masked = n;
-      while (first_masked > 1 && tile_needs_mask<C::BLOCK_KV>(p, w, (w.kv_tile0 + first_masked - 1) * C::BLOCK_KV))
-        first_masked--;
-      for (; tile < first_masked; tile++) step(tile, std::false_type{});
-    }
+    if constexpr (C::UNMASKED_LOOP)
+      for (const int first_masked = first_masked_tile<C::BLOCK_KV>(p, w, n); tile < first_masked; tile++)
+        step(tile, std::false_type{});
     for (; tile < n; tile++) step(tile, may_mask);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
     last_pv();

@@ -38,6 +38,8 @@
 // consume_item: equal arrivals and syncs).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
+#include <type_traits>
+
 #include "fwd_common.cuh"
 #include "hopper_epilogue.cuh"
 #include "hopper_fp8.cuh"
@@ -120,6 +122,17 @@
 #ifndef FA_HOPPER_FP8_D128_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_D128_RETIRE_AT_TOP 0
 #endif
+// Per head_dim, 1: the tiles that need no mask run in a copy of the step without the mask branch (as
+// FA_HOPPER_D128_UNMASKED_LOOP in fwd_hopper.cu; docs/perf-notes-hopper.md, session 19).
+#ifndef FA_HOPPER_FP8_D64_UNMASKED_LOOP
+#define FA_HOPPER_FP8_D64_UNMASKED_LOOP 0
+#endif
+#ifndef FA_HOPPER_FP8_D128_UNMASKED_LOOP
+#define FA_HOPPER_FP8_D128_UNMASKED_LOOP 0
+#endif
+#ifndef FA_HOPPER_FP8_D256_UNMASKED_LOOP
+#define FA_HOPPER_FP8_D256_UNMASKED_LOOP 0
+#endif
 // (d256 at the top spilled 24-84 bytes: O 128 + S 64 registers leave too little; session 16)
 #ifndef FA_HOPPER_FP8_D256_RETIRE_AT_TOP
 #define FA_HOPPER_FP8_D256_RETIRE_AT_TOP 0
@@ -170,6 +183,8 @@ struct Fp8Tiles {
                                                     FA_HOPPER_FP8_D128_SOFTMAX_CHAINS, FA_HOPPER_FP8_D256_SOFTMAX_CHAINS);
   static constexpr bool RETIRE_AT_TOP = by_head_dim(DIM, FA_HOPPER_FP8_D64_RETIRE_AT_TOP,
                                                     FA_HOPPER_FP8_D128_RETIRE_AT_TOP, FA_HOPPER_FP8_D256_RETIRE_AT_TOP);
+  static constexpr bool UNMASKED_LOOP = by_head_dim(DIM, FA_HOPPER_FP8_D64_UNMASKED_LOOP,
+                                                    FA_HOPPER_FP8_D128_UNMASKED_LOOP, FA_HOPPER_FP8_D256_UNMASKED_LOOP);
   static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see the header)");
   // A Q/K row is DIM bytes: one 64- or 128-byte swizzled row at d64 / d128; at d256 two 128-byte panels, each a
   // whole tile of 128-byte rows (the widest TMA swizzle), the second after the first.
@@ -333,11 +348,12 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
       sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
   };
   // softmax(tile) runs once S(tile) = Q K^T is done: after the last one, Q's buffer is free
-  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile) {
+  auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, auto may_mask) {
     if constexpr (C::PERSISTENT)
       if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
-    if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
+    if constexpr (decltype(may_mask)::value)
+      if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::PERMUTED_K>(S, p, w, row0, kv_start);
     softmax_step<C>(S, row_max, row_sum, alpha, scale_log2);
   };
 
@@ -353,9 +369,10 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
     gemm_turn_end();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(S);
-    masked_softmax(S, 0);  // alpha is 0 or 1 here and O is 0: its rescale changes nothing
+    masked_softmax(S, 0, std::true_type{});  // alpha is 0 or 1 here and O is 0: its rescale changes nothing
     overlapped_tiles<C>(
-        w.n_kv_tiles, done.kv_tiles, bars, S, O, alpha, P,
+        w.n_kv_tiles, C::UNMASKED_LOOP ? first_masked_tile<C::BLOCK_KV>(p, w, w.n_kv_tiles) : w.n_kv_tiles,
+        done.kv_tiles, bars, S, O, alpha, P,
         [&](float (&scores)[C::S_REGS], int s) { issue_qk<C>(scores, q_smem, k_smem(s)); },
         [&](const uint32_t (&P_in)[C::K_STEPS_PV][4], int s) { issue_pv<C>(O, P_in, k_smem(s) + C::K_BYTES); },
         masked_softmax, pack_p<C>, gemm_turn_begin, gemm_turn_end);

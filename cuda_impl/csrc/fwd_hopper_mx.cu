@@ -63,6 +63,7 @@ struct MxTiles {
   static constexpr int BLOCK_KV = 128;
   static constexpr bool OVERLAP = FA_HOPPER_MX_OVERLAP;
   static constexpr bool RETIRE_AT_TOP = false;  // OVERLAP: hopper_fp8::overlapped_tiles' loop before session 6
+  static constexpr bool UNMASKED_LOOP = false;   // every step checks its tile for a mask
   // d128: Q 32 KB + 2 x (K 32 KB + V^T 32 KB) = 160 KB, as fwd_hopper.cu; d64: 3 stages. The
   // overlap holds two stages per consumer (K of t, V^T of t - 1): 3 at d128 (224 KB).
   static constexpr int STAGES = DIM == 64 || OVERLAP ? 3 : 2;
@@ -236,7 +237,8 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
     sm90::fence_regs(S);
     masked_softmax(S, 0);  // O is 0: its rescale changes nothing
     const auto no_turns = [] {};
-    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, 0, bars, S, O, alpha, P, issue_qk, issue_pv, masked_softmax,
+    const auto softmax = [&](float (&scores)[C::S_REGS], int tile, auto) { masked_softmax(scores, tile); };
+    hopper_fp8::overlapped_tiles<C>(w.n_kv_tiles, w.n_kv_tiles, 0, bars, S, O, alpha, P, issue_qk, issue_pv, softmax,
                                     pack_p<C>, no_turns, no_turns);
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.

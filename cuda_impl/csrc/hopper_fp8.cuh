@@ -5,6 +5,8 @@
 // pieces of the fp8 kernel that fwd_hopper_mx.cu reuses: the mbarrier set and the score mask.
 #pragma once
 
+#include <type_traits>
+
 #include "fwd_common.cuh"
 #include "hopper.cuh"
 
@@ -222,9 +224,12 @@ __device__ __forceinline__ void rescale(float (&O)[C::O_REGS], const float (&alp
 // (ping-pong with the other consumer; no-ops without); softmax(S, tile) leaves p in S and sets
 // alpha, O's rescale factors; pack(S, P) writes P's A fragments. The ring position of the item's
 // tile t is ring_tiles + t: ring_tiles counts the KV tiles of the CTA's earlier items (persistent CTAs).
+// With C::UNMASKED_LOOP, tiles 1 .. first_masked - 1 run a copy of the step whose softmax(S, tile, may_mask) is
+// given std::false_type (no mask branch; see fwd_hopper.cu, FA_HOPPER_D128_UNMASKED_LOOP), the rest std::true_type.
 template <typename C, int P_STEPS, typename IssueQK, typename IssuePV, typename Softmax, typename Pack,
           typename TurnBegin, typename TurnEnd>
-__device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles, const Barriers<C::STAGES>& bars,
+__device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int first_masked, int ring_tiles,
+                                                 const Barriers<C::STAGES>& bars,
                                                  float (&S)[C::S_REGS], float (&O)[C::O_REGS],
                                                  const float (&alpha)[2], uint32_t (&P)[P_STEPS][4],
                                                  IssueQK&& issue_qk, IssuePV&& issue_pv, Softmax&& softmax,
@@ -243,7 +248,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles,
   };
   // Step `tile`: wait for K(tile) and V(tile - 1), run before_issue(), issue S(tile) and
   // P_prev V(tile - 1), wait for S(tile) alone, softmax(tile).
-  const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], auto&& before_issue) {
+  const auto step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], auto&& before_issue, auto may_mask) {
     const int s = stage(tile), prev = stage(tile - 1);
     sm90::mbar_wait(bars.k_full(s), parity(tile));
     sm90::mbar_wait(bars.v_full(prev), parity(tile - 1));
@@ -254,7 +259,7 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles,
     turn_end();
     sm90::wgmma_wait<1>();  // S(tile) is done, P(tile - 1) V(tile - 1) may still run
     sm90::fence_regs(S);
-    softmax(S, tile);
+    softmax(S, tile, may_mask);
   };
   // The last tile's P V, issued alone after before_issue().
   const auto last_pv = [&](const uint32_t (&P_last)[P_STEPS][4], auto&& before_issue) {
@@ -269,11 +274,14 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles,
     sm90::mbar_arrive(bars.kv_empty(last));
   };
   const auto nothing = [] {};
+  const std::true_type may_mask;
+  const std::false_type no_mask;
   if constexpr (!C::RETIRE_AT_TOP) {
     uint32_t P1[P_STEPS][4];
     pack(S, P);
-    const auto old_step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4]) {
-      step(tile, P_prev, nothing);
+    const auto old_step = [&](int tile, const uint32_t (&P_prev)[P_STEPS][4], uint32_t (&P_next)[P_STEPS][4],
+                              auto tile_may_mask) {
+      step(tile, P_prev, nothing, tile_may_mask);
       pack(S, P_next);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(O);
@@ -281,18 +289,26 @@ __device__ __forceinline__ void overlapped_tiles(int n_kv_tiles, int ring_tiles,
       rescale<C>(O, alpha);
     };
     int tile = 1;
+    if constexpr (C::UNMASKED_LOOP)
+      for (; tile + 1 < first_masked; tile += 2) {
+        old_step(tile, P, P1, no_mask);
+        old_step(tile + 1, P1, P, no_mask);
+      }
     for (; tile + 1 < n_kv_tiles; tile += 2) {
-      old_step(tile, P, P1);
-      old_step(tile + 1, P1, P);
+      old_step(tile, P, P1, may_mask);
+      old_step(tile + 1, P1, P, may_mask);
     }
     if (tile < n_kv_tiles) {
-      old_step(tile, P, P1);
+      old_step(tile, P, P1, may_mask);
       last_pv(P1, nothing);
     } else {
       last_pv(P, nothing);
     }
   } else {
-    for (int tile = 1; tile < n_kv_tiles; tile++) step(tile, P, [&] { retire(tile - 2); });
+    int tile = 1;
+    if constexpr (C::UNMASKED_LOOP)
+      for (; tile < first_masked; tile++) step(tile, P, [&] { retire(tile - 2); }, no_mask);
+    for (; tile < n_kv_tiles; tile++) step(tile, P, [&] { retire(tile - 2); }, may_mask);
     last_pv(P, [&] { retire(n_kv_tiles - 2); });
   }
 }
