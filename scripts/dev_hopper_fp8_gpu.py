@@ -60,9 +60,10 @@ ALL_ALT_BUILDS = {
     "item-grid-causal": ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0"),
     "no-split": ("-DFA_HOPPER_FP8_SPLIT_TAIL=0",),  # a plain last round for non-causal d64 (before session 13)
     "direct-store": ("-DFA_HOPPER_FP8_STAGED_STORE=0",),  # O stored from the registers, 4 bytes a thread (before session 14)
-    # the tiles that need no mask in a copy of the step without the mask branch (session 19, as bf16 d128)
-    "unmasked-loop": ("-DFA_HOPPER_FP8_D64_UNMASKED_LOOP=1", "-DFA_HOPPER_FP8_D128_UNMASKED_LOOP=1",
-                      "-DFA_HOPPER_FP8_D256_UNMASKED_LOOP=1"),
+    # the tiles that need no mask in a copy of the step without the mask branch (session 19, as bf16 d128): on at d256;
+    # d256 with one loop that checks every tile, and d64 and d128 with the two copies
+    "d256-masked-loop": ("-DFA_HOPPER_FP8_D256_UNMASKED_LOOP=0",),
+    "unmasked-loop-d64-d128": ("-DFA_HOPPER_FP8_D64_UNMASKED_LOOP=1", "-DFA_HOPPER_FP8_D128_UNMASKED_LOOP=1"),
 }
 
 

@@ -89,6 +89,10 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     assert ops["WARPGROUP.DEPBAR.LE"] > 0 and any("gsb0, 0x1" in i for i in instructions)
     if head_dim == 64:
         assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
+    # A wait for S(t) alone per step in the code: d64 one loop of one step; d128 a loop of two steps and the odd last
+    # one; d256 the same plus a mask-free copy of the two-step loop ahead of it (Fp8Tiles::UNMASKED_LOOP, session 19)
+    waits_for_s = sum("gsb0, 0x1" in i for i in instructions)
+    assert waits_for_s == {64: 1, 128: 3, 256: 5}[head_dim]
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     if head_dim == 256:  # Q and K in two panels: the panel offset is a TMA coordinate
         loads = [i for i in instructions if i.startswith("UTMALDG")]
