@@ -28,7 +28,7 @@ eating the call:
 --driver instead measures the quick sweep's bf16 shapes the way `python -m compare run` does
 (compare.bench.measure: oracle check, then do_bench with L2 flush, through the custom op) for
 cuda:hopper between two sdpa:cudnn measurements, without the ceilings.
---sanitize runs seven small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
+--sanitize runs ten small launches (d64, d128, d256; causal and not, Sq != Sk, GQA, tails; one with more
 items than SMs, so that some persistent CTAs run two; one in two-CTA clusters with multicast K/V) and
 checks them; --sanitize-split three whose last round is split (d128 with and without clusters, d64; for
 memcheck).
@@ -123,7 +123,8 @@ CORRECTNESS_SHAPES = [
     (1, 4, 4, 300, 97, 128, "bf16", True),  # Sq > Sk: CTAs with no visible key
     (1, 4, 2, 1000, 1500, 128, "bf16", True),  # GQA, several rounds of the ring
     (1, 4, 2, 1000, 1500, 64, "fp16", False),
-    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 176-key tiles: 9 of them, the last 92 keys; clusters of 2
+    (1, 4, 2, 1000, 1500, 128, "bf16", False),  # 128-key tiles in clusters of 2 (up to 4096 keys): 12, the last 92 keys
+    (1, 4, 2, 1000, 4500, 128, "bf16", False),  # 176-key tiles above 4096 keys: 26, the last 100 keys; clusters of 2
     (2, 8, 1, 64, 1100, 128, "bf16", False),
     (2, 8, 1, 64, 1100, 128, "fp16", True),  # MQA
     (1, 2, 2, 1536, 640, 64, "bf16", True),  # causal Sq > Sk over many Q tiles
@@ -147,14 +148,15 @@ CORRECTNESS_SHAPES = [
     (1, 8, 8, 2048, 2048, 256, "bf16", True),
     # more items than SMs: persistent CTAs run several items each (tails, GQA, Sq != Sk)
     (8, 16, 4, 300, 500, 128, "bf16", False),  # (up to 1k keys: the 128-key kernel, non-causal)
-    (8, 16, 4, 300, 1100, 128, "bf16", False),  # the 176-key kernels
+    (8, 16, 4, 300, 1100, 128, "bf16", False),  # the 128-key kernel from 1k to 4k keys (3 query tiles: no clusters)
+    (8, 16, 4, 300, 4200, 128, "bf16", False),  # the 176-key kernels above 4k keys
     (4, 32, 8, 256, 1000, 64, "fp16", False),
     (4, 16, 16, 384, 333, 256, "bf16", False),
     # clusters (even query tiles per head, non-causal): more pairs than clusters, tails on both axes
     (8, 16, 4, 500, 1100, 128, "bf16", False),
-    # non-causal d128's split last round: 96 pairs on 66 clusters; 192 single CTAs on 132
-    (3, 16, 4, 500, 1999, 128, "bf16", False),
-    (4, 16, 16, 384, 3000, 128, "fp16", False),
+    # non-causal d128's split last round (176-key tiles, above 4k keys): 96 pairs on 66 clusters; 192 single CTAs on 132
+    (3, 16, 4, 500, 4999, 128, "bf16", False),
+    (4, 16, 16, 384, 5000, 128, "fp16", False),
     (3, 16, 4, 500, 1999, 64, "fp16", False),  # d64: 144 items on 132 CTAs, 12 split
     (8, 8, 2, 500, 333, 256, "fp16", False),
     # causal d64 from the counter, more items than SMs: two consumers up to 1024 query rows, three above
@@ -399,18 +401,19 @@ SANITIZE_SHAPES = [
     (1, 4, 2, 200, 333, 64, "bf16", True),  # causal d64 up to 1024 query rows: two consumers
     (1, 4, 2, 1100, 1200, 64, "fp16", True),  # causal d64 above: three
     (1, 4, 2, 300, 170, 128, "fp16", True),
-    (1, 4, 2, 300, 1100, 128, "bf16", False),  # the 176-key kernel (more than 1k keys), tail tile
+    (1, 4, 2, 300, 4200, 128, "bf16", False),  # the 176-key kernel (more than 4k keys), tail tile
     (1, 4, 2, 300, 500, 256, "bf16", True),  # d256, 80-key tiles
     (1, 2, 1, 128, 4100, 256, "fp16", True),  # d256 causal with 4k-8k keys: persistent CTAs
     (1, 2, 1, 200, 333, 256, "fp16", False),
     (1, 48, 8, 384, 200, 128, "bf16", False),  # 144 items: 12 persistent CTAs run two (128-key kernel)
-    (1, 72, 8, 512, 1100, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs
+    (1, 72, 8, 512, 1100, 128, "bf16", False),  # clusters of 2 with multicast K/V, 144 pairs (128-key tiles)
+    (1, 72, 8, 512, 4200, 128, "bf16", False),  # the same with 176-key tiles
 ]
 # The split last round, in memcheck (its workspace); its hand-over goes through global memory, so racecheck
 # (shared memory) would only take a minute per launch over the same ring protocol as above.
 SANITIZE_SPLIT_SHAPES = [
-    (2, 48, 8, 256, 1100, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 7 tiles each
-    (4, 16, 4, 384, 1100, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
+    (2, 48, 8, 256, 4200, 128, "bf16", False),  # 96 pairs on 66 clusters: 30 split, 11 tiles each (176 keys)
+    (4, 16, 4, 384, 4200, 128, "fp16", False),  # 192 items on 132 CTAs: 60 split
     (3, 16, 4, 500, 2100, 64, "bf16", False),  # d64: 144 items on 132 CTAs, 12 split
 ]
 
@@ -431,7 +434,7 @@ def run_stage(stage: str, *builds: str) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sanitize", action="store_true", help="seven small launches, for compute-sanitizer")
+    parser.add_argument("--sanitize", action="store_true", help="the small launches of SANITIZE_SHAPES, for compute-sanitizer")
     parser.add_argument("--sanitize-split", action="store_true",
                         help="three launches with a split last round, for compute-sanitizer's memcheck")
     parser.add_argument("--build", choices=list(ALT_FLAGS), help="with --sanitize: this ALT build's library")

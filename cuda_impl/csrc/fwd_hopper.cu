@@ -98,6 +98,13 @@
 #ifndef FA_HOPPER_D128_SHORT_KEYS
 #define FA_HOPPER_D128_SHORT_KEYS 1024
 #endif
+// Non-causal d128 with more keys than that and at most this many runs 128-key tiles in the 176-key kernels' clusters
+// of two (where query tiles pair up; else the 128-key kernel above): on the mask-free loop (session 19) that measured
+// 3.5% fewer cycles at 2k and 1.6% at 4k (4096 = 32 x 128 wastes no key, 176-key tiles 3.1%), but 1.7-2.0% more at
+// 8k and 16k, where the 176-key tiles' lower cost per key wins (docs/perf-notes-hopper.md). 0: 176 keys above SHORT_KEYS.
+#ifndef FA_HOPPER_D128_KV128_KEYS
+#define FA_HOPPER_D128_KV128_KEYS 4096
+#endif
 // Consumer warpgroups at d64 (64 query rows each): 3, FlashAttention-3's d64 shape (192 rows),
 // since a d64 tile's GEMMs are half as long as d128's and two warpgroups' GEMMs cover less of
 // each other's softmax; 2 is the ablation (the d128 structure).
@@ -250,9 +257,13 @@
 // base and then issue the S wgmmas back to back, each time 0.3-1.9% slower (sessions 13-18); read anew, the 176-key
 // loops issue them interleaved whatever follows the loop: -0.3 / -0.4% cycles at 4k / 16k, -1.2 / -0.5% with the staged
 // stores they now take, d256 -0.7%; the 128-key d128 loop +0.6-0.9% and d64 level, which keep theirs (session 18).
-// 0: no step reads it anew, the ablation.
+// On the mask-free d128 loop (session 19) the 176-key kernels measured 0.5-1.0% faster without it, so d128 reads it anew
+// only with FA_HOPPER_D128_PIN_BASE=1. FA_HOPPER_PIN_BASE=0: no step reads it anew, the ablation.
 #ifndef FA_HOPPER_PIN_BASE
 #define FA_HOPPER_PIN_BASE 1
+#endif
+#ifndef FA_HOPPER_D128_PIN_BASE
+#define FA_HOPPER_D128_PIN_BASE 0
 #endif
 // The next item's bookkeeping (its index from the scheduler, its work) under the last P V of the current one
 // (where: HopperTiles::EARLY_NEXT); 0 does it after the stores, the ablation.
@@ -289,7 +300,8 @@ struct HopperTiles {
   static constexpr bool UNMASKED_LOOP =
       by_head_dim(DIM, FA_HOPPER_D64_UNMASKED_LOOP, FA_HOPPER_D128_UNMASKED_LOOP, FA_HOPPER_D256_UNMASKED_LOOP);
   // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
-  static constexpr bool PIN_BASE = FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128));
+  static constexpr bool PIN_BASE =
+      FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128 && FA_HOPPER_D128_PIN_BASE));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
       by_head_dim(DIM, FA_HOPPER_D64_CAUSAL_PERSISTENT, FA_HOPPER_CAUSAL_PERSISTENT, FA_HOPPER_D256_CAUSAL_PERSISTENT);
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? FA_HOPPER_D256_CAUSAL_PERSISTENT_FROM : 0;
@@ -1010,7 +1022,8 @@ struct HopperLaunch {
 };
 
 // The kernel instantiation a launch takes: non-causal d128 / d256 in clusters of their CLUSTER CTAs when the
-// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys (on 128 up to FA_HOPPER_D128_SHORT_KEYS), causal
+// query tiles of a head pair up, non-causal d128 on its BLOCK_KV keys (on 128 up to FA_HOPPER_D128_SHORT_KEYS without
+// clusters, and up to FA_HOPPER_D128_KV128_KEYS in them), causal
 // d64 on two consumers up to FA_HOPPER_D64_SHORT_CAUSAL_ROWS; calls launcher.template operator()<HopperLaunch<...>>().
 template <typename T, int DIM, typename Launcher>
 int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
@@ -1027,9 +1040,16 @@ int with_hopper_launch(const FwdParams& p, Launcher&& launcher) {
     if (p.causal || (DIM == 128 && p.seqlen_k <= FA_HOPPER_D128_SHORT_KEYS))
       return launcher.template operator()<HopperLaunch<T, DIM, causal_kv, 1>>();
     constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
+    const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
+    if constexpr (DIM == 128 && FA_HOPPER_D128_KV128_KEYS > 0 && block_kv != 128) {
+      if (p.seqlen_k <= FA_HOPPER_D128_KV128_KEYS) {
+        if constexpr (cluster > 1)
+          if (pairs) return launcher.template operator()<HopperLaunch<T, DIM, 128, cluster>>();
+        return launcher.template operator()<HopperLaunch<T, DIM, 128, 1>>();
+      }
+    }
     if constexpr (cluster > 1) {
-      if (((p.seqlen_q + block_q - 1) / block_q) % cluster == 0)
-        return launcher.template operator()<HopperLaunch<T, DIM, block_kv, cluster>>();
+      if (pairs) return launcher.template operator()<HopperLaunch<T, DIM, block_kv, cluster>>();
     }
     return launcher.template operator()<HopperLaunch<T, DIM, block_kv, 1>>();
   }
