@@ -45,6 +45,9 @@ STAGE_TIMEOUT_S = {"correctness": 150, "timing": 60 + 120 * ROUNDS}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
 ALL_ALT_BUILDS = {
     "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
+    # the ping-pong on d128's mask-free loop (session 19)
+    "pingpong-unmasked-d128": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2",
+                               "-DFA_HOPPER_FP8_D128_UNMASKED_LOOP=1"),
     "d64-2wg": ("-DFA_HOPPER_FP8_D64_CONSUMERS=2",),  # d64 with two consumers (before session 4)
     "chains4": ("-DFA_HOPPER_FP8_D128_SOFTMAX_CHAINS=4",),  # d128 with four chains of row max / row sum
     "d64-chains2": ("-DFA_HOPPER_FP8_D64_SOFTMAX_CHAINS=2",),  # d64 with two (before session 5)
