@@ -44,7 +44,8 @@ HEAD_DIMS = {int(d) for d in os.environ.get("DEV_HEAD_DIMS", "").split(",") if d
 STAGE_TIMEOUT_S = {"correctness": 150, "timing": 60 + 120 * ROUNDS}
 # Each measured beside the default (docs/perf-notes-hopper.md, section fp8, has the numbers).
 ALL_ALT_BUILDS = {
-    "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),
+    "pingpong": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2"),  # at every head_dim (d64: two consumers)
+    "d128-no-pingpong": ("-DFA_HOPPER_FP8_D128_PINGPONG=0",),  # d128's consumers without turns (before session 19)
     # the ping-pong on d128's mask-free loop (session 19)
     "pingpong-unmasked-d128": ("-DFA_HOPPER_FP8_PINGPONG=1", "-DFA_HOPPER_FP8_D64_CONSUMERS=2",
                                "-DFA_HOPPER_FP8_D128_UNMASKED_LOOP=1"),

@@ -93,6 +93,10 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     # one; d256 the same plus a mask-free copy of the two-step loop ahead of it (Fp8Tiles::UNMASKED_LOOP, session 19)
     waits_for_s = sum("gsb0, 0x1" in i for i in instructions)
     assert waits_for_s == {64: 1, 128: 3, 256: 5}[head_dim]
+    # d128's two consumers take turns issuing their GEMMs on named barriers 1 and 2 of 256 threads (Fp8Tiles::PINGPONG,
+    # session 19); d64 and d256 issue whenever they are ready
+    turns = [i for i in instructions if i.lstrip("@!P0123456789 ").startswith("BAR.") and ", 0x100" in i]
+    assert bool(turns) == (head_dim == 128), turns
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     if head_dim == 256:  # Q and K in two panels: the panel offset is a TMA coordinate
         loads = [i for i in instructions if i.startswith("UTMALDG")]

@@ -34,7 +34,7 @@
 // carries over. A consumer holds at most three stages (K of step t, V(t - 1) and, until its retire at
 // the top of step t, V(t - 2)); step t waits for K(t), whose stage was freed at the top of step t - 1
 // at the latest, so STAGES >= 3 cannot deadlock and 4 lets the producer run ahead. With
-// -DFA_HOPPER_FP8_PINGPONG=1 the consumers also take turns on named barriers 1 and 2 (see
+// the ping-pong (Fp8Tiles::PINGPONG, d128) the consumers also take turns on named barriers 1 and 2 (see
 // consume_item: equal arrivals and syncs).
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled (fetched at run time: no -lcuda)
 
@@ -57,11 +57,16 @@
 #ifndef FA_HOPPER_FP8_STAGED_STORE
 #define FA_HOPPER_FP8_STAGED_STORE 1
 #endif
-// PINGPONG = 1: the two consumers issue their GEMMs in turn (named barriers), so that one's
-// softmax runs while the other's GEMMs do. Off by default: measured no gain at d128 and -12% at
-// d64 on top of the S(t+1) / softmax(t) overlap (docs/perf-notes-hopper.md, fp8).
+// Per head_dim, 1: the two consumers issue their GEMMs in turn (named barriers), so that one's softmax runs while the
+// other's GEMMs do. Measured: session 2, no gain at d128 and -12% at d64 (which then needs two consumers instead of
+// three) on top of the S(t+1) / softmax(t) overlap; session 19, 1.5-1.9% fewer cycles at d128 4k and 16k (both masks),
+// so on at d128 (docs/perf-notes-hopper.md). FA_HOPPER_FP8_PINGPONG=1 turns it on at every head_dim (d64 then needs
+// FA_HOPPER_FP8_D64_CONSUMERS=2), the ablation build `pingpong`.
 #ifndef FA_HOPPER_FP8_PINGPONG
 #define FA_HOPPER_FP8_PINGPONG 0
+#endif
+#ifndef FA_HOPPER_FP8_D128_PINGPONG
+#define FA_HOPPER_FP8_D128_PINGPONG 1
 #endif
 // Independent chains of the row max and row sum per thread (fwd_common.cuh wgmma_row_max), per
 // head_dim: two at d128 (one -> two measured +2-3% at 16k; four measured 2-4% slower at 4k-16k
@@ -174,7 +179,8 @@ struct Fp8Tiles {
   static constexpr bool DYNAMIC = SCHEDULE == FP8_DYNAMIC;       // items from the counter: the hand-over
   static constexpr bool PERMUTED_K = FLAT_K && FA_HOPPER_FP8_PERMUTED_K == 1;  // ... key-permuted: no shuffles
   static constexpr int CONSUMERS = DIM == 64 ? FA_HOPPER_FP8_D64_CONSUMERS : 2;
-  static_assert(!FA_HOPPER_FP8_PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
+  static constexpr bool PINGPONG = FA_HOPPER_FP8_PINGPONG || (DIM == 128 && FA_HOPPER_FP8_D128_PINGPONG);
+  static_assert(!PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -341,11 +347,11 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   const int phases = w.n_kv_tiles + 1;
   int phase = 0;
   auto gemm_turn_begin = [&] {
-    if (FA_HOPPER_FP8_PINGPONG) sm90::named_bar_sync(1 + consumer, C::CONSUMER_THREADS);
+    if (C::PINGPONG) sm90::named_bar_sync(1 + consumer, C::CONSUMER_THREADS);
   };
   auto gemm_turn_end = [&] {
     phase++;
-    if (FA_HOPPER_FP8_PINGPONG && !(consumer == 1 && phase == phases))
+    if (C::PINGPONG && !(consumer == 1 && phase == phases))
       sm90::named_bar_arrive(2 - consumer, C::CONSUMER_THREADS);
   };
   // softmax(tile) runs once S(tile) = Q K^T is done: after the last one, Q's buffer is free
@@ -361,7 +367,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   if (w.n_kv_tiles > 0) {
     float S[C::S_REGS];
     uint32_t P[C::K_STEPS_PV][4];
-    if (FA_HOPPER_FP8_PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
+    if (C::PINGPONG && consumer == 1) sm90::named_bar_arrive(1, C::CONSUMER_THREADS);
     const int s0 = done.kv_tiles % C::STAGES;
     sm90::mbar_wait(bars.q_full(), done.q_loads & 1);
     sm90::mbar_wait(bars.k_full(s0), (done.kv_tiles / C::STAGES) & 1);
