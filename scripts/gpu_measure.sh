@@ -16,7 +16,7 @@
 # returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=. PYTHONWARNINGS=ignore::UserWarning
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONWARNINGS=ignore::UserWarning
 
 if [ "${1:-}" = "--build-only" ]; then
   # the kernels, the quantizers, the sm_120a kernels' sm_90a emulation build (their oracle test), ceilings

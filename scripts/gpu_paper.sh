@@ -5,9 +5,12 @@
 #   here first:  bash scripts/gpu_measure.sh --build-only
 #   device run:  FA2_GIT_COMMIT=<commit> bash scripts/gpu_paper.sh LIMIT_S [BACKEND_PATTERN ...]
 #                with carry ["cuda_impl/_build"]
+#   FlashAttention-4's rows (fa4:*) are measured where it imports: install it over two calls first
+#   (scripts/fa4_wheels.sh says how) and export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages;
+#   without it the sweep says it skips fa4:cute and why.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 PYTHONPATH=. PYTHONWARNINGS=ignore::UserWarning
+export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONWARNINGS=ignore::UserWarning
 LIMIT=${1:?usage: gpu_paper.sh LIMIT_S [BACKEND_PATTERN ...]}
 shift
 OUT=${OUT:-/tmp/out}
