@@ -299,7 +299,8 @@ struct HopperTiles {
       by_head_dim(DIM, FA_HOPPER_D64_RETIRE_AT_TOP, FA_HOPPER_D128_RETIRE_AT_TOP, FA_HOPPER_D256_RETIRE_AT_TOP);
   static constexpr bool UNMASKED_LOOP =
       by_head_dim(DIM, FA_HOPPER_D64_UNMASKED_LOOP, FA_HOPPER_D128_UNMASKED_LOOP, FA_HOPPER_D256_UNMASKED_LOOP);
-  // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): the 176-key d128 kernels and d256.
+  // Whether each step reads the CTA's shared base anew (FA_HOPPER_PIN_BASE): d256, and the 176-key d128 kernels with
+  // FA_HOPPER_D128_PIN_BASE=1.
   static constexpr bool PIN_BASE =
       FA_HOPPER_PIN_BASE && (DIM == 256 || (DIM == 128 && BLOCK_KV > 128 && FA_HOPPER_D128_PIN_BASE));
   static constexpr int CAUSAL_PERSISTENT_KEYS =
