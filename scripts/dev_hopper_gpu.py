@@ -112,7 +112,8 @@ ALT_FLAGS = {
     "no-short": ("-DFA_HOPPER_D128_SHORT_KEYS=0",),  # non-causal d128 on 176-key tiles up to 1k keys too (before session 14)
     "late-next": ("-DFA_HOPPER_EARLY_NEXT=0",),  # causal d128 and d64 take their next item after the stores (before session 14)
     "d64-4-stage": ("-DFA_HOPPER_D64_STAGES=4",),  # d64 with a 4-stage ring: no multiply-high for slot and phase (session 17)
-    "no-pin": ("-DFA_HOPPER_PIN_BASE=0",),  # the 176-key and d256 loops keep the shared base they have (before session 18)
+    "no-pin": ("-DFA_HOPPER_PIN_BASE=0",),  # d256's loops keep the shared base they have (before session 18)
+    "d128-pin": ("-DFA_HOPPER_D128_PIN_BASE=1",),  # the 176-key d128 loops read it anew too (sessions 18 to 19)
 }
 BUILDS = {"hopper": (), **ALT_FLAGS, **devkit.baseline_build()}  # DEV_BASELINE_LIB: see devkit.baseline_build
 

@@ -124,7 +124,7 @@ def test_pinned_loops_rebuild_the_shared_base_and_interleave_s(hopper_sass_addre
                                                                cluster, consumers):
     """Where a step reads the shared base anew, ptxas rebuilds it in the loop (S2UR of the CTA id) and issues the S
     wgmmas between their descriptor arithmetic, not back to back (perf-notes-hopper, session 18: the loops compiled
-    the other way were the slower ones, and the 176-key loop takes the staged stores only in this form)."""
+    the other way were the slower ones; the 176-key d128 loops were pinned too until session 19's mask-free loop)."""
     if (head_dim, block_kv) not in PINNED:
         pytest.skip("not pinned: its loop keeps the base it has")
     tag = mangled_tag(fmt, head_dim, block_kv, cluster, consumers)

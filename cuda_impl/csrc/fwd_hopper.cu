@@ -345,7 +345,8 @@ struct HopperTiles {
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (RING_BARRIERS + RING_BARRIERS % 2);
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // The epilogue's staging (FA_HOPPER_STAGED_STORE): per consumer warp 8 rows of DIM 16-bit values, at d64 and d128.
-  // (The 176-key kernels gained from it only once their loop stopped changing with it, PIN_BASE; session 18.) At
+  // (The 176-key kernels gained from it only once their loop stopped changing with it: PIN_BASE in session 18; the
+  // mask-free loop of session 19 keeps its schedule without the pin, and was measured with the staging.) At
   // d256 the tiles leave 3 KB of the 227 (docs/perf-notes-hopper.md, session 14).
   static constexpr bool STAGED_STORE = FA_HOPPER_STAGED_STORE && DIM <= 128;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
