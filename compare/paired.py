@@ -82,17 +82,22 @@ def _round(row) -> int:
 def ratios(rows: list[dict], first: str, second: str) -> list[dict]:
     """Per case: the two backends' median times (and TFLOP/s) over rounds, and the median, min and max over
     rounds of time(second) / time(first) (> 1: `first` is faster). Rounds where either failed the oracle or
-    was not timed are left out and counted."""
+    was not timed are left out and counted. Cases that one of the two has no row for (it does not take them,
+    so `run` measured the others only) are not comparisons and are left out."""
     by_case: dict[str, dict[int, dict[str, float]]] = {}
+    present: dict[str, set[str]] = {}
     for row in rows:
         name = f"{row['backend']}:{row['variant']}"
         if name not in (first, second):
             continue
+        present.setdefault(shape_label(row), set()).add(name)
         times = by_case.setdefault(shape_label(row), {}).setdefault(_round(row), {})
         if row.get("oracle") == "pass" and row.get("ms_p50") not in ("", None):
             times[name] = (float(row["ms_p50"]), float(row["tflops"]) if row.get("tflops") not in ("", None) else None)
     result = []
     for label, per_round in by_case.items():
+        if present[label] != {first, second}:
+            continue
         both = [t for t in per_round.values() if first in t and second in t]
         entry = dict(case=label, rounds=len(both), incomplete=len(per_round) - len(both))
         if both:

@@ -110,25 +110,41 @@ def headline_table(df: pd.DataFrame) -> str:
 
 
 def paired_table(paired_dir: Path) -> str:
-    """The side-by-side ratios of every paired CSV (compare.paired) in `paired_dir`: a row per comparison
-    and case; '' when there is none."""
-    lines = []
+    """The side-by-side ratios of the paired CSVs (compare.paired) in `paired_dir`: a row per comparison and
+    case, from the newest CSV (by its rows' timestamps) that measured it, so that a case measured again after
+    a change shows its current ratio once; '' when there is none."""
+    newest: dict[tuple[str, str, str], tuple[str, str]] = {}  # (first, second, case) -> (time, table row)
     for path in sorted(Path(paired_dir).glob("*.csv")):
         rows = paired.read(path)
-        commit = rows[0]["git_commit"][:7] if rows else ""  # short, as the file names have it
+        if not rows:
+            continue
+        commit = rows[0]["git_commit"][:7]  # short, as the file names have it
+        measured = max(r["timestamp"] for r in rows)
         for first, second in paired.pairs(rows):
             for r in paired.ratios(rows, first, second):
                 what = f"| `{first}` / `{second}` | {r['case']} |"
                 if "ratio" not in r:
-                    lines.append(f"{what} - | - | 0 | - | {commit} |")
-                    continue
-                rates = (f"{r['tflops_first']:.0f} / {r['tflops_second']:.0f}" if "tflops_first" in r else "-")
-                lines.append(f"{what} {r['ratio']:.3f} | [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | {r['rounds']} | "
-                             f"{rates} | {commit} |")
-    if not lines:
+                    line = f"{what} - | - | 0 | - | {commit} |"
+                else:
+                    rates = (f"{r['tflops_first']:.0f} / {r['tflops_second']:.0f}" if "tflops_first" in r else "-")
+                    line = (f"{what} {r['ratio']:.3f} | [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | "
+                            f"{r['rounds']} | {rates} | {commit} |")
+                key = (first, second, r["case"])
+                if key not in newest or measured > newest[key][0]:
+                    newest[key] = (measured, line)
+    if not newest:
         return ""
+    order = sorted(newest, key=lambda key: (key[0], key[1], _case_order(key[2])))
     return "\n".join(["| comparison | case | ratio | [min, max] | rounds | TFLOP/s | commit |",
-                      "|---|---|---:|---|---:|---|---|"] + lines)
+                      "|---|---|---:|---|---:|---|---|"] + [newest[key][1] for key in order])
+
+
+def _case_order(label: str) -> tuple:
+    """Sort key of a case label (compare.schema.shape_label: 'fmt bB hQ/KV qS kS dD [causal]'):
+    format, head_dim, query length, key length, causal last."""
+    fields = {part[0]: part[1:] for part in label.split()[1:] if part[0] in "dqk" and part[1:].isdigit()}
+    return (label.split()[0], int(fields.get("d", 0)), int(fields.get("q", 0)), int(fields.get("k", 0)),
+            label.endswith("causal"))
 
 
 def ceilings_table(df: pd.DataFrame) -> str:
@@ -163,7 +179,8 @@ def report(data_dir: Path) -> str:
         parts[6:6] = ["", "Side by side (`python -m compare paired`, `figures/data/paired/`): each case timed for both "
                       "backends back to back, in interleaved rounds with the order reversed every other round; ratio "
                       "= median of the per-round ratios (> 1: the first is faster), with their range; TFLOP/s = "
-                      "medians over the rounds:", "", side_by_side]
+                      "medians over the rounds. A case measured in several calls shows its newest; the older "
+                      "rounds stay in their CSVs:", "", side_by_side]
     ceilings = ceilings_table(df)
     if ceilings:
         parts += ["", "Ceilings measured in the same run (the denominators of %SOL):", "", ceilings]

@@ -1,5 +1,6 @@
 """Paired timing (compare.paired) on CPU: interleaved rounds, the ratio summary, the CLI."""
 
+import csv
 import dataclasses
 
 import pytest
@@ -49,6 +50,17 @@ def test_ratio_is_the_median_of_per_round_ratios():
     assert "1.100 [0.900, 1.200]" in paired.table(rows, "a:x", ["b:y"])
 
 
+def test_a_case_one_backend_does_not_take_is_no_comparison():
+    # a:x alone on d256 (b:y refuses it), as `run` writes it; b:y failing every round on d64 still counts
+    only_first = [{**_row("a:x", r, 1.0), "head_dim": 256} for r in range(2)]
+    all_failed = [{**row, "head_dim": 64} for r in range(2) for row in (_row("a:x", r, 1.0), _row("b:y", r, 1.0, False))]
+    rows = [_row("a:x", 0, 1.0), _row("b:y", 0, 1.2)] + only_first + all_failed
+    summaries = paired.ratios(rows, "a:x", "b:y")
+    assert [(s["case"].split()[-1], s["rounds"], s["incomplete"]) for s in summaries] == [("d128", 1, 0), ("d64", 0, 2)]
+    text = paired.table(rows, "a:x", ["b:y"])
+    assert "d256" not in text and "no round with both timed (2 incomplete)" in text
+
+
 def test_filters_and_refusals(tmp_path, capsys, two_cpu_backends):
     cases = [oracle.Case(1, 2, 2, s, s, d, causal=c) for s in (64, 128) for d in (64, 128) for c in (False, True)]
     kept = paired.select_cases(cases, head_dims=[128], seqlens=[64], causal=True)
@@ -90,3 +102,21 @@ def test_report_lists_every_paired_csv(tmp_path, two_cpu_backends):
     table = report.paired_table(tmp_path).splitlines()
     assert table[0].startswith("| comparison | case | ratio") and len(table) == 3
     assert table[2].startswith("| `sdpa:math` / `sdpa:math2` | fp32 b1 h2/2 q32 k48 d64 |") and "| 2 |" in table[2]
+
+
+def test_report_shows_the_newest_measurement_of_a_case(tmp_path):
+    from compare import report
+    head = ["timestamp", "git_commit"] + list(_row("a:x", 0, 1.0))
+    for name, when, commit, ms_b in (("old.csv", "2026-11-01T00:00:00", "1111111aaa", 1.2),
+                                     ("new.csv", "2026-11-02T00:00:00", "2222222bbb", 1.5)):
+        rows = [_row("cuda:k", 0, 1.0), _row("sdpa:p", 0, ms_b)]
+        if name == "old.csv":  # a case only the old call measured stays
+            rows += [{**_row("cuda:k", 0, 1.0), "head_dim": 64}, {**_row("sdpa:p", 0, 2.0), "head_dim": 64}]
+        with (tmp_path / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=head)
+            writer.writeheader()
+            writer.writerows({**r, "timestamp": when, "git_commit": commit} for r in rows)
+    table = report.paired_table(tmp_path).splitlines()[2:]
+    assert len(table) == 2
+    assert any("d128 | 1.500 |" in line and "| 2222222 |" in line for line in table)
+    assert any("d64 | 2.000 |" in line and "| 1111111 |" in line for line in table)
