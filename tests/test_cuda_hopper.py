@@ -487,6 +487,30 @@ def test_dynamic_causal_scheduler_under_repeats_and_graph_replays(head_dim, seql
         assert torch.equal(out, eager)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim, shape", [(128, (3, 16, 4, 500, 4999)), (128, (4, 16, 16, 384, 5000)),
+                                             (64, (3, 16, 4, 500, 1999))])
+def test_split_last_round_gives_the_same_bits_on_every_call(head_dim, shape):
+    """Non-causal d64 and 176-key d128 launches split their last round (hopper_split.cuh): whichever part of a
+    unit finishes last merges the parts, always in the same order, so repeated calls and the driver's graph
+    replays (bench.capture_graph checks one against an eager call) give the same output and LSE bit for bit.
+    Shapes from GPU_SHAPES whose tails split over 66 clusters, 132 single CTAs and (d64) 132 CTAs."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    if reason := cuda_impl.unavailable_reason("hopper"):
+        pytest.skip(reason)
+    from test_cuda_gpu import make_inputs
+
+    b, hq, hkv, sq, sk = shape
+    q, k, v = make_inputs(b, hq, hkv, sq, sk, head_dim, torch.bfloat16, seed=5)
+    first, first_lse = cuda_impl.attention(q, k, v, variant="hopper", return_lse=True)
+    for _ in range(20):  # completion order varies from call to call; the bits must not
+        out, lse = cuda_impl.attention(q, k, v, variant="hopper", return_lse=True)
+        assert torch.equal(out, first) and torch.equal(lse, first_lse)
+    graph, why = bench.capture_graph(lambda: cuda_impl.attention(q, k, v, variant="hopper"))
+    assert graph is not None, why
+
+
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim, block_kv, consumers, consumer_regs, producer_regs",
                          [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (128, 176, 0, 240, 24), (256, 80, 0, 240, 24)])

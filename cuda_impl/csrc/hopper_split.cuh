@@ -125,10 +125,12 @@ __device__ __forceinline__ TailRange load_tail_range(uint32_t addr) {
 
 // The end of one part of a split unit, per consumer warp: leave O, the row maxima and the per-thread row sums
 // in this part's workspace block and count the part done. The warp that counts the unit's last part merges
-// the other parts' blocks into its registers (scale_log2: what turns a score difference into a log2 factor)
-// and calls store() for the rows. Parts are the clusters plan.cluster_of(unit start) .. cluster_of(unit end -
-// 1); the first of them holds the unit's first tiles (block 1: the last part of its range), every other one
-// the first part of its range (block 0).
+// all parts' blocks, in cluster order whichever part that is, into its registers (scale_log2: what turns a score
+// difference into a log2 factor) and calls store() for the rows: a fixed order makes the output the same bits on
+// every call (the merge's FMAs are not symmetric in their two parts), which the benchmark's CUDA-graph replay
+// check and users' reproducible runs need. Parts are the clusters plan.cluster_of(unit start) ..
+// cluster_of(unit end - 1); the first of them holds the unit's first tiles (block 1: the last part of its
+// range), every other one the first part of its range (block 0).
 template <typename Space, typename Store>
 __device__ void finish_split_part(void* workspace, const SplitPlan& plan, uint32_t tail_unit, uint32_t rank,
                                   int consumer, float (&O)[Space::O_REGS], float (&row_max)[2], float (&row_sum)[2],
@@ -153,9 +155,21 @@ __device__ void finish_split_part(void* workspace, const SplitPlan& plan, uint32
     done_before = sm90::atomic_add_acq_rel(counters + Space::counter_index(tail_unit, rank, consumer, warp), 1);
   done_before = __shfl_sync(0xffffffffu, done_before, 0);
   if (done_before != int(last - first)) return;  // another part of the unit finishes it
+  // From the first part on; this warp's own part is read back from its block like the others, unless it is
+  // the first (the registers hold exactly what the block does).
   for (uint32_t cluster = first; cluster <= last; cluster++) {
-    if (cluster == mine) continue;
     const float4* other = reinterpret_cast<const float4*>(block(cluster));
+    if (cluster == first) {
+      if (cluster == mine) continue;
+      const float4 stats = __ldcg(other + Space::O_REGS / 4 * 128 + lane);
+      row_max[0] = stats.x, row_max[1] = stats.y, row_sum[0] = stats.z, row_sum[1] = stats.w;
+#pragma unroll
+      for (int j = 0; j < Space::O_REGS / 4; j++) {
+        const float4 o = __ldcg(other + j * 128 + lane);
+        O[4 * j] = o.x, O[4 * j + 1] = o.y, O[4 * j + 2] = o.z, O[4 * j + 3] = o.w;
+      }
+      continue;
+    }
     const float4 stats = __ldcg(other + Space::O_REGS / 4 * 128 + lane);
     const float other_max[2] = {stats.x, stats.y}, other_sum[2] = {stats.z, stats.w};
     float mine_factor[2], other_factor[2];
