@@ -213,7 +213,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
         out.append(Backend(
             # fp32 is accepted by some kernels for interpreter tests only; the compared formats are the
             # design's (on the H200, triton:fa2 in fp32 exceeds 2x torch's fp32 error: exp2 with the
-            # scale folded in costs ~1e-6 relative, see docs/perf-notes-triton.md).
+            # scale folded in costs ~1e-6 relative, see docs/journal/2026-11-29_triton.md).
             name=f"{family}:{variant}", family=family, formats=tuple(f for f in caps["formats"] if f in formats.FORMATS),
             head_dims=tuple(caps["head_dims"]),
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),

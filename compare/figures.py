@@ -64,8 +64,8 @@ class NothingToDraw(Exception):
 # ---------------------------------------------------------------- data
 
 def load_results(data_dir: Path) -> pd.DataFrame:
-    """Every results CSV directly in `data_dir` (not its subfolders: figures/data/archive keeps superseded
-    runs for the record, undrawn), typed, newest row per (gpu, case), with a `label` column."""
+    """Every results CSV directly in `data_dir` (not its subfolders: figures/data/paired holds the side-by-side
+    runs the report reads), typed, newest row per (gpu, case), with a `label` column."""
     paths = sorted(Path(data_dir).glob("*.csv"))
     frames = []
     for path in paths:

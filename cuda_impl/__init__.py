@@ -50,6 +50,7 @@ VARIANTS["hopper"] = {
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
+    "tma": True,  # tiles load through TMA maps: positive strides only (checked before the launch)
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
     "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64, but 2 for causal d64 up to 1k query rows), "
     "S(t) issued with P(t-1)V(t-1) (softmax(t) under that P V at d256), "

@@ -16,8 +16,8 @@ from cuda_impl import build
 
 LIBRARY_NAME = "cuda_fa"
 DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
-E4M3_CODE = 2  # FA_DTYPE_E4M3 in csrc/fwd_hopper_fp8.cu
-# FA_MX_FORMAT_* in csrc/fwd_hopper_mx.cu, and the 16-bit type each format's values are exact in.
+E4M3_CODE = 2  # FA_DTYPE_E4M3 in csrc/hopper/config.cuh
+# FA_MX_FORMAT_* in csrc/hopper/config.cuh, and the 16-bit type each format's values are exact in.
 MX_FORMAT_CODES = {"mxfp8": 0, "nvfp4": 1}
 MX_TILE_DTYPES = {"mxfp8": torch.bfloat16, "nvfp4": torch.float16}
 _ERR_LEN = 512
@@ -51,7 +51,7 @@ class FwdParams(ctypes.Structure):
 
 
 class Fp8FwdParams(ctypes.Structure):
-    """Mirror of `struct Fp8FwdParams` in csrc/fwd_hopper_fp8.cu (checked by size at first use)."""
+    """Mirror of `struct Fp8FwdParams` in csrc/hopper/mainloop_fp8.cuh (checked by size at first use)."""
 
     _fields_ = [
         ("base", FwdParams),
@@ -62,7 +62,7 @@ class Fp8FwdParams(ctypes.Structure):
 
 
 class MxFwdParams(ctypes.Structure):
-    """Mirror of `struct MxFwdParams` in csrc/fwd_hopper_mx.cu (checked by size at first use)."""
+    """Mirror of `struct MxFwdParams` in csrc/hopper/mainloop_mx.cuh (checked by size at first use)."""
 
     _fields_ = [
         ("base", FwdParams),
@@ -100,9 +100,9 @@ _load_lock = threading.Lock()
 
 # Every parameter block shared with the C side: (its sizeof function, the ctypes mirror, the source).
 _STRUCTS = (("cuda_fa_params_size", FwdParams, "fwd_common.cuh"),
-            ("cuda_fa_fp8_params_size", Fp8FwdParams, "fwd_hopper_fp8.cu"),
+            ("cuda_fa_fp8_params_size", Fp8FwdParams, "hopper/mainloop_fp8.cuh"),
             ("cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu"),
-            ("cuda_fa_mx_params_size", MxFwdParams, "fwd_hopper_mx.cu"))
+            ("cuda_fa_mx_params_size", MxFwdParams, "hopper/mainloop_mx.cuh"))
 
 
 def _checked(path) -> ctypes.CDLL:
@@ -198,30 +198,45 @@ def _zeroed_tile_counter(params: FwdParams, device) -> torch.Tensor:
     return counter
 
 
-def _split_workspace(lib: ctypes.CDLL, variant: str, struct, params, base: FwdParams, device) -> torch.Tensor | None:
-    """The workspace of a hopper / hopper-fp8 launch that splits its last round (None if it asks for none;
-    cuda_fa_<variant>_split_workspace sizes it as the launch sizes its grid), the prefix the kernel counts in
-    zeroed on the launch's stream, into base.split_workspace; held by the caller as above."""
-    name = f"cuda_fa_{variant.replace('-', '_')}_split_workspace"
+def _optional_entry(lib: ctypes.CDLL, name: str, restype, argtypes):
+    """The C entry `name` typed once, or None where the library does not export it."""
     key = (id(lib), name)
     if key not in _typed_entries:
-        fn = getattr(lib, name)
-        fn.restype = ctypes.c_int64
-        fn.argtypes = [ctypes.POINTER(struct), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int]
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = restype
+            fn.argtypes = argtypes
         _typed_entries[key] = fn
-    zeroed = ctypes.c_int64(0)
-    err = ctypes.create_string_buffer(_ERR_LEN)
-    index = torch.cuda.current_device() if device.index is None else device.index
-    with torch.cuda.device(index):  # (the query sizes the grid on the launch's device)
-        size = _typed_entries[key](ctypes.byref(params), ctypes.byref(zeroed), err, _ERR_LEN)
-    if size < 0:
-        raise RuntimeError(f"cuda_impl {variant}: {err.value.decode(errors='replace')}")
-    if size == 0:
-        return None
-    workspace = torch.empty(size, dtype=torch.uint8, device=device)
-    workspace[: zeroed.value].zero_()
-    base.split_workspace = workspace.data_ptr()
-    return workspace
+    return _typed_entries[key]
+
+
+def _scheduler_buffers(lib: ctypes.CDLL, symbol: str, struct, params, base: FwdParams, causal: bool,
+                       head_dim: int, device) -> list[torch.Tensor]:
+    """What a variant's persistent scheduler needs for this launch, as its entry file exports it: a zeroed item
+    counter where `cuda_fa_<symbol>_dynamic_causal(head_dim)` says causal launches take one, and the split last
+    round's workspace that `cuda_fa_<symbol>_split_workspace` sizes as the launch sizes its grid (its prefix
+    zeroed). Both are made on the launch's stream and set in `base`; the caller holds the returned tensors until
+    the launch is queued, after which their blocks return to the caching allocator stream-ordered."""
+    held = []
+    dynamic = _optional_entry(lib, f"cuda_fa_{symbol}_dynamic_causal", ctypes.c_int, [ctypes.c_int])
+    if causal and dynamic is not None and dynamic(head_dim):
+        held.append(_zeroed_tile_counter(base, device))
+    sized = _optional_entry(lib, f"cuda_fa_{symbol}_split_workspace", ctypes.c_int64,
+                            [ctypes.POINTER(struct), ctypes.POINTER(ctypes.c_int64), ctypes.c_char_p, ctypes.c_int])
+    if not causal and sized is not None:
+        zeroed = ctypes.c_int64(0)
+        err = ctypes.create_string_buffer(_ERR_LEN)
+        index = torch.cuda.current_device() if device.index is None else device.index
+        with torch.cuda.device(index):  # (the query sizes the grid on the launch's device)
+            size = sized(ctypes.byref(params), ctypes.byref(zeroed), err, _ERR_LEN)
+        if size < 0:
+            raise RuntimeError(f"cuda_impl {symbol}: {err.value.decode(errors='replace')}")
+        if size > 0:
+            workspace = torch.empty(size, dtype=torch.uint8, device=device)
+            workspace[: zeroed.value].zero_()
+            base.split_workspace = workspace.data_ptr()
+            held.append(workspace)
+    return held
 
 
 def launch_forward(
@@ -231,11 +246,9 @@ def launch_forward(
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
     lib = load(extra_flags)
-    if variant == "hopper" and causal and lib.cuda_fa_hopper_dynamic_causal(q.shape[3]):
-        counter = _zeroed_tile_counter(params, q.device)  # noqa: F841 (held until the launch is queued)
-    if variant == "hopper" and not causal:
-        workspace = _split_workspace(lib, variant, FwdParams, params, params, q.device)  # noqa: F841 (as above)
-    _call(lib, f"cuda_fa_fwd_{variant}", FwdParams, params, q.device, variant)
+    symbol = variant.replace("-", "_")
+    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal, q.shape[3], q.device)  # noqa: F841
+    _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
 
 
 def launch_forward_fp8(
@@ -247,14 +260,13 @@ def launch_forward_fp8(
     _check_aligned({"q": q, "k": k, "vt": vt, "out": out}, "TMA")
     base = _base_params(q, k, vt, out, lse, causal=causal, scale=scale, dtype=E4M3_CODE)
     lib = load(extra_flags)
-    if causal and lib.cuda_fa_hopper_fp8_dynamic_causal(q.shape[3]):
-        counter = _zeroed_tile_counter(base, q.device)  # noqa: F841 (held until the launch is queued)
     params = Fp8FwdParams(
         base=base, q_descale=q_descale.data_ptr(), k_descale=k_descale.data_ptr(), v_descale=v_descale.data_ptr()
     )
-    if not causal:
-        workspace = _split_workspace(lib, variant, Fp8FwdParams, params, params.base, q.device)  # noqa: F841
-    _call(lib, f"cuda_fa_fwd_{variant.replace('-', '_')}", Fp8FwdParams, params, q.device, variant)
+    symbol = variant.replace("-", "_")
+    held = _scheduler_buffers(lib, symbol, Fp8FwdParams, params, params.base, causal, q.shape[3],  # noqa: F841
+                              q.device)
+    _call(lib, f"cuda_fa_fwd_{symbol}", Fp8FwdParams, params, q.device, variant)
 
 
 def dequantize_blocked(fmt: str, data: torch.Tensor, scales: torch.Tensor, *,

@@ -95,7 +95,7 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
 def back_to_back_ss_wgmmas(loop: list[str]) -> int:
     """Pairs of S = Q K^T wgmmas (both operands in shared memory) in `loop` with nothing but NOPs between them.
     The Hopper loops that ptxas compiled that way measured 0.3-1.9% slower than the same loops with the wgmmas
-    interleaved with their descriptor arithmetic (docs/perf-notes-hopper.md, sessions 13-18)."""
+    interleaved with their descriptor arithmetic (docs/journal/2026-11-29_hopper.md, sessions 13-18)."""
     ss = [i for i, ins in enumerate(loop) if _SS_WGMMA.search(ins)]
     return sum(all(opcode(ins) == "NOP" for ins in loop[a + 1: b]) for a, b in zip(ss, ss[1:]))
 
@@ -117,7 +117,7 @@ def exps_under_pending_wgmma(instructions: list[str]) -> int:
     """MUFU.EX2 issued between a `WARPGROUP.DEPBAR.LE gsb0, 0x1` (one wgmma group may still run)
     and the next wgmma wait, summed over such spans: the softmax work a Hopper kernel overlaps with
     its own warpgroup's P @ V. ptxas moves a wait written after the softmax ahead of it, which
-    makes this 0 (docs/perf-notes-hopper.md, session 6)."""
+    makes this 0 (docs/journal/2026-11-29_hopper.md, session 6)."""
     exps, open_span = 0, False
     for ins in instructions:
         op = opcode(ins)
@@ -126,3 +126,46 @@ def exps_under_pending_wgmma(instructions: list[str]) -> int:
         elif open_span and op == "MUFU.EX2":
             exps += 1
     return exps
+
+
+def compare_libraries(a: Path, b: Path) -> dict[str, list[tuple[str, str]]]:
+    """Kernels of two built libraries by machine code: {"same": [...], "differ": [...], "only_a": [...],
+    "only_b": [...]}, each a sorted list of (arch, mangled name). How a change that should not touch the
+    generated code (a restructuring, a comment) is checked without a GPU."""
+    sa, sb = dump_sass(Path(a)), dump_sass(Path(b))
+    result: dict[str, list[tuple[str, str]]] = {"same": [], "differ": [], "only_a": [], "only_b": []}
+    for key in sorted(set(sa) | set(sb)):
+        if key not in sb:
+            result["only_a"].append(key)
+        elif key not in sa:
+            result["only_b"].append(key)
+        else:
+            result["same" if sa[key] == sb[key] else "differ"].append(key)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m cuda_impl.sass",
+        description="Compare the machine code (SASS) of two built libraries kernel by kernel; exit 1 if any differ.")
+    parser.add_argument("library_a", type=Path)
+    parser.add_argument("library_b", type=Path)
+    args = parser.parse_args(argv)
+    for path in (args.library_a, args.library_b):
+        if not path.is_file():
+            parser.error(f"{path}: no such library")
+    if find_cuobjdump() is None:
+        parser.error("cuobjdump not found (CUDA toolkit, or the copy in Triton's wheel)")
+    result = compare_libraries(args.library_a, args.library_b)
+    for kind in ("differ", "only_a", "only_b"):
+        for arch, name in result[kind]:
+            print(f"{kind:7} {arch:7} {name}")
+    total = sum(len(v) for v in result.values())
+    print(f"{len(result['same'])} of {total} kernels have identical machine code")
+    return 0 if len(result["same"]) == total else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

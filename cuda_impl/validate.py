@@ -110,9 +110,9 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
                     f"stride: {name}.stride({dim}) = {t.stride(dim)} must be a multiple of "
                     f"{STRIDE_MULTIPLE} elements (16-byte cp.async rows)"
                 )
-            if variant == "hopper" and t.shape[dim] > 1 and t.stride(dim) <= 0:
+            if spec.get("tma") and t.shape[dim] > 1 and t.stride(dim) <= 0:
                 raise ValueError(
-                    f"stride: {name}.stride({dim}) = {t.stride(dim)}; variant hopper loads tiles "
+                    f"stride: {name}.stride({dim}) = {t.stride(dim)}; variant {variant} loads tiles "
                     "with TMA, which needs positive strides (no broadcast dimensions)"
                 )
 

@@ -6,12 +6,13 @@
 #   timing      the quick and seed sweeps (every backend; the driver checks each row against the oracle
 #               before timing it), then the full oracle matrix of the Triton variants;
 #   correctness GPU tests, the full oracle matrix of the SDPA peers and the CUDA kernels, the ladder's
-#               sanitizers, then compute-sanitizer on the Hopper kernels' own scripts.
+#               sanitizers, then compute-sanitizer on the Hopper kernels (scripts/dev.py sanitize FAMILY).
 # Each step has its own time limit so that a slow or hung one cannot take the others' results with it.
 # GPU_MEASURE_LANES (default "timing correctness") picks the lanes: "correctness" alone re-checks a
 # kernel change without the sweeps, and on two GPUs it gives the Hopper sanitizers the second one.
 # GPU_MEASURE_EXTRA, when set, is one more command (bash -c) run at the end of the first GPU's work, its
-# output in logs/extra.log: a dev script's measurements beside the sweeps or checks of the same call.
+# output in logs/extra.log: e.g. `python3 scripts/dev.py same-bits` or `... paired` beside the sweeps or
+# checks of the same call.
 # $OUT receives env.json, quick.csv, seed.csv, quant.csv, summary.txt and logs.tgz (the device tool
 # returns at most 8 files).
 set -uo pipefail
@@ -65,11 +66,13 @@ correctness_lane() {
     tests/test_gpu_oracle.py::test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32
   step correctness 130 check-sdpa-cuda python3 -m compare check --backends 'sdpa:*' 'cuda:*'
   # the split last round of cuda:hopper and cuda:hopper-fp8 (its workspace in global memory): memcheck only
-  for script in dev_hopper_gpu dev_hopper_fp8_gpu; do
-    step correctness 90 "sanitize-split-$script" compute-sanitizer --tool memcheck python3 scripts/$script.py --sanitize-split
+  for family in hopper hopper-fp8; do
+    step correctness 90 "sanitize-split-$family" compute-sanitizer --tool memcheck python3 scripts/dev.py sanitize $family --split
   done
-  step correctness 100 ladder-sanitizers python3 scripts/dev_cuda_gpu.py --out "$LOGS/ladder" \
-    --skip pytest --skip alt --skip bench --skip ceilings
+  # the mma.sync ladder (v1..v5): small launches, memcheck and racecheck
+  for tool in memcheck racecheck; do
+    step correctness 100 "sanitize-ladder-$tool" compute-sanitizer --tool $tool python3 scripts/dev.py sanitize ladder
+  done
   step correctness 25 quant-bench python3 scripts/bench_quant_gpu.py --out "$OUT/quant.csv"
 }
 
@@ -78,12 +81,12 @@ hopper_sanitizers() {
   # these kernels; torch's reductions in the oracle show hazards of their own, so the summary counts the
   # races reported in the project's kernels (fwd_*) apart. Racecheck of the bf16 launches needs more than
   # 150 s since the clustered 176-key shape (session 19), the fp8 launches about 120 s since d256.
-  local script tool limit
-  for script in dev_hopper_gpu dev_hopper_fp8_gpu dev_hopper_mx_gpu; do
+  local family tool limit
+  for family in hopper hopper-fp8 hopper-mx; do
     for tool in memcheck racecheck; do
       limit=150
-      [ $tool = racecheck ] && [ $script != dev_hopper_mx_gpu ] && limit=300
-      step correctness $limit "sanitize-$script" compute-sanitizer --tool $tool python3 scripts/$script.py --sanitize
+      [ $tool = racecheck ] && [ $family != hopper-mx ] && limit=300
+      step correctness $limit "sanitize-$family" compute-sanitizer --tool $tool python3 scripts/dev.py sanitize $family
     done
   done
 }
@@ -112,8 +115,7 @@ fi
   echo "== oracle"
   grep -hE "^oracle check|passed|FAIL|ERROR" "$LOGS"/check-*.log "$LOGS"/pytest-gpu.log 2>/dev/null | tail -40
   echo "== sanitizers"
-  grep -HE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/sanitize-*.log "$LOGS"/ladder-*.log \
-    "$LOGS"/ladder/*.txt 2>/dev/null | tail -24
+  grep -HE "ERROR SUMMARY|RACECHECK SUMMARY|sanitizer" "$LOGS"/sanitize-*.log 2>/dev/null | tail -24
   for f in "$LOGS"/sanitize-*.log; do
     [ -f "$f" ] && echo "$(basename "$f"): $(grep -c 'Race reported.*fwd_' "$f") races reported in fwd_* kernels"
   done

@@ -60,7 +60,7 @@ def test_every_kernel_compiles_for_every_target(fa_library):
 
 # Spills accepted on purpose, with the most bytes each may store or load: v5's d128 48-key tiles spill up to
 # 80 bytes of row state and loop constants on both archs (about 10 L1-resident local accesses per tile) and
-# are still faster than the spill-free 32-key tiles (docs/perf-notes-cuda.md, "Longer KV tiles"); its d64
+# are still faster than the spill-free 32-key tiles (docs/journal/2026-11-29_ladder.md, "Longer KV tiles"); its d64
 # 64-key tiles spill 28 bytes on sm_90a and are 13-14% faster than the spill-free 32-key ones (session 17).
 KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 80, "fwd_v5_kernel<fp16,128>": 80,
                 "fwd_v5_kernel<bf16,64>": 28, "fwd_v5_kernel<fp16,64>": 28}
@@ -76,7 +76,7 @@ def test_no_register_spills_beyond_the_known_ones(fa_library):
 
 def test_build_is_cached_by_content(fa_library):
     assert build.cached_library(_lib.library_spec()) == fa_library
-    other = _lib.library_spec(("-DFA_D128_WARPS=4",))
+    other = _lib.library_spec(("-DFA_HOPPER_ABLATION=no_split",))
     assert other.build_dir != _lib.library_spec().build_dir
 
 
@@ -144,7 +144,7 @@ def test_v5_needs_fewer_barriers_per_tile_than_v4(fa_sass):
 def test_v5_ring_slot_is_not_recomputed_per_tile(fa_library):
     """v5's d128 loop (three stages) takes each tile's ring slot from the step before. Computed as tile % 3 it
     was a multiply-high chain (UIMAD.WIDE.U32 on sm_90a) ahead of the step's shared-memory addresses, and the
-    kernel needed 1.1-1.3% more cycles (docs/perf-notes-cuda.md, session 17)."""
+    kernel needed 1.1-1.3% more cycles (docs/journal/2026-11-29_ladder.md, session 17)."""
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
     functions = sass.dump_sass(fa_library, with_addresses=True)
@@ -238,7 +238,7 @@ def test_surface_matches_contract():
                                          "nvfp4": "hopper-nvfp4"}
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
-        assert required <= set(spec) <= required | {"ceiling"}
+        assert required <= set(spec) <= required | {"ceiling", "tma"}
     if not torch.cuda.is_available():
         assert "GPU" in cuda_impl.unavailable_reason("v1")
 
@@ -269,3 +269,61 @@ def test_parameter_block_mirrors_the_tensors():
     assert _lib._base_params(q, k, k, out, None, causal=False, scale=0.1, dtype=0, seqlen_k=77).seqlen_k == 77
     with pytest.raises(ValueError, match="alignment: q must start on a 16-byte boundary"):
         _lib._check_aligned({"q": q[..., 1:]}, "TMA")
+
+
+# The build defines the sources still read: the one that picks a standing ablation of cuda:hopper
+# (hopper/config.cuh), the timeline instrumentation (hopper/trace.cuh) and sm120's software MMA (the
+# test harness of cuda_impl.sm120). Every other choice is a constant in the code, with its measurement
+# in docs/design/.
+ALLOWED_BUILD_DEFINES = {"FA_HOPPER_ABLATION", "FA_HOPPER_TRACE", "FA_SM120_EMULATE"}
+
+
+def _csrc_files():
+    return sorted(p for p in build.CSRC_DIR.rglob("*") if p.suffix in (".cu", ".cuh", ".h"))
+
+
+def test_no_experiment_flags_left_in_csrc():
+    defines = {}
+    for path in _csrc_files():
+        for name in re.findall(r"^\s*#\s*if(?:n?def)?\s+(?:defined\()?(FA_[A-Z0-9_]+)", path.read_text(), re.M):
+            if name != "FA_SM90A":
+                defines.setdefault(name, []).append(path.relative_to(build.CSRC_DIR).as_posix())
+    assert set(defines) <= ALLOWED_BUILD_DEFINES, {k: v for k, v in defines.items() if k not in ALLOWED_BUILD_DEFINES}
+
+
+def test_csrc_comments_carry_no_session_history():
+    stale = [(p.relative_to(build.CSRC_DIR).as_posix(), n) for p in _csrc_files()
+             for n, line in enumerate(p.read_text().splitlines(), 1)
+             if re.search(r"\bsession \d+|perf-notes", line)]
+    assert not stale, stale
+
+
+def test_every_standing_ablation_is_a_config_option():
+    """The names -DFA_HOPPER_ABLATION takes are the enum's, each switching one HopperOptions field."""
+    config = (build.CSRC_DIR / "hopper" / "config.cuh").read_text()
+    names = re.search(r"enum class HopperAblation \{([^}]*)\}", config).group(1).replace(" ", "").split(",")
+    assert names[0] == "none" and len(names) - 1 <= 5
+    for name in names[1:]:
+        assert f"a != HopperAblation::{name}" in config, name
+
+
+def test_sass_compare_finds_what_differs(fa_library, tmp_path, fa_sass, monkeypatch):
+    """python -m cuda_impl.sass A B: a library against itself is identical kernel by kernel; against a copy
+    with one kernel's code changed, that kernel is reported and the exit status is 1."""
+    result = sass.compare_libraries(fa_library, fa_library)
+    assert len(result["same"]) == len(fa_sass) and not (result["differ"] or result["only_a"] or result["only_b"])
+    assert sass.main([str(fa_library), str(fa_library)]) == 0
+    original = sass.dump_sass
+    key = sorted(fa_sass)[0]
+
+    def altered(path, with_addresses=False):
+        code = original(path, with_addresses)
+        if Path(path) == tmp_path / "b.so":
+            code[key] = code[key][:-1]
+        return code
+
+    (tmp_path / "b.so").write_bytes(Path(fa_library).read_bytes())
+    monkeypatch.setattr(sass, "dump_sass", altered)
+    result = sass.compare_libraries(fa_library, tmp_path / "b.so")
+    assert result["differ"] == [key]
+    assert sass.main([str(fa_library), str(tmp_path / "b.so")]) == 1

@@ -65,7 +65,7 @@ def run_poisoned(variant, q, k, v, causal, scale, extra_flags=()):
 
 
 def check_against_reference(variant, q, k, v, causal, scale, extra_flags=()):
-    """extra_flags selects another build of the library (scripts/dev_cuda_gpu.py uses it)."""
+    """extra_flags selects another build of the library (scripts/dev.py: ablations, the baseline)."""
     out, lse = run_poisoned(variant, q, k, v, causal, scale, extra_flags)
     ref_out, ref_lse = attention_reference(q, k, v, causal, scale)
     lp_out, lp_lse = attention_reference(q, k, v, causal, scale, low_precision=True)

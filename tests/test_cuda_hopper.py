@@ -110,7 +110,7 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
 
 
 # Head dims whose KV loop runs the tiles that need no mask in a copy of the step without the mask branch
-# (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (perf-notes-hopper, session 19).
+# (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (docs/journal/2026-11-29_hopper.md, session 19).
 UNMASKED_LOOP = {128}
 
 # Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): d256 (the 176-key d128 kernels until session 19,
@@ -123,7 +123,7 @@ PINNED = {(256, 80)}
 def test_pinned_loops_rebuild_the_shared_base_and_interleave_s(hopper_sass_addressed, fmt, head_dim, block_kv,
                                                                cluster, consumers):
     """Where a step reads the shared base anew, ptxas rebuilds it in the loop (S2UR of the CTA id) and issues the S
-    wgmmas between their descriptor arithmetic, not back to back (perf-notes-hopper, session 18: the loops compiled
+    wgmmas between their descriptor arithmetic, not back to back (docs/journal/2026-11-29_hopper.md, session 18: the loops compiled
     the other way were the slower ones; the 176-key d128 loops were pinned too until session 19's mask-free loop)."""
     if (head_dim, block_kv) not in PINNED:
         pytest.skip("not pinned: its loop keeps the base it has")
@@ -177,7 +177,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     # the split last round (d64 and the 176-key d128 kernels): one gpu-scope acq_rel count of a split unit's
     # parts (its fence brings a CGAERRBAR)
     split = int(block_kv == 176 or head_dim == 64)
-    # O leaves through shared memory at d64 and d128 (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of
+    # O leaves through shared memory at d64 and d128 (hopper/epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of
     # the store (two where the last round splits: after a split part's merge and plain); d256 stores from the registers
     assert ops.get("STSM.16.M88.4", 0) == ((1 + split) * head_dim // 16 if head_dim <= 128 else 0)
     assert ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
@@ -191,7 +191,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     # each loop copy)
     assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4) + 2 * (copies - 1)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
-    # on the remote arrivals would put one before each of them (7-16% slower, perf-notes-hopper)
+    # on the remote arrivals would put one before each of them (7-16% slower, docs/journal/2026-11-29_hopper.md)
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split
 
 
@@ -239,7 +239,7 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
 
 
 def test_default_build_has_no_trace():
-    """The timeline marks (hopper_trace.cuh) exist only in a -DFA_HOPPER_TRACE=1 build: the library everyone
+    """The timeline marks (hopper/trace.cuh) exist only in a -DFA_HOPPER_TRACE=1 build: the library everyone
     loads answers -1 and copies nothing."""
     fn = _lib.load().cuda_fa_hopper_trace
     fn.restype = ctypes.c_int64
@@ -325,8 +325,8 @@ def qkv(hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
 def test_surface_entry():
     assert SPEC["min_cc"] == (9, 0) and SPEC["max_cc"] == (9, 0)
     assert SPEC["head_dims"] == (64, 128, 256)
-    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling"}
-    assert SPEC["ceiling"] == "wgmma"
+    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling", "tma"}
+    assert SPEC["ceiling"] == "wgmma" and SPEC["tma"] is True
     if not torch.cuda.is_available():
         assert "GPU" in cuda_impl.unavailable_reason("hopper")
 
@@ -491,7 +491,7 @@ def test_dynamic_causal_scheduler_under_repeats_and_graph_replays(head_dim, seql
 @pytest.mark.parametrize("head_dim, shape", [(128, (3, 16, 4, 500, 4999)), (128, (4, 16, 16, 384, 5000)),
                                              (64, (3, 16, 4, 500, 1999))])
 def test_split_last_round_gives_the_same_bits_on_every_call(head_dim, shape):
-    """Non-causal d64 and 176-key d128 launches split their last round (hopper_split.cuh): whichever part of a
+    """Non-causal d64 and 176-key d128 launches split their last round (hopper/scheduler.cuh): whichever part of a
     unit finishes last merges the parts, always in the same order, so repeated calls and the driver's graph
     replays (bench.capture_graph checks one against an eager call) give the same output and LSE bit for bit.
     Shapes from GPU_SHAPES whose tails split over 66 clusters, 132 single CTAs and (d64) 132 CTAs."""
@@ -531,7 +531,7 @@ def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass,
 
 @pytest.mark.gpu
 def test_staged_epilogue_refuses_unaligned_output_rows_and_register_stores_take_them():
-    """The d64 and d128 kernels write O through shared memory in 16-byte chunks (hopper_epilogue.cuh); an output whose
+    """The d64 and d128 kernels write O through shared memory in 16-byte chunks (hopper/epilogue.cuh); an output whose
     rows do not start on 16 bytes is refused with a message, not written out of place: causal d128 (the 128-key
     kernel) and non-causal d128 above 4k keys (the 176-key kernels). The public API always allocates aligned rows; the
     raw launch takes any output, and d256, which stores 4 bytes per thread, takes such a one and matches the reference."""

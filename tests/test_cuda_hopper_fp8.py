@@ -32,7 +32,7 @@ def fp8_sass(fa_library) -> dict:
 
 
 def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool, schedule: int = 0) -> list[str]:
-    """schedule: fwd_hopper_fp8.cu Fp8Schedule (0 one CTA per item, 1 persistent, 2 fed by a counter)."""
+    """schedule: hopper/config.cuh Fp8Schedule (1 persistent, 2 fed by a counter)."""
     tag = f"kernelILi{head_dim}ELb{int(permuted_k)}ELi{schedule}E"
     (found,) = [ins for (a, fn), ins in functions.items() if a == arch and tag in fn]
     return found
@@ -68,7 +68,7 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     # mbarriers: q_full, k_full / v_full / kv_empty per stage of the 4-stage ring (3 stages at d256), q_empty (the
     # producer reloads Q for the next item), and in the counter-fed kernels the four of the item
     # hand-over, whose one atomic takes the next item; at d64 the static walk's one atomic counts the parts of
-    # a split unit (hopper_split.cuh; d128 and d256 keep a plain last round)
+    # a split unit (hopper/scheduler.cuh; d128 and d256 keep a plain last round)
     dynamic = schedule == 2
     split = not dynamic and head_dim == 64
     stages = 3 if head_dim == 256 else 4
@@ -105,7 +105,7 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     # each e4m3 pair goes straight into its half of a word (sm90::pack_e4m3x4): a zero-extended 16-bit pack
     # (LOP3 ... 0xffff) cost 32 instructions per tile and thread, 4-5% of the d64 kernel's cycles (session 16)
     assert not [i for i in instructions if i.startswith("LOP3") and ", 0xffff," in i]
-    # O leaves through shared memory (hopper_epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of the store (the
+    # O leaves through shared memory (hopper/epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of the store (the
     # static walk at d64 has two: after a split part's merge and plain); at d256 the three stages leave no room for
     # the staging, and O leaves from the registers
     staged = head_dim <= 128
@@ -126,34 +126,15 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     assert not any(op.startswith(("HGMMA", "HMMA", "LDGSTS", "LDL", "STL")) for op in ops)
 
 
-# The causal schedule before session 10, one CTA per item: the ablation build "item-grid-causal" of
-# scripts/dev_hopper_fp8_gpu.py, what the counter-fed default is compared with bit for bit.
-# (d256 keeps the counter-fed schedule there: its one-CTA-per-item kernel, measured 1-13% slower in session 16,
-# spills 4 bytes since then.)
-ITEM_GRID_FLAGS = ("-DFA_HOPPER_FP8_D64_DYNAMIC_CAUSAL=0", "-DFA_HOPPER_FP8_D128_DYNAMIC_CAUSAL=0")
-
-
-def test_causal_launches_take_the_counter_fed_schedule_and_its_flags_turn_it_off(fp8_sass):
-    """Default: every head_dim asks Python for a zeroed counter on causal launches, and the library
-    holds no one-CTA-per-item kernel. With the d64 and d128 flags at 0: one-CTA-per-item causal kernels (no atomic, no
-    q_empty, no hand-over barriers), no spills, and no counter asked for."""
+def test_causal_launches_take_the_counter_fed_schedule(fp8_sass):
+    """Every head_dim asks Python for a zeroed counter on causal launches, and the library holds no
+    one-CTA-per-item kernel: each sm_90a kernel is persistent (",persistent>") or counter-fed (",dynamic>")."""
     lib = _lib.load()
     assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128, 256)] == [1, 1, 1]
     assert not [fn for (_, fn) in fp8_sass if "ELi0E" in fn]
-    spec = _lib.library_spec(ITEM_GRID_FLAGS)
-    item_grid_lib = _lib.load(ITEM_GRID_FLAGS)
-    assert [item_grid_lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128, 256)] == [0, 0, 1]
-    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
-    names = {r["kernel"] for r in rows if r["arch"] == "sm_90a"}
-    assert {f"fwd_hopper_fp8_kernel<fp8,{d}>" for d in (64, 128)} <= names
-    assert {n for n in names if n.endswith(",dynamic>")} == {"fwd_hopper_fp8_kernel<fp8,256,dynamic>"}
-    assert all(r["stack"] == 0 and r["spill_stores"] == 0 for r in rows), rows
-    functions = {key: ins for key, ins in sass.dump_sass(build.cached_library(spec)).items()
-                 if "fwd_hopper_fp8_kernel" in key[1]}
-    for d in (64, 128):
-        for permuted_k in (False, True):
-            ops = sass.opcode_counts(kernel(functions, "sm_90", d, permuted_k, schedule=0))
-            assert ops["SYNCS.EXCH.64"] == 1 + 3 * 4 and not any(op.startswith("ATOM") for op in ops), ops
+    names = {build.readable_kernel_name(fn) for (arch, fn) in fp8_sass if arch == "sm_90"}
+    assert names and all(n.endswith((",persistent>", ",dynamic>")) for n in names), names
+    assert {f"fwd_hopper_fp8_kernel<fp8,{d},dynamic>" for d in (64, 128, 256)} <= names
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):
@@ -288,9 +269,7 @@ def test_counter_fed_causal_schedule_under_repeats_and_graph_replays(d):
     every launch -- eager, repeated, and replays of one captured CUDA graph (the driver times those) --
     must write every row, and the same bits each time (an item's rows come from one CTA whichever takes
     it). A counter left at the last launch's value would end the CTAs after their first item and leave
-    the NaN poison. Where the one-CTA-per-item build is carried (scripts/dev_hopper_fp8_gpu.py
-    --build-only item-grid-causal), the output must also equal its output bit for bit: each item is
-    computed the same way, in the same order, by either schedule."""
+    the NaN poison."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     if reason := cuda_impl.unavailable_reason("hopper-fp8"):
@@ -322,14 +301,12 @@ def test_counter_fed_causal_schedule_under_repeats_and_graph_replays(d):
         graph.replay()
         torch.cuda.synchronize()
         assert torch.equal(out, eager)
-    if build.cached_library(_lib.library_spec(ITEM_GRID_FLAGS)) is not None:
-        assert torch.equal(launch(torch.full_like(eager, float("nan")), ITEM_GRID_FLAGS), eager)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("shape", [(3, 16, 4, 700, 1999), (2, 16, 8, 2000, 1500)])
 def test_split_last_round_gives_the_same_bits_on_every_call(shape):
-    """d64's split last round (hopper_split.cuh; 60 items of 16 tiles and 88 of 12 over 132 CTAs, from
+    """d64's split last round (hopper/scheduler.cuh; 60 items of 16 tiles and 88 of 12 over 132 CTAs, from
     GPU_CASES): whichever part of a unit finishes last merges the parts in the same order, so repeated calls
     and the driver's graph replays give the same output and LSE bit for bit."""
     if not torch.cuda.is_available():

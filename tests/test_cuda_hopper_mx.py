@@ -63,7 +63,7 @@ def test_block_scaled_values_are_exact_in_the_tile_type(fmt):
 
 
 def _kernel_quantize_p_mxfp8(p: torch.Tensor) -> torch.Tensor:
-    """hopper_mx.cuh quantize_p_mxfp8 on (rows, keys) fp32 p in [0, 1]: its exact arithmetic."""
+    """hopper/quantize_p.cuh quantize_p_mxfp8 on (rows, keys) fp32 p in [0, 1]: its exact arithmetic."""
     blocks = p.reshape(p.shape[0], -1, 32)
     amax = blocks.amax(dim=-1)
     e = (((_as_bits(amax) >> 23) & 0xFF) - 127 - 8).clamp(min=-127)
@@ -76,13 +76,13 @@ def _kernel_quantize_p_mxfp8(p: torch.Tensor) -> torch.Tensor:
 
 
 def _round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """hopper_mx.cuh round_to_e2m1: the magic-number rounding in fp32 (RNE adds)."""
+    """hopper/quantize_p.cuh round_to_e2m1: the magic-number rounding in fp32 (RNE adds)."""
     magic = _from_bits(torch.maximum(_as_bits(x) & 0x7F800000, torch.tensor(0x3F800000)) + (22 << 23))
     return torch.minimum((x + magic) - magic, torch.tensor(6.0))
 
 
 def _kernel_quantize_p_nvfp4(p: torch.Tensor) -> torch.Tensor:
-    """hopper_mx.cuh quantize_p_nvfp4; the quotient is the correctly rounded one (the Markstein test
+    """hopper/quantize_p.cuh quantize_p_nvfp4; the quotient is the correctly rounded one (the Markstein test
     below checks the kernel's reciprocal-and-correction against exact arithmetic)."""
     blocks = p.reshape(p.shape[0], -1, 16)
     six = torch.tensor(6.0)

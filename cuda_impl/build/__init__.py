@@ -107,9 +107,13 @@ class LibrarySpec:
         h = hashlib.sha256()
         portable_flags = [*BASE_FLAGS, *gencode_flags(self.targets), *self.extra_flags]
         h.update("\0".join(portable_flags).encode())
-        headers = sorted(p for d in self.include_dirs for p in d.iterdir() if p.suffix in (".cuh", ".h"))
-        for path in sorted(self.sources) + headers:
+        # Headers by their path under each include directory (hopper/sm90.cuh), subfolders included.
+        headers = sorted({(p.relative_to(d).as_posix(), p) for d in self.include_dirs for p in d.rglob("*")
+                          if p.suffix in (".cuh", ".h")})
+        for path in sorted(self.sources):
             h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+        for name, path in headers:
+            h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
         return h.hexdigest()[:16]
 
     @property
@@ -198,7 +202,7 @@ _LADDER_NAME = re.compile(
     r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?(?:Li(\d+)E)?"
 )
 _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb\dELi(\d)E")  # <DIM, FLAT_K, SCHEDULE>
-_FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # fwd_hopper_fp8.cu Fp8Schedule
+_FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # hopper/config.cuh Fp8Schedule (1, 2)
 _MX_NAME = re.compile(r"fwd_hopper_mx_kernelILi(\d)ELi(\d+)E")  # <FA_MX_FORMAT_*, DIM>
 _MX_FORMATS = ("mxfp8", "nvfp4")
 

@@ -114,7 +114,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // while the row max stays put. Computed alone, m_old * scale_log2 - m_new_scaled contracts to an FMA
 // that keeps the rounding residual of m_new_scaled (up to half an ulp, ~2.4e-7 here) and multiplies
 // l (and O, which hides it) by exp2 of it once per tile: over 512 tiles the LSE drifted by 8.5e-5
-// (docs/perf-notes-cuda.md, "LSE drift").
+// (docs/design/ladder.md, "LSE drift").
 __device__ __forceinline__ float rescale_factor(float m_old, float m_new, float m_new_scaled,
                                                 float scale_log2) {
   return m_new == m_old ? 1.f : fast_exp2(m_old * scale_log2 - m_new_scaled);

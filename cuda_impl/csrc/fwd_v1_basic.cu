@@ -4,7 +4,7 @@
 // S = Q K^T (ldmatrix.x2 for K), online softmax in registers, O += P V (ldmatrix.x2.trans for V).
 // Shared memory is row-major and unswizzled, and there is one K/V buffer, so loads and
 // math never overlap: this is the baseline the later versions improve on.
-#include "fwd_common.cuh"
+#include "ladder.cuh"
 
 namespace fa {
 

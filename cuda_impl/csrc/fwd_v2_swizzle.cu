@@ -3,7 +3,7 @@
 // column all start in the same bank group: an 8-way conflict on every K and V fragment.
 // XORing the 16-byte chunk index with row % 8 (tile_offset<.., true>) spreads those 8 rows over
 // all 32 banks; the cp.async writes stay conflict-free. Q stays linear: it is read once.
-#include "fwd_common.cuh"
+#include "ladder.cuh"
 
 namespace fa {
 

@@ -1,7 +1,7 @@
 // v3 (2-stage): v2 with two K/V buffers. While the warps compute on tile t, the cp.async of
 // tile t+1 is already in flight (commit_group after issuing it; wait_group 1 lets exactly that
 // newest group stay pending). In v2 every tile paid the full global-memory latency.
-#include "fwd_common.cuh"
+#include "ladder.cuh"
 
 namespace fa {
 

@@ -2,7 +2,7 @@
 // one instruction now feeds two MMAs (K: two k-steps of one key n-tile; V: two head_dim
 // n-tiles of one key k-step). Half the ldmatrix instructions; and their swizzled addresses are
 // hoisted out of the KV loop (SwizzledLane), which v2/v3 recompute with an XOR per fragment.
-#include "fwd_common.cuh"
+#include "ladder.cuh"
 
 namespace fa {
 

@@ -1,85 +1,43 @@
 // v5 (deep pipeline): v4 with a ring of STAGES >= 3 K/V buffers and the four stages of the
 // founding pipeline overlapped: prefetch K/V, S = Q K^T, softmax, O += P V.
 // - Loads: tiles t+1 .. t+STAGES-1 are in flight while tile t is computed; the newest one is
-//   issued right after the iteration's single barrier (on sm_90a, in the shapes without S_AHEAD,
-//   right after S's MMAs).
-// - Math (S_AHEAD, the 16-row d128 shape of build rows16): S for tile t+1 is issued before the
-//   softmax of tile t, so the tensor cores work on it while the same warp spends its issue slots on
-//   exp2/max/sum. The default shapes compute S in place instead and spend the registers on longer
-//   tiles, which measured faster (48 keys at d128, 64 at d64; docs/perf-notes-cuda.md).
+//   issued right after the iteration's single barrier (on sm_90a right after S's MMAs).
+// - Math: S is computed in place and the registers go to longer tiles (48 keys at d128, 64 at d64);
+//   issuing S of tile t+1 before the softmax of tile t (a second S buffer) measured slower in both
+//   shapes (docs/design/ladder.md).
 // One barrier per tile: the one that publishes tile t+1's K also proves that every warp is
 // done with tile t-1 (its V was the last read of that stage), whose stage is refilled next.
 // Each warp owns 32 query rows (two m-tiles per K/V fragment: a quarter less shared-memory traffic
 // per MMA); at d128 it re-reads Q from shared memory (V5Tiles).
-#include "fwd_common.cuh"
-
-// Ring depth, build flags for timing alternatives (scripts/dev_cuda_gpu.py): FA_V5_STAGES for d64
-// and the 16-row d128 shape (4 measured best there: 303 vs 301 TFLOP/s for 3 on H200),
-// FA_V5_D128_STAGES for the 32-row d128 shape, whose 48-key stages allow 3 if two CTAs are to
-// share an SM (32 KB of Q + 3 x 24 KB of K/V each); 2 (build s2) measured level with 3 once the ring
-// slot stopped being tile % 3, and the ladder's v5 keeps three.
-#ifndef FA_V5_STAGES
-#define FA_V5_STAGES 4
-#endif
-#ifndef FA_V5_D128_STAGES
-#define FA_V5_D128_STAGES 3
-#endif
-
-// Query rows per warp at d128, a build flag: 32 (the default) gives each warp two m-tiles that
-// share every K/V fragment, 4 warps and BLOCK_KV 48 (below); Q (32 more registers per m-tile) no longer
-// fits beside O, so it is re-read from swizzled shared memory every tile. 16 keeps the ladder's
-// tiles of v1-v4 (Q in registers, 8 warps). Founding shape on H200: 356 vs 297 TFLOP/s.
-#ifndef FA_V5_D128_WARP_ROWS
-#define FA_V5_D128_WARP_ROWS 32
-#endif
-// Keys per KV tile of the 32-row d128 shape, a build flag: each tile pays one barrier, one row max
-// and sum across the quad, and one O rescale (128 FMUL), so longer tiles spread those costs.
-// 48 against 32 on H200 at the founding shape: +1.7% non-causal, +3.8% causal, although 80 bytes
-// of row state spill to (L1-resident) local memory; 64 keys fit only one CTA per SM: -21%
-// (docs/perf-notes-cuda.md, "Longer KV tiles").
-#ifndef FA_V5_D128_BLOCK_KV
-#define FA_V5_D128_BLOCK_KV 48
-#endif
+#include "ladder.cuh"
 
 namespace fa {
 
-// S_AHEAD: S of tile t+1 is computed before the softmax of tile t (a second S buffer); the 32-row
-// d128 shape has no registers for it (O alone is 128), and d64 measured faster without it.
+// Per head_dim (docs/design/ladder.md has the measurements):
+// - d64: 64-key tiles with S computed in place (13-14% fewer cycles than 32-key tiles with S computed a tile
+//   ahead, whose second S buffer spills at 64 keys); a 4-deep ring.
+// - d128: 32 query rows per warp (two m-tiles share every K/V fragment), 4 warps, 48-key tiles and a 3-deep
+//   ring (two CTAs per SM: 32 KB of Q + 3 x 24 KB of K/V each); Q no longer fits beside O in registers, so it
+//   is re-read from swizzled shared memory every tile. 48 keys beat 32 although 80 bytes of row state spill to
+//   (L1-resident) local memory; 64 fit one CTA per SM only.
 template <int DIM>
-struct V5Tiles : LadderTiles<DIM> {
-  static constexpr bool Q_FROM_SMEM = false;
-  static constexpr bool S_AHEAD = true;
-  static constexpr int STAGES = FA_V5_STAGES;
-};
-// d64 (session 17): 64-key tiles with S computed in place, 13-14% fewer cycles than the 32-key tiles
-// with S_AHEAD (build flags for the ablations: FA_V5_D64_BLOCK_KV=32, FA_V5_D64_S_AHEAD=1; 64 keys with
-// S_AHEAD spill 128 bytes). 255 registers and 12 / 28 bytes of spills on sm_90a.
-#ifndef FA_V5_D64_BLOCK_KV
-#define FA_V5_D64_BLOCK_KV 64
-#endif
-#ifndef FA_V5_D64_S_AHEAD
-#define FA_V5_D64_S_AHEAD 0
-#endif
+struct V5Tiles;
 template <>
-struct V5Tiles<64> : Tiles<64, 4, 2, FA_V5_D64_BLOCK_KV> {
+struct V5Tiles<64> : Tiles<64, 4, 2, 64> {
   static constexpr bool Q_FROM_SMEM = false;
-  static constexpr bool S_AHEAD = FA_V5_D64_S_AHEAD;
-  static constexpr int STAGES = FA_V5_STAGES;
+  static constexpr int STAGES = 4;
 };
-#if FA_V5_D128_WARP_ROWS == 32
 template <>
-struct V5Tiles<128> : Tiles<128, 4, 2, FA_V5_D128_BLOCK_KV> {
+struct V5Tiles<128> : Tiles<128, 4, 2, 48> {
   static constexpr bool Q_FROM_SMEM = true;
-  static constexpr bool S_AHEAD = false;
-  static constexpr int STAGES = FA_V5_D128_STAGES;
+  static constexpr int STAGES = 3;
 };
-#endif
 
 template <typename T, int DIM>
 __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const FwdParams p) {
   using C = V5Tiles<DIM>;
   constexpr int STAGES = C::STAGES;
-  static_assert(STAGES >= (C::S_AHEAD ? 3 : 2), "a step reads the tile it waits for while the next one loads");
+  static_assert(STAGES >= 2, "a step reads the tile it waits for while the next one loads");
   constexpr int STAGE_BYTES = 2 * C::KV_BYTES;  // K then V of one tile
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t Q_smem = smem_u32(smem);
@@ -95,7 +53,7 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
 
   // The ring slot of a tile is a shared address advanced one slot per tile. Computed as tile % STAGES
   // (a multiply-high for three stages) it was a dependent chain ahead of every shared-memory address
-  // of the step: 1.1-1.3% of the cycles at d128 (docs/perf-notes-cuda.md, session 17).
+  // of the step: 1.1-1.3% of the cycles at d128 (docs/design/ladder.md).
   const uint32_t ring_end = KV_smem + STAGES * STAGE_BYTES;
   const auto next_slot = [&](uint32_t slot) { return slot + STAGE_BYTES == ring_end ? KV_smem : slot + STAGE_BYTES; };
   auto load_kv = [&](int tile, uint32_t stage) {
@@ -187,19 +145,17 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
   uint32_t slot = KV_smem;                               // tile t's ring slot
   uint32_t prev = KV_smem + (STAGES - 1) * STAGE_BYTES;  // tile t-1's (for t = 0 the last, still empty)
 
-  // One pipelined step: S_cur holds tile t's scores; S_next receives tile t+1's.
-  auto step = [&](float (&S_cur)[C::M_TILES][C::KV_TILES][4],
-                  float (&S_next)[C::M_TILES][C::KV_TILES][4], int tile) {
-    // The newest tile this step reads has landed (t+1 with S_AHEAD, whose S is computed here, else t);
-    // the tiles after it may still be in flight.
-    cp_async_wait<C::S_AHEAD ? STAGES - 3 : STAGES - 2>();
+  // One pipelined step on tile t, its scores in S_cur.
+  auto step = [&](float (&S_cur)[C::M_TILES][C::KV_TILES][4], int tile) {
+    // Tile t has landed; the tiles after it may still be in flight.
+    cp_async_wait<STAGES - 2>();
     __syncthreads();  // that tile visible to all; all warps are done with tile t-1
     const int load_tile = tile + STAGES - 1;  // into tile t-1's stage
-    // Without S_AHEAD the loads go after S's MMAs: the reloads of the spilled address constants they
-    // need then wait under the tensor work, not ahead of it (-0.9% cycles at 4k, -1.2% at 16k on sm_90a;
-    // session 17). Not on sm_80, where that order spills 16 bytes more and was never measured.
+    // The loads go after S's MMAs: the reloads of the spilled address constants they
+    // need then wait under the tensor work, not ahead of it (-0.9% cycles at 4k, -1.2% at 16k on sm_90a).
+    // Not on sm_80, where that order spills 16 bytes more and was never measured.
 #if __CUDA_ARCH__ >= 900
-    constexpr bool LOADS_AFTER_S = !C::S_AHEAD;
+    constexpr bool LOADS_AFTER_S = true;
 #else
     constexpr bool LOADS_AFTER_S = false;
 #endif
@@ -209,17 +165,12 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
       if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
       cp_async_commit();
     }
-    const bool has_next = tile + 1 < w.n_kv_tiles;
-    if constexpr (C::S_AHEAD) {
-      if (has_next) scores(S_next, next_slot(slot));  // independent of the softmax below: overlaps it
-    } else {
-      scores(S_cur, slot);
-      if constexpr (LOADS_AFTER_S) {
-        if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
-        cp_async_commit();
-      }
-      mask_if_needed(S_cur, tile);
+    scores(S_cur, slot);
+    if constexpr (LOADS_AFTER_S) {
+      if (load_tile < w.n_kv_tiles) load_kv(load_tile, prev);
+      cp_async_commit();
     }
+    mask_if_needed(S_cur, tile);
 
     uint32_t P_rmem[C::M_TILES][C::KV_STEPS][4];
     online_softmax<T>(S_cur, row_max, row_sum, O_rmem, P_rmem, scale_log2);
@@ -237,22 +188,15 @@ __global__ void __launch_bounds__(V5Tiles<DIM>::THREADS, 1) fwd_v5_kernel(const 
           mma_m16n8k16<T>(O_rmem[mt][nd + 1], P_rmem[mt][kk], V_frag[2], V_frag[3]);
         }
       }
-    if constexpr (C::S_AHEAD)
-      if (has_next) mask_if_needed(S_next, tile + 1);  // after the math, so it cannot split it
     prev = slot;
     slot = next_slot(slot);
   };
 
-  // Two score buffers that swap roles every tile; the loop is unrolled by two so that the swap
-  // is a renaming, not 32 register moves. Without S_AHEAD their lifetimes never overlap.
+  // Unrolled by two, each step on its own score buffer: the form whose machine code was measured.
   float S_a[C::M_TILES][C::KV_TILES][4], S_b[C::M_TILES][C::KV_TILES][4];
-  if (C::S_AHEAD && w.n_kv_tiles > 0) {
-    scores(S_a, KV_smem);
-    mask_if_needed(S_a, 0);
-  }
   for (int tile = 0; tile < w.n_kv_tiles; tile += 2) {
-    step(S_a, S_b, tile);
-    if (tile + 1 < w.n_kv_tiles) step(S_b, S_a, tile + 1);
+    step(S_a, tile);
+    if (tile + 1 < w.n_kv_tiles) step(S_b, tile + 1);
   }
   store_output<T>(p, w, warp_row0, O_rmem, row_max, row_sum);
 }

@@ -19,7 +19,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include "fwd_common.cuh"
+#include "ladder.cuh"
 #include "formats.cuh"
 
 extern "C" {

@@ -1,0 +1,1 @@
+"""The parts of scripts/dev.py (the developer driver); its data is scripts/dev.toml."""
