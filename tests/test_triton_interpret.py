@@ -6,6 +6,7 @@ Triton kernels first, so the interpreter tests run in a subprocess of their own:
 output if anything inside fails; inside that subprocess the `interpreted` tests run. fp16/fp32 only:
 Triton 3.6's interpreter multiplies bf16 dots on raw bits.
 """
+import importlib.util
 import math
 import os
 import subprocess
@@ -229,7 +230,10 @@ def test_fp8_matches_its_definition(case):
 def test_variant_table_follows_the_contract():
     import triton_impl
     for name, spec in triton_impl.VARIANTS.items():
-        assert set(spec) == {"formats", "head_dims", "min_cc", "max_cc", "description"}
+        assert {"formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op"} <= set(spec) <= {
+            "formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op", "tma", "gluon"}
+        assert spec["op"] in ("fwd", "fwd_fp8", "fwd_blocked")
+        assert importlib.util.find_spec(spec["kernels"]) is not None, spec["kernels"]
         reason = triton_impl.unavailable_reason(name)
         if "Gluon" in spec["description"]:  # Gluon kernels need a GPU: the interpreter refuses them by name
             assert reason is not None and "Gluon" in reason and name in reason, reason

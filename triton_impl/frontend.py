@@ -21,22 +21,6 @@ import torch
 from triton_impl.variants import DEFAULT_VARIANT, VARIANTS
 
 _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-_KERNEL_MODULES = {
-    "fa2": "triton_impl.kernels.fa2_pointer",
-    "fa2-tma": "triton_impl.kernels.fa2_tma",
-    "fa2-ws": "triton_impl.kernels.fa2_ws",
-    "fp8": "triton_impl.kernels.fp8_tma",
-    "fp8-ws": "triton_impl.kernels.fp8_ws",
-    "mxfp8-dequant": "triton_impl.kernels.mx_dequant",
-    "nvfp4-dequant": "triton_impl.kernels.mx_dequant",
-    "mxfp8-dot-scaled": "triton_impl.kernels.mx_dot_scaled",
-}
-# variants whose Q/K (and V for 16-bit) are read through TMA descriptors
-_TMA_VARIANTS = ("fa2-tma", "fa2-ws", "fp8", "fp8-ws")
-# written in Gluon, which Triton 3.6's interpreter does not run
-_GLUON_VARIANTS = ("fa2-ws", "fp8-ws")
-_OP_VARIANTS = {"fwd": ("fa2", "fa2-tma", "fa2-ws"), "fwd_fp8": ("fp8", "fp8-ws"),
-                "fwd_blocked": ("mxfp8-dequant", "nvfp4-dequant", "mxfp8-dot-scaled")}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
 _BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.uint8, torch.float8_e4m3fn, 2, 16)}
 
@@ -49,7 +33,7 @@ def last_config(variant):
     """The tile config of the latest launch of `variant`: the autotuner's pick ('64x128 w4 s3': BLOCK_M x
     BLOCK_N, warps, stages[, maxnreg]), or for the Gluon variants their table's config ('128x128 ws s3
     overlap'); None when none ran in this process."""
-    if variant in _GLUON_VARIANTS:
+    if VARIANTS.get(variant, {}).get("gluon"):
         gluon = sys.modules.get("triton_impl.kernels.fa2_ws")  # not imported: no kernel has run
         return None if gluon is None else gluon.last_config(variant)
     tuning = sys.modules.get("triton_impl.kernels.tuning")
@@ -74,7 +58,7 @@ def _reason(variant, interpreting, device):
         return f"triton is not importable: {err}"
     if interpreting:
         return f"variant {variant!r} is a Gluon kernel, which TRITON_INTERPRET=1 cannot run" \
-            if variant in _GLUON_VARIANTS else None
+            if VARIANTS[variant].get("gluon") else None
     if device is None:
         return "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)"
     cc = torch.cuda.get_device_capability(device)
@@ -98,8 +82,9 @@ def _device_scope(t):
 
 def _check_runnable(op, variant, tensors, tma_tensors):
     """Checks that need real tensors or the machine, so they run inside the op, not while tracing."""
-    if variant not in _OP_VARIANTS[op]:
-        raise ValueError(f"triton_fa::{op} runs variants {_OP_VARIANTS[op]}, got {variant!r}")
+    if variant not in VARIANTS or VARIANTS[variant]["op"] != op:
+        runs = tuple(name for name, spec in VARIANTS.items() if spec["op"] == op)
+        raise ValueError(f"triton_fa::{op} runs variants {runs}, got {variant!r}")
     reason = unavailable_reason(variant)
     if reason is not None:
         raise RuntimeError(reason)
@@ -128,10 +113,10 @@ def _run(op, impl, tensors, *args):
 
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
             variant: str) -> tuple[torch.Tensor, torch.Tensor]:
-    _check_runnable("fwd", variant, (q, k, v), dict(q=q, k=k, v=v) if variant in _TMA_VARIANTS else {})
+    _check_runnable("fwd", variant, (q, k, v), dict(q=q, k=k, v=v) if VARIANTS[variant].get("tma") else {})
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
         kernels.launch(q, k, v, out, lse, causal, scale)
     return out, lse
@@ -151,7 +136,7 @@ def _fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torc
     _check_runnable("fwd_fp8", variant, (q, k, vt, q_descale, k_descale, v_descale), dict(q=q, k=k))
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
-    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
         kernels.launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale)
     return out, lse
@@ -174,13 +159,10 @@ def _fwd_blocked(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scal
     _check_runnable("fwd_blocked", variant, (q, q_scale, k, k_scale, vt, vt_scale,
                                              *(t for t in tensor_scales if t is not None)), {})
     out, lse = _blocked_outputs(q, variant)
-    kernels = importlib.import_module(_KERNEL_MODULES[variant])
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
-        if variant == "mxfp8-dot-scaled":
-            kernels.launch(q, q_scale, k, k_scale, vt, vt_scale, out, lse, causal, scale)
-        else:
-            kernels.launch(VARIANTS[variant]["formats"][0], q, q_scale, k, k_scale, vt, vt_scale, tensor_scales,
-                           out, lse, causal, scale)
+        kernels.launch(VARIANTS[variant]["formats"][0], q, q_scale, k, k_scale, vt, vt_scale, tensor_scales,
+                       out, lse, causal, scale)
     return out, lse
 
 
@@ -349,8 +331,9 @@ def _attention_blocked(q, k, v, causal, scale, variant):
             raise ValueError(f"{name}.tensor_scale must be a one-element float32 tensor for nvfp4")
     _check_shapes(torch.empty(q.logical_shape, device="meta"), torch.empty(k.logical_shape, device="meta"),
                   v.logical_shape, VARIANTS[variant]["head_dims"])
-    if variant == "nvfp4-dot-scaled":
-        raise NotImplementedError(importlib.import_module("triton_impl.kernels.nvfp4_dot_scaled").LIMITATION)
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
+    if not hasattr(kernels, "launch"):
+        raise NotImplementedError(kernels.LIMITATION)
     scale = _resolve_scale(scale, q.logical_shape[-1])
     tensor_scales = [t.tensor_scale.reshape(()) if q.fmt == "nvfp4" else None for t in (q, k, v)]
     tensors = (q.data.contiguous(), q.scale.contiguous(), k.data.contiguous(), k.scale.contiguous(),

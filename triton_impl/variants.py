@@ -1,7 +1,13 @@
-"""What each Triton variant runs: formats, head dims, architectures (the contract's VARIANTS table)."""
+"""What each Triton variant runs: formats, head dims, architectures (the contract's VARIANTS table), and how the
+frontend runs it: "kernels", the module whose launch() it calls (a module without one says why in LIMITATION);
+"op", the custom op that takes its inputs (fwd: 16-bit, fwd_fp8, fwd_blocked: MXFP8 / NVFP4); "tma": its Q/K (and
+16-bit V) are read through TMA descriptors; "gluon": written in Gluon, which Triton 3.6's interpreter cannot run.
+Adding a variant is a row here and a kernel module."""
 
 VARIANTS: dict[str, dict] = {
     "fa2": {
+        "kernels": "triton_impl.kernels.fa2_pointer",
+        "op": "fwd",
         "formats": ("bf16", "fp16", "fp32"),
         "head_dims": (64, 128, 256),
         "min_cc": (8, 0),
@@ -9,6 +15,9 @@ VARIANTS: dict[str, dict] = {
         "description": "FlashAttention-2 forward, pointer loads with strides (portable; runs under TRITON_INTERPRET=1)",
     },
     "fa2-tma": {
+        "kernels": "triton_impl.kernels.fa2_tma",
+        "op": "fwd",
+        "tma": True,
         "formats": ("bf16", "fp16"),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -16,6 +25,10 @@ VARIANTS: dict[str, dict] = {
         "description": "FlashAttention-2 forward, tensor-descriptor (TMA) loads, tuned for sm_90",
     },
     "fa2-ws": {
+        "kernels": "triton_impl.kernels.fa2_ws",
+        "op": "fwd",
+        "tma": True,
+        "gluon": True,
         "formats": ("bf16", "fp16"),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -24,6 +37,9 @@ VARIANTS: dict[str, dict] = {
                        "consumer warpgroups with their own instruction streams (warp specialization); wgmma, sm_90 only",
     },
     "fp8": {
+        "kernels": "triton_impl.kernels.fp8_tma",
+        "op": "fwd_fp8",
+        "tma": True,
         "formats": ("fp8",),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -31,6 +47,10 @@ VARIANTS: dict[str, dict] = {
         "description": "FP8 e4m3 forward, per-head descales, V stored transposed, P cast to e4m3 unscaled",
     },
     "fp8-ws": {
+        "kernels": "triton_impl.kernels.fp8_ws",
+        "op": "fwd_fp8",
+        "tma": True,
+        "gluon": True,
         "formats": ("fp8",),
         "head_dims": (64, 128),
         "min_cc": (9, 0),
@@ -39,6 +59,8 @@ VARIANTS: dict[str, dict] = {
                        "on the warp-specialized Gluon kernel of 'fa2-ws'; QGMMA, sm_90 only",
     },
     "mxfp8-dot-scaled": {
+        "kernels": "triton_impl.kernels.mx_dot_scaled",
+        "op": "fwd_blocked",
         "formats": ("mxfp8",),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -47,6 +69,8 @@ VARIANTS: dict[str, dict] = {
                        "on sm_90 Triton upcasts to bf16 wgmma",
     },
     "mxfp8-dequant": {
+        "kernels": "triton_impl.kernels.mx_dequant",
+        "op": "fwd_blocked",
         "formats": ("mxfp8",),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -55,6 +79,8 @@ VARIANTS: dict[str, dict] = {
                        "P quantized to MXFP8 blocks of 32 keys",
     },
     "nvfp4-dot-scaled": {
+        "kernels": "triton_impl.kernels.nvfp4_dot_scaled",
+        "op": "fwd_blocked",
         "formats": ("nvfp4",),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),
@@ -63,6 +89,8 @@ VARIANTS: dict[str, dict] = {
                        "e4m3 block scales on sm_90",
     },
     "nvfp4-dequant": {
+        "kernels": "triton_impl.kernels.mx_dequant",
+        "op": "fwd_blocked",
         "formats": ("nvfp4",),
         "head_dims": (64, 128, 256),
         "min_cc": (9, 0),

@@ -5,7 +5,7 @@ with its (M, D/32) codes and K^T (D, N) with K's (N, D/32) codes; O += P V takes
 (M, N/32) codes computed in the kernel (kernels/mx_blocks.py, the rule of formats.quantize_p) and V
 (N, D) = (V^T)^T with V^T's (D, N/32) codes, which is the scale layout dot_scaled wants for its
 right operand. Triton 3.6 has no native block-scaled MMA on sm_90: it decomposes dot_scaled into
-upcasts (e4m3 -> bf16, times the scale) and a bf16 wgmma (see docs/perf-notes-triton.md).
+upcasts (e4m3 -> bf16, times the scale) and a bf16 wgmma (see docs/journal/2026-11-29_triton.md).
 
 Decoding differences with compare.formats, both on blocks that do not matter: Triton decodes E8M0
 code 0 as 0 rather than 2**-127 (blocks with amax below 2**-119), and its bf16 upcast of such tiny
@@ -113,9 +113,12 @@ def _interpreter_has_dot_scaled():
     return hasattr(InterpreterBuilder, "create_dot_scaled")
 
 
-def launch(q, q_scale, k, k_scale, vt, vt_scale, out, lse, causal, scale, config=None):
+def launch(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out, lse, causal, scale, config=None):
     """MXFP8 q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk padded to 32) e4m3 with their uint8
-    E8M0 codes, all contiguous; out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous."""
+    E8M0 codes, all contiguous; out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous.
+    fmt and tensor_scales as the frontend passes every block-scaled kernel: "mxfp8", and no tensor scales."""
+    if fmt != "mxfp8" or any(t is not None for t in tensor_scales):
+        raise ValueError(f"mxfp8-dot-scaled runs mxfp8 without tensor scales, got {fmt!r}")
     interpreting = tuning.interpreting()
     if interpreting and not _interpreter_has_dot_scaled():
         raise NotImplementedError("variant 'mxfp8-dot-scaled' needs tl.dot_scaled, which Triton 3.6's "

@@ -16,7 +16,7 @@ import triton.language as tl
 LIMITATION = ("variant 'nvfp4-dot-scaled' is not available: Triton 3.6 cannot lower tl.dot_scaled with "
               "NVFP4 operands (e2m1 elements, e4m3 scales per 16) for sm_90 - its TritonGPUAccelerateMatmul "
               "pass fails on non-E8M0 scales - and NVFP4 scales have no exact E8M0 form; use 'nvfp4-dequant' "
-              "(docs/perf-notes-triton.md)")
+              "(docs/design/triton.md)")
 
 
 @triton.jit

@@ -23,7 +23,7 @@ _CANDIDATES = {
         (64, False, 2): [(128, 64, 4, 3), (128, 128, 8, 3)],
         (64, True, 2): [(128, 64, 4, 3), (128, 128, 8, 3)],
         # 4 stages of 128x64 K/V tiles: 512 / 499 TFLOP/s at 16k (non-causal / causal) against 501 / 495
-        # for 128x128 with 3 stages (dev run of session 2, docs/perf-notes-triton.md)
+        # for 128x128 with 3 stages (dev run of session 2, docs/journal/2026-11-29_triton.md)
         (128, False, 2): [(128, 64, 8, 4), (128, 128, 8, 3)],
         (128, True, 2): [(128, 64, 8, 4), (128, 128, 8, 3)],
         (256, False, 2): [(128, 64, 8, 2), (128, 32, 8, 3)],
@@ -35,7 +35,7 @@ _CANDIDATES = {
         (256, False, 4): [(32, 32, 4, 2)],
         (256, True, 4): [(32, 32, 4, 2)],
     },
-    # measured on an H200 at 16k tokens (docs/perf-notes-triton.md); first entry = best at 16k
+    # measured on an H200 at 16k tokens (docs/journal/2026-11-29_triton.md); first entry = best at 16k
     "fa2-tma": {
         (64, False, 2): [(128, 128, 8, 2, 128), (128, 64, 4, 3)],
         (64, True, 2): [(128, 128, 8, 2, 128), (128, 64, 4, 3)],
@@ -53,7 +53,7 @@ _CANDIDATES = {
         (256, True, 1): [(128, 128, 8, 2), (64, 64, 4, 3)],
     },
     # block-scaled formats: untimed, chosen offline for no spills (test_triton_compile); head_dim 256 spills
-    # in every config tried (docs/perf-notes-triton.md). BLOCK_N is a multiple of P's block (32 / 16 keys).
+    # in every config tried (docs/journal/2026-11-29_triton.md). BLOCK_N is a multiple of P's block (32 / 16 keys).
     "mxfp8-dequant": {
         (64, False, 1): [(128, 64, 8, 2), (64, 64, 4, 2)],
         (64, True, 1): [(128, 64, 8, 2), (64, 64, 4, 2)],
