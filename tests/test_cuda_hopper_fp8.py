@@ -45,7 +45,8 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
     rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     assert {(r["kernel"], r["arch"]) for r in rows} >= {
-        (f"fwd_hopper_fp8_kernel<fp8,{d}{s}>", "sm_90a") for d in SPEC["head_dims"] for s in (",persistent", ",dynamic")
+        (f"fwd_hopper_fp8_kernel<fp8,{d}{k}{s}>", "sm_90a")
+        for d in SPEC["head_dims"] for k in ("", ",flat-k") for s in (",persistent", ",dynamic")
     }
     for r in rows:
         assert r["stack"] == 0 and r["spill_stores"] == 0 and r["spill_loads"] == 0, r
@@ -134,7 +135,7 @@ def test_causal_launches_take_the_counter_fed_schedule(fp8_sass):
     assert not [fn for (_, fn) in fp8_sass if "ELi0E" in fn]
     names = {build.readable_kernel_name(fn) for (arch, fn) in fp8_sass if arch == "sm_90"}
     assert names and all(n.endswith((",persistent>", ",dynamic>")) for n in names), names
-    assert {f"fwd_hopper_fp8_kernel<fp8,{d},dynamic>" for d in (64, 128, 256)} <= names
+    assert {f"fwd_hopper_fp8_kernel<fp8,{d}{k},dynamic>" for d in (64, 128, 256) for k in ("", ",flat-k")} <= names
 
 
 def test_sm80_build_holds_no_hopper_instructions(fp8_sass):

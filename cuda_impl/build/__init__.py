@@ -201,7 +201,7 @@ _REGS = re.compile(r"Used (\d+) registers")
 _LADDER_NAME = re.compile(
     r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?(?:Li(\d+)E)?"
 )
-_FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb\dELi(\d)E")  # <DIM, FLAT_K, SCHEDULE>
+_FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb(\d)ELi(\d)E")  # <DIM, FLAT_K, SCHEDULE>
 _FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # hopper/config.cuh Fp8Schedule (1, 2)
 _MX_NAME = re.compile(r"fwd_hopper_mx_kernelILi(\d)ELi(\d+)E")  # <FA_MX_FORMAT_*, DIM>
 _MX_FORMATS = ("mxfp8", "nvfp4")
@@ -212,11 +212,12 @@ def readable_kernel_name(mangled: str) -> str:
     a second int argument (hopper's BLOCK_KV) is kept: 'fwd_hopper_kernel<bf16,128,176>', and a third
     (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>', and a fourth (its consumer
     warpgroups where not the head_dim's own) when set: 'fwd_hopper_kernel<bf16,64,128,consumers2>';
-    the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128>' (one CTA per item), with persistent CTAs
-    'fwd_hopper_fp8_kernel<fp8,128,persistent>' or '...,dynamic>' (fed by a counter); the block-scaled
+    the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128,persistent>' (persistent CTAs) or '...,dynamic>' (fed by a
+    counter), '<fp8,128,flat-k,...>' where K loads through the key-permuted 5-D map; the block-scaled
     one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
     if m := _FP8_NAME.search(mangled):
-        return f"{m.group(1)}<fp8,{m.group(2)}{_FP8_SCHEDULES[int(m.group(3))]}>"
+        flat = ",flat-k" if m.group(3) == "1" else ""
+        return f"{m.group(1)}<fp8,{m.group(2)}{flat}{_FP8_SCHEDULES[int(m.group(4))]}>"
     if m := _MX_NAME.search(mangled):
         fmt = _MX_FORMATS[int(m.group(1))]
         return f"fwd_hopper_{fmt}_kernel<{fmt},{m.group(2)}>"

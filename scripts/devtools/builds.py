@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -93,8 +92,9 @@ def ptxas_main(args) -> int:
         print(build.format_report(rows))
         return 0
     src = Path(args.against).resolve()
-    base_rows = json.loads(_in_checkout(src, "import json; from cuda_impl import _lib, build; "
-                                             "print(json.dumps(build.ptxas_report(_lib.library_spec())))"))
+    # the other checkout's build folder, its logs read with this checkout's parser (one naming on both sides)
+    base_dir = Path(_in_checkout(src, "from cuda_impl import _lib; print(_lib.library_spec().build_dir)"))
+    base_rows = _report(base_dir)
     base = {(r["kernel"], r["arch"]): r for r in base_rows if args.filter in r["kernel"]}
     print(f"{'kernel':40} {'arch':7} {'regs':>9} {'stack':>9} {'spill st/ld':>15}   (this checkout / {src})")
     grown, spills, unmatched = 0, 0, []
