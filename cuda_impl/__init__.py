@@ -7,7 +7,7 @@ quantizers that produce compare.formats containers (cuda_impl.quant).
 
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason(),
 quantize(), quantize_attention_inputs().
-Kernels live in csrc/ (one per version), are built by cuda_impl.build into a torch-free shared
+Kernels live in csrc/ (one per version), are built by cuda_impl.toolchain into a torch-free shared
 library and launched on torch's current stream, through the custom ops "cuda_fa::fwd" / "fwd_fp8" /
 "fwd_mx" whenever torch has to see them (torch.compile, tracing, fake tensors; cuda_impl.ops).
 Importing this package needs neither a GPU nor nvcc; both are asked for at call time.
@@ -19,7 +19,7 @@ import math
 
 import torch
 
-from cuda_impl import _lib, build, ops, sm120, validate
+from cuda_impl import _lib, toolchain, ops, sm120, validate
 from cuda_impl.quant import quantize, quantize_attention_inputs
 
 _LADDER = {
@@ -109,12 +109,12 @@ def unavailable_reason(variant: str) -> str | None:
     if not torch.cuda.is_available():
         return "no CUDA GPU (torch.cuda.is_available() is False)"
     capability = torch.cuda.get_device_capability()
-    if not any(build.target_runs_on(t, capability) for t in build.ARCH_TARGETS):
-        return f"arch: sm_{capability[0]}{capability[1]} has no cubin (built for sm_{', sm_'.join(build.ARCH_TARGETS)})"
+    if not any(toolchain.target_runs_on(t, capability) for t in toolchain.ARCH_TARGETS):
+        return f"arch: sm_{capability[0]}{capability[1]} has no cubin (built for sm_{', sm_'.join(toolchain.ARCH_TARGETS)})"
     if problem := validate.arch_problem(variant, VARIANTS[variant], capability):
         return problem
-    if build.cached_library(_lib.library_spec()) is None:
-        problem = build.missing_toolchain()
+    if toolchain.cached_library(_lib.library_spec()) is None:
+        problem = toolchain.missing_toolchain()
         if problem:
             return f"library not built and {problem}"
     return None

@@ -12,7 +12,7 @@ import threading
 
 import torch
 
-from cuda_impl import build
+from cuda_impl import toolchain
 
 LIBRARY_NAME = "cuda_fa"
 DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
@@ -85,11 +85,11 @@ class DequantParams(ctypes.Structure):
     ]
 
 
-def library_spec(extra_flags: tuple[str, ...] = ()) -> build.LibrarySpec:
-    return build.LibrarySpec(
+def library_spec(extra_flags: tuple[str, ...] = ()) -> toolchain.LibrarySpec:
+    return toolchain.LibrarySpec(
         name=LIBRARY_NAME,
-        sources=tuple(sorted(build.CSRC_DIR.glob("*.cu"))),
-        include_dirs=(build.CSRC_DIR,),
+        sources=tuple(sorted(toolchain.CSRC_DIR.glob("*.cu"))),
+        include_dirs=(toolchain.CSRC_DIR,),
         extra_flags=extra_flags,
     )
 
@@ -119,7 +119,7 @@ def load(extra_flags: tuple[str, ...] = ()) -> ctypes.CDLL:
     """The library (built on first use when not cached), its parameter blocks checked against the C side."""
     with _load_lock:
         if extra_flags not in _loaded:
-            _loaded[extra_flags] = _checked(build.build_library(library_spec(extra_flags)))
+            _loaded[extra_flags] = _checked(toolchain.build_library(library_spec(extra_flags)))
         return _loaded[extra_flags]
 
 

@@ -18,7 +18,7 @@ import threading
 import torch
 
 from compare import formats
-from cuda_impl import build
+from cuda_impl import toolchain
 
 LIBRARY_NAME = "cuda_quant"
 TARGETS = ("80", "90a", "120")
@@ -49,9 +49,9 @@ class QuantParams(ctypes.Structure):
     ]
 
 
-def library_spec() -> build.LibrarySpec:
-    quant_dir = build.CSRC_DIR / "quant"
-    return build.LibrarySpec(
+def library_spec() -> toolchain.LibrarySpec:
+    quant_dir = toolchain.CSRC_DIR / "quant"
+    return toolchain.LibrarySpec(
         name=LIBRARY_NAME,
         sources=tuple(sorted(quant_dir.glob("*.cu"))),
         include_dirs=(quant_dir,),
@@ -68,7 +68,7 @@ def load() -> ctypes.CDLL:
     global _loaded
     with _load_lock:
         if _loaded is None:
-            lib = ctypes.CDLL(str(build.build_library(library_spec())))
+            lib = ctypes.CDLL(str(toolchain.build_library(library_spec())))
             lib.cuda_fa_quant_params_size.restype = ctypes.c_int
             if lib.cuda_fa_quant_params_size() != ctypes.sizeof(QuantParams):
                 raise RuntimeError("cuda_impl.quant: QuantParams in quant.py and csrc/quant/quantize.cu differ")
@@ -163,7 +163,7 @@ def quantize(x: torch.Tensor, fmt: str, *, transpose: bool = False, granularity:
     if x.device.type != "cuda":
         raise ValueError(f"device: x must be on a CUDA device, got {x.device} (compare.formats.quantize runs anywhere)")
     capability = torch.cuda.get_device_capability(x.device)
-    if not any(build.target_runs_on(t, capability) for t in TARGETS):
+    if not any(toolchain.target_runs_on(t, capability) for t in TARGETS):
         raise ValueError(
             f"arch: the quantizer library holds cubins for sm_{', sm_'.join(TARGETS)}; "
             f"this GPU is sm_{capability[0]}{capability[1]}"

@@ -18,7 +18,7 @@ import threading
 import torch
 
 from compare import formats
-from cuda_impl import _lib, build, validate
+from cuda_impl import _lib, toolchain, validate
 
 LIBRARY_NAME = "cuda_fa_sm120"
 TARGETS = ("120a",)
@@ -56,13 +56,13 @@ class BlockScaledParams(ctypes.Structure):
     ]
 
 
-def library_spec(*, emulate: bool = False) -> build.LibrarySpec:
+def library_spec(*, emulate: bool = False) -> toolchain.LibrarySpec:
     """The sm_120a library; with emulate, the same kernels for sm_90a with the block-scaled MMA done
     in software (-DFA_SM120_EMULATE): a harness that checks everything else on the H200."""
-    return build.LibrarySpec(
+    return toolchain.LibrarySpec(
         name=LIBRARY_NAME + ("_emulated" if emulate else ""),
-        sources=tuple(sorted((build.CSRC_DIR / "sm120").glob("*.cu"))),
-        include_dirs=(build.CSRC_DIR, build.CSRC_DIR / "quant", build.CSRC_DIR / "sm120"),
+        sources=tuple(sorted((toolchain.CSRC_DIR / "sm120").glob("*.cu"))),
+        include_dirs=(toolchain.CSRC_DIR, toolchain.CSRC_DIR / "quant", toolchain.CSRC_DIR / "sm120"),
         extra_flags=("-DFA_SM120_EMULATE",) if emulate else (),
         targets=EMULATION_TARGETS if emulate else TARGETS,
     )
@@ -75,7 +75,7 @@ _load_lock = threading.Lock()
 def load(*, emulate: bool = False) -> ctypes.CDLL:
     with _load_lock:
         if emulate not in _loaded:
-            lib = ctypes.CDLL(str(build.build_library(library_spec(emulate=emulate))))
+            lib = ctypes.CDLL(str(toolchain.build_library(library_spec(emulate=emulate))))
             lib.cuda_fa_blockscaled_params_size.restype = ctypes.c_int
             if lib.cuda_fa_blockscaled_params_size() != ctypes.sizeof(BlockScaledParams):
                 raise RuntimeError("cuda_impl.sm120: BlockScaledParams in sm120.py and csrc/sm120 differ")
@@ -103,7 +103,7 @@ def unavailable_reason(variant: str) -> str | None:
         return "no CUDA GPU (torch.cuda.is_available() is False)"
     if problem := arch_problem(variant, torch.cuda.get_device_capability()):
         return problem
-    if build.cached_library(library_spec()) is None and (problem := build.missing_toolchain()):
+    if toolchain.cached_library(library_spec()) is None and (problem := toolchain.missing_toolchain()):
         return f"library not built and {problem}"
     return None
 
@@ -145,7 +145,7 @@ def check_inputs(q, k, v, *, variant: str, scale: float | None, emulate: bool = 
         raise ValueError("device: q, k, v must be on one device")
     capability = torch.cuda.get_device_capability(q.data.device)
     if emulate:
-        if not any(build.target_runs_on(t, capability) for t in EMULATION_TARGETS):
+        if not any(toolchain.target_runs_on(t, capability) for t in EMULATION_TARGETS):
             raise ValueError(f"arch: the emulation harness is built for sm_{EMULATION_TARGETS[0]}; "
                              f"this GPU is sm_{capability[0]}{capability[1]}")
     elif problem := arch_problem(variant, capability):

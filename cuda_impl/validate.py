@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from cuda_impl import build
+from cuda_impl import toolchain
 
 DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 # cp.async moves 16 bytes: every row must start 16-byte aligned, i.e. strides in multiples of
@@ -121,9 +121,9 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
     if k.device != q.device or v.device != q.device:
         raise ValueError(f"device: q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     cc = capability(q.device)
-    if not any(build.target_runs_on(t, cc) for t in build.ARCH_TARGETS):
+    if not any(toolchain.target_runs_on(t, cc) for t in toolchain.ARCH_TARGETS):
         raise ValueError(
-            f"arch: the library holds cubins for sm_{', sm_'.join(build.ARCH_TARGETS)}; "
+            f"arch: the library holds cubins for sm_{', sm_'.join(toolchain.ARCH_TARGETS)}; "
             f"this GPU is sm_{cc[0]}{cc[1]}"
         )
     if problem := arch_problem(variant, spec, cc):

@@ -2,14 +2,14 @@
 build cache); without nvcc and without a cached build the test is skipped with the reason."""
 import pytest
 
-from cuda_impl import _lib, build
+from cuda_impl import _lib, toolchain
 
 
-def _built(spec: build.LibrarySpec):
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(spec) is None:
+def _built(spec: toolchain.LibrarySpec):
+    problem = toolchain.missing_toolchain()
+    if problem and toolchain.cached_library(spec) is None:
         pytest.skip(problem)
-    return build.build_library(spec)
+    return toolchain.build_library(spec)
 
 
 @pytest.fixture(scope="session")

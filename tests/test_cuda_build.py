@@ -18,7 +18,7 @@ import pytest
 import torch
 
 import cuda_impl
-from cuda_impl import _lib, build, sass, sm120, validate
+from cuda_impl import _lib, toolchain, sass, sm120, validate
 
 REPO = Path(__file__).resolve().parent.parent
 HMMA = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
@@ -42,11 +42,11 @@ def kernels_of(functions: dict, variant: str, fmt: str, head_dim: int) -> dict[s
 
 
 def test_every_kernel_compiles_for_every_target(fa_library):
-    report = build.ptxas_report(_lib.library_spec())
+    report = toolchain.ptxas_report(_lib.library_spec())
     archs: dict[str, set] = {}
     for row in report:
         archs.setdefault(row["kernel"], set()).add(row["arch"])
-    expected = {f"sm_{t}" for t in build.ARCH_TARGETS}
+    expected = {f"sm_{t}" for t in toolchain.ARCH_TARGETS}
     for variant, spec in cuda_impl.VARIANTS.items():
         if variant in sm120.VARIANTS:  # own library: tests/test_cuda_sm120.py
             continue
@@ -67,15 +67,15 @@ KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 80, "fwd_v5_kernel<fp16,128>": 80,
 
 
 def test_no_register_spills_beyond_the_known_ones(fa_library):
-    report = build.ptxas_report(_lib.library_spec())
+    report = toolchain.ptxas_report(_lib.library_spec())
     assert report
     spilling = [r for r in report if (r["spill_stores"] or r["spill_loads"] or r["stack"])
                 and max(r["spill_stores"], r["spill_loads"]) > KNOWN_SPILLS.get(r["kernel"], 0)]
-    assert not spilling, build.format_report(spilling)
+    assert not spilling, toolchain.format_report(spilling)
 
 
 def test_build_is_cached_by_content(fa_library):
-    assert build.cached_library(_lib.library_spec()) == fa_library
+    assert toolchain.cached_library(_lib.library_spec()) == fa_library
     other = _lib.library_spec(("-DFA_HOPPER_ABLATION=no_split",))
     assert other.build_dir != _lib.library_spec().build_dir
 
@@ -83,16 +83,16 @@ def test_build_is_cached_by_content(fa_library):
 def test_missing_nvcc_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(build, "find_nvcc", lambda: None)
     never_built = _lib.library_spec(("-DCUDA_IMPL_TEST_NEVER_BUILT",))
-    with pytest.raises(build.BuildError, match="nvcc not found"):
-        build.build_library(never_built)
+    with pytest.raises(toolchain.BuildError, match="nvcc not found"):
+        toolchain.build_library(never_built)
 
 
 def test_target_matching():
-    assert build.target_runs_on("80", (8, 6))
-    assert build.target_runs_on("90a", (9, 0))
-    assert not build.target_runs_on("90a", (10, 0))
-    assert not build.target_runs_on("80", (9, 0))
-    assert build.gencode_flags(("90a",)) == ["-gencode=arch=compute_90a,code=sm_90a"]
+    assert toolchain.target_runs_on("80", (8, 6))
+    assert toolchain.target_runs_on("90a", (9, 0))
+    assert not toolchain.target_runs_on("90a", (10, 0))
+    assert not toolchain.target_runs_on("80", (9, 0))
+    assert toolchain.gencode_flags(("90a",)) == ["-gencode=arch=compute_90a,code=sm_90a"]
 
 
 # --- machine code ------------------------------------------------------------------------
@@ -108,7 +108,7 @@ LADDER = [name for name in cuda_impl.VARIANTS if not name.startswith("hopper") a
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_kernel_uses_intended_instructions(fa_sass, variant, fmt, head_dim):
     per_arch = kernels_of(fa_sass, variant, fmt, head_dim)
-    assert len(per_arch) == len(build.ARCH_TARGETS)
+    assert len(per_arch) == len(toolchain.ARCH_TARGETS)
     for arch, instructions in per_arch.items():
         ops = sass.opcode_counts(instructions)
         assert ops[HMMA[fmt]] > 0, f"{arch}: no {HMMA[fmt]}"
@@ -279,7 +279,7 @@ ALLOWED_BUILD_DEFINES = {"FA_HOPPER_ABLATION", "FA_HOPPER_TRACE", "FA_SM120_EMUL
 
 
 def _csrc_files():
-    return sorted(p for p in build.CSRC_DIR.rglob("*") if p.suffix in (".cu", ".cuh", ".h"))
+    return sorted(p for p in toolchain.CSRC_DIR.rglob("*") if p.suffix in (".cu", ".cuh", ".h"))
 
 
 def test_no_experiment_flags_left_in_csrc():
@@ -287,12 +287,12 @@ def test_no_experiment_flags_left_in_csrc():
     for path in _csrc_files():
         for name in re.findall(r"^\s*#\s*if(?:n?def)?\s+(?:defined\()?(FA_[A-Z0-9_]+)", path.read_text(), re.M):
             if name != "FA_SM90A":
-                defines.setdefault(name, []).append(path.relative_to(build.CSRC_DIR).as_posix())
+                defines.setdefault(name, []).append(path.relative_to(toolchain.CSRC_DIR).as_posix())
     assert set(defines) <= ALLOWED_BUILD_DEFINES, {k: v for k, v in defines.items() if k not in ALLOWED_BUILD_DEFINES}
 
 
 def test_csrc_comments_carry_no_session_history():
-    stale = [(p.relative_to(build.CSRC_DIR).as_posix(), n) for p in _csrc_files()
+    stale = [(p.relative_to(toolchain.CSRC_DIR).as_posix(), n) for p in _csrc_files()
              for n, line in enumerate(p.read_text().splitlines(), 1)
              if re.search(r"\bsession \d+|perf-notes", line)]
     assert not stale, stale
@@ -300,7 +300,7 @@ def test_csrc_comments_carry_no_session_history():
 
 def test_every_standing_ablation_is_a_config_option():
     """The names -DFA_HOPPER_ABLATION takes are the enum's, each switching one HopperOptions field."""
-    config = (build.CSRC_DIR / "hopper" / "config.cuh").read_text()
+    config = (toolchain.CSRC_DIR / "hopper" / "config.cuh").read_text()
     names = re.search(r"enum class HopperAblation \{([^}]*)\}", config).group(1).replace(" ", "").split(",")
     assert names[0] == "none" and len(names) - 1 <= 5
     for name in names[1:]:

@@ -7,7 +7,7 @@ import torch
 
 from compare import ceilings
 from compare.ceilings import wgmma
-from cuda_impl import build, sass
+from cuda_impl import toolchain, sass
 
 BF16_KERNEL = "_ZN7ceiling17mma_chains_kernelI13__nv_bfloat16EEvPKjPfi"
 FP16_KERNEL = "_ZN7ceiling17mma_chains_kernelI6__halfEEvPKjPfi"
@@ -38,14 +38,14 @@ def test_sass_check_rejects_missing_kernel():
 
 
 def test_built_benchmark_passes_its_sass_check():
-    if build.missing_toolchain() and build.cached_library(ceilings.library_spec()) is None:
-        pytest.skip(build.missing_toolchain())
+    if toolchain.missing_toolchain() and toolchain.cached_library(ceilings.library_spec()) is None:
+        pytest.skip(toolchain.missing_toolchain())
     path = ceilings.build_library()
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
     functions = sass.dump_sass(path)
     counts = ceilings.check_sass(functions, chains=8)
-    assert len(counts) == 2 * len(build.ARCH_TARGETS)
+    assert len(counts) == 2 * len(toolchain.ARCH_TARGETS)
 
 
 @pytest.mark.gpu
@@ -103,8 +103,8 @@ def test_wgmma_sass_check_rejects_missing_kernel():
 
 
 def test_built_wgmma_benchmark_passes_its_sass_check():
-    if build.missing_toolchain() and build.cached_library(wgmma.library_spec()) is None:
-        pytest.skip(build.missing_toolchain())
+    if toolchain.missing_toolchain() and toolchain.cached_library(wgmma.library_spec()) is None:
+        pytest.skip(toolchain.missing_toolchain())
     path = wgmma.build_library()
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")

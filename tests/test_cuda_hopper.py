@@ -20,7 +20,7 @@ import torch
 
 import cuda_impl
 from compare import bench
-from cuda_impl import _lib, build, sass, validate
+from cuda_impl import _lib, toolchain, sass, validate
 
 MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
 HGMMA_SUFFIX = {"bf16": ".BF16", "fp16": ""}
@@ -71,7 +71,7 @@ def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int, c
 
 def test_hopper_kernels_build_without_spills_or_ignored_setmaxnreg(fa_library):
     spec = _lib.library_spec()
-    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_kernel")]
+    rows = [r for r in toolchain.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_kernel")]
     names = {(r["kernel"], r["arch"]) for r in rows}
     for fmt in SPEC["formats"]:
         for shape in SHAPES:

@@ -19,7 +19,7 @@ import torch
 
 import cuda_impl
 from compare import backends, bench, formats, oracle
-from cuda_impl import _lib, build, sass, validate
+from cuda_impl import _lib, toolchain, sass, validate
 
 SPEC = cuda_impl.VARIANTS["hopper-fp8"]
 
@@ -43,7 +43,7 @@ def kernel(functions: dict, arch: str, head_dim: int, permuted_k: bool, schedule
 
 def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
-    rows = [r for r in build.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
+    rows = [r for r in toolchain.ptxas_report(spec) if r["kernel"].startswith("fwd_hopper_fp8_kernel")]
     assert {(r["kernel"], r["arch"]) for r in rows} >= {
         (f"fwd_hopper_fp8_kernel<fp8,{d}{k}{s}>", "sm_90a")
         for d in SPEC["head_dims"] for k in ("", ",flat-k") for s in (",persistent", ",dynamic")
@@ -133,7 +133,7 @@ def test_causal_launches_take_the_counter_fed_schedule(fp8_sass):
     lib = _lib.load()
     assert [lib.cuda_fa_hopper_fp8_dynamic_causal(d) for d in (64, 128, 256)] == [1, 1, 1]
     assert not [fn for (_, fn) in fp8_sass if "ELi0E" in fn]
-    names = {build.readable_kernel_name(fn) for (arch, fn) in fp8_sass if arch == "sm_90"}
+    names = {toolchain.readable_kernel_name(fn) for (arch, fn) in fp8_sass if arch == "sm_90"}
     assert names and all(n.endswith((",persistent>", ",dynamic>")) for n in names), names
     assert {f"fwd_hopper_fp8_kernel<fp8,{d}{k},dynamic>" for d in (64, 128, 256) for k in ("", ",flat-k")} <= names
 

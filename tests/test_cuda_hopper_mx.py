@@ -23,7 +23,7 @@ import torch
 
 import cuda_impl
 from compare import backends, formats, oracle
-from cuda_impl import _lib, build, sass
+from cuda_impl import _lib, toolchain, sass
 
 FORMATS = ("mxfp8", "nvfp4")
 TILE_DTYPE = {"mxfp8": torch.bfloat16, "nvfp4": torch.float16}
@@ -177,10 +177,10 @@ def test_rounded_scaled_scores_give_an_exact_row_max():
 
 @pytest.fixture(scope="module")
 def fa_library():
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(_lib.library_spec()) is None:
+    problem = toolchain.missing_toolchain()
+    if problem and toolchain.cached_library(_lib.library_spec()) is None:
         pytest.skip(problem)
-    return build.build_library(_lib.library_spec())
+    return toolchain.build_library(_lib.library_spec())
 
 
 @pytest.fixture(scope="module")
@@ -193,14 +193,14 @@ def mx_sass(fa_library) -> dict:
 
 def kernel(functions: dict, arch: str, fmt: str, head_dim: int) -> list[str]:
     (found,) = [ins for (a, fn), ins in functions.items()
-                if a == arch and build.readable_kernel_name(fn) == f"fwd_hopper_{fmt}_kernel<{fmt},{head_dim}>"]
+                if a == arch and toolchain.readable_kernel_name(fn) == f"fwd_hopper_{fmt}_kernel<{fmt},{head_dim}>"]
     return found
 
 
 def test_builds_without_spills_or_serialised_wgmma(fa_library):
     spec = _lib.library_spec()
     names = {f"fwd_hopper_{f}_kernel<{f},{d}>" for f in FORMATS for d in (64, 128)}
-    rows = [r for r in build.ptxas_report(spec) if r["kernel"] in names or "dequant" in r["kernel"]]
+    rows = [r for r in toolchain.ptxas_report(spec) if r["kernel"] in names or "dequant" in r["kernel"]]
     # 2 formats x 2 head dims, and the 2 dequantization kernels
     assert len([r for r in rows if r["arch"] == "sm_90a"]) == 6
     for r in rows:

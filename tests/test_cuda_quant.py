@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from compare import formats
-from cuda_impl import build, quant, sass
+from cuda_impl import toolchain, quant, sass
 
 FORMAT_GRANULARITIES = [("fp8", "head"), ("fp8", "tensor"), ("mxfp8", "head"), ("nvfp4", "head")]
 
@@ -132,14 +132,14 @@ def edge_inputs() -> list[torch.Tensor]:
 
 
 def test_library_compiles_for_every_target_without_spills(quant_library):
-    report = build.ptxas_report(quant.library_spec())
+    report = toolchain.ptxas_report(quant.library_spec())
     archs = {row["arch"] for row in report}
     assert archs == {f"sm_{t}" for t in quant.TARGETS}
     kernels = {row["kernel"] for row in report}
     # 4 input dtypes x 3 formats quantize kernels + 4 amax kernels
     assert len(kernels) == 16, sorted(kernels)
     spilling = [r for r in report if r["spill_stores"] or r["spill_loads"] or r["stack"]]
-    assert not spilling, build.format_report(spilling)
+    assert not spilling, toolchain.format_report(spilling)
 
 
 def test_sass_uses_hardware_e4m3_cast_and_one_atomic(quant_library):

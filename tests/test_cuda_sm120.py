@@ -16,7 +16,7 @@ import torch
 
 import cuda_impl
 from compare import backends, cli, formats, oracle
-from cuda_impl import _lib, build, sass, sm120
+from cuda_impl import _lib, toolchain, sass, sm120
 
 BLOCK_SCALED_MMA = {
     "Mxfp8": "QMMA.SF.16832.F32.E4M3.E4M3.E8",
@@ -46,11 +46,11 @@ def kernel(functions: dict, fmt: str, head_dim: int) -> list[str]:
 
 
 def test_compiles_for_sm120a_only_without_spills(sm120_library):
-    report = build.ptxas_report(sm120.library_spec())
+    report = toolchain.ptxas_report(sm120.library_spec())
     assert {r["arch"] for r in report} == {"sm_120a"}
-    assert len(report) == 4, build.format_report(report)  # 2 formats x head_dim 64, 128
+    assert len(report) == 4, toolchain.format_report(report)  # 2 formats x head_dim 64, 128
     spilling = [r for r in report if r["spill_stores"] or r["spill_loads"] or r["stack"]]
-    assert not spilling, build.format_report(spilling)
+    assert not spilling, toolchain.format_report(spilling)
 
 
 @pytest.mark.parametrize("fmt", ["Mxfp8", "Nvfp4"])
@@ -68,15 +68,15 @@ def test_sass_has_the_block_scaled_mma(sm120_sass, fmt, head_dim):
 
 
 def test_ptxas_refuses_the_kernels_for_sm90a():
-    if build.missing_toolchain():
-        pytest.skip(build.missing_toolchain())
+    if toolchain.missing_toolchain():
+        pytest.skip(toolchain.missing_toolchain())
     spec = sm120.library_spec()
-    hopper = build.LibrarySpec(name="cuda_fa_sm120_on_sm90a", sources=spec.sources,
+    hopper = toolchain.LibrarySpec(name="cuda_fa_sm120_on_sm90a", sources=spec.sources,
                                include_dirs=spec.include_dirs, targets=("90a",))
-    if build.cached_library(hopper) is not None:
+    if toolchain.cached_library(hopper) is not None:
         pytest.fail(f"a library for sm_90a exists at {hopper.library_path}")
-    with pytest.raises(build.BuildError, match="not supported on .target 'sm_90a'"):
-        build.build_library(hopper)
+    with pytest.raises(toolchain.BuildError, match="not supported on .target 'sm_90a'"):
+        toolchain.build_library(hopper)
 
 
 # --- registry and refusals (no GPU needed) ---------------------------------------------------
@@ -175,8 +175,8 @@ def test_emulated_kernel_passes_the_oracle(variant, case):
 
 def test_emulation_harness_compiles_for_sm90a():
     spec = sm120.library_spec(emulate=True)
-    problem = build.missing_toolchain()
-    if problem and build.cached_library(spec) is None:
+    problem = toolchain.missing_toolchain()
+    if problem and toolchain.cached_library(spec) is None:
         pytest.skip(problem)
-    build.build_library(spec)
-    assert {r["arch"] for r in build.ptxas_report(spec)} == {"sm_90a"}
+    toolchain.build_library(spec)
+    assert {r["arch"] for r in toolchain.ptxas_report(spec)} == {"sm_90a"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ctypes
 from pathlib import Path
 
-from cuda_impl import build, sass
+from cuda_impl import toolchain, sass
 
 from . import timing
 
@@ -26,12 +26,12 @@ class MergedWorkError(RuntimeError):
     """The compiled benchmark does not issue the MMAs it counts."""
 
 
-def library_spec() -> build.LibrarySpec:
-    return build.LibrarySpec(name="ceilings", sources=(SOURCE,), include_dirs=(build.CSRC_DIR,))
+def library_spec() -> toolchain.LibrarySpec:
+    return toolchain.LibrarySpec(name="ceilings", sources=(SOURCE,), include_dirs=(toolchain.CSRC_DIR,))
 
 
 def build_library() -> Path:
-    return build.build_library(library_spec())
+    return toolchain.build_library(library_spec())
 
 
 def check_sass(functions: dict[tuple[str, str], list[str]], chains: int) -> dict[tuple[str, str], int]:

@@ -14,7 +14,7 @@ import ctypes
 from pathlib import Path
 
 from compare.ceilings import MergedWorkError, timing
-from cuda_impl import build, sass
+from cuda_impl import toolchain, sass
 
 SOURCE = Path(__file__).with_name("wgmma.cu")
 TARGET = "90a"  # wgmma exists only on the arch-specific Hopper target
@@ -27,12 +27,12 @@ WAIT_OPCODE = "WARPGROUP.DEPBAR.LE"
 WAITS_PER_KERNEL = 2  # wait_group 1 in the loop, wait_group 0 after it
 
 
-def library_spec() -> build.LibrarySpec:
-    return build.LibrarySpec(name="wgmma_ceilings", sources=(SOURCE,), targets=(TARGET,))
+def library_spec() -> toolchain.LibrarySpec:
+    return toolchain.LibrarySpec(name="wgmma_ceilings", sources=(SOURCE,), targets=(TARGET,))
 
 
 def build_library() -> Path:
-    return build.build_library(library_spec())
+    return toolchain.build_library(library_spec())
 
 
 def check_sass(functions: dict[tuple[str, str], list[str]], per_iter: int) -> dict[str, int]:
@@ -96,7 +96,7 @@ def wgmma_tflops(dtype: str = "bf16", *, iters: int = 20_000, repeats: int = 5) 
     if dtype not in _DTYPE_CODE:
         raise ValueError(f"dtype must be one of {sorted(_DTYPE_CODE)}, got {dtype!r}")
     capability = torch.cuda.get_device_capability()
-    if not build.target_runs_on(TARGET, capability):
+    if not toolchain.target_runs_on(TARGET, capability):
         raise ValueError(f"wgmma ceilings need compute capability 9.0 (sm_90a), this GPU is {capability}")
     lib = load_checked()
     operands = random_operands(dtype, lib.wgmma_ceiling_operand_bytes())

@@ -30,8 +30,8 @@ def build_baseline(src: Path) -> Path:
     its sources) and copy it to cuda_impl/_build/baseline/, which a device call carries with the rest."""
     if not (src / "cuda_impl").is_dir():
         raise core.UsageError(f"--baseline-src: {src} is not a checkout of this project (no cuda_impl/)")
-    log(f"building the library of {src} (its own cuda_impl.build) ...")
-    built = Path(_in_checkout(src, "from cuda_impl import _lib, build; "
+    log(f"building the library of {src} (its own build code) ...")
+    built = Path(_in_checkout(src, "from cuda_impl import _lib\ntry:\n from cuda_impl import toolchain as build\nexcept ImportError:\n from cuda_impl import build\n"
                                    "print(build.build_library(_lib.library_spec()))"))
     target = core.REPO / BASELINE_COPY
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -41,16 +41,16 @@ def build_baseline(src: Path) -> Path:
 
 def prune_objects() -> None:
     """Object files are only needed to relink; the libraries and the ptxas logs stay (carry size)."""
-    from cuda_impl import build
+    from cuda_impl import toolchain
 
-    for obj in build.BUILD_ROOT.glob("*/*.o"):
+    for obj in toolchain.BUILD_ROOT.glob("*/*.o"):
         obj.unlink()
 
 
 def carried_mb() -> float:
-    from cuda_impl import build
+    from cuda_impl import toolchain
 
-    return sum(p.stat().st_size for p in build.BUILD_ROOT.rglob("*") if p.is_file()) / 2**20
+    return sum(p.stat().st_size for p in toolchain.BUILD_ROOT.rglob("*") if p.is_file()) / 2**20
 
 
 def build_main(args) -> int:
@@ -76,20 +76,20 @@ def build_main(args) -> int:
 
 
 def _report(build_dir: Path) -> list[dict]:
-    from cuda_impl import build
+    from cuda_impl import toolchain
 
-    return build.ptxas_report(SimpleNamespace(build_dir=build_dir))
+    return toolchain.ptxas_report(SimpleNamespace(build_dir=build_dir))
 
 
 def ptxas_main(args) -> int:
     """This checkout's ptxas -v report (registers, stack, spills per kernel), against another checkout's."""
-    from cuda_impl import _lib, build
+    from cuda_impl import _lib, toolchain
 
     spec = _lib.library_spec(core.flags_of(args.build))
-    build.build_library(spec)
+    toolchain.build_library(spec)
     rows = [r for r in _report(spec.build_dir) if args.filter in r["kernel"]]
     if not args.against:
-        print(build.format_report(rows))
+        print(toolchain.format_report(rows))
         return 0
     src = Path(args.against).resolve()
     # the other checkout's build folder, its logs read with this checkout's parser (one naming on both sides)

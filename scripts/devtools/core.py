@@ -181,15 +181,15 @@ def flags_of(name: str) -> tuple[str, ...]:
 
 def is_built(name: str) -> bool:
     """Whether the library of build `name` is in cuda_impl/_build (built here or carried)."""
-    from cuda_impl import _lib, build
+    from cuda_impl import _lib, toolchain
 
-    return build.cached_library(_lib.library_spec(flags_of(name))) is not None
+    return toolchain.cached_library(_lib.library_spec(flags_of(name))) is not None
 
 
 def build_library(name: str) -> Path:
-    from cuda_impl import _lib, build
+    from cuda_impl import _lib, toolchain
 
-    return build.build_library(_lib.library_spec(flags_of(name)))
+    return toolchain.build_library(_lib.library_spec(flags_of(name)))
 
 
 def baseline_path(explicit: str | None = None) -> Path | None:

@@ -111,10 +111,10 @@ def summary(rows: list[dict], label: str) -> dict:
 def run(cases: list[str], out_dir: Path) -> None:
     import torch
 
-    from cuda_impl import _lib, build
+    from cuda_impl import _lib, toolchain
 
     flags = core.flags_of(BUILD)
-    if build.cached_library(_lib.library_spec(flags)) is None:
+    if toolchain.cached_library(_lib.library_spec(flags)) is None:
         raise SystemExit(f"the traced library is not built: dev.py build {BUILD} (or dev.py trace --build-only)")
     lib = _lib.load(flags)
     all_rows, summaries = [], []

@@ -9,7 +9,7 @@ Cache: ``cuda_impl/_build/<name>-<digest>/lib<name>.so``, where the digest cover
 the content of every source and header. A cached library is used without nvcc being present.
 A file lock per library name serialises concurrent builds (pytest workers, several processes).
 
-``python -m cuda_impl.build`` builds the attention library and prints each kernel's
+``python -m cuda_impl.toolchain`` builds the attention library and prints each kernel's
 registers / stack / spills as reported by ``ptxas -v``.
 """
 

@@ -1,4 +1,4 @@
-"""python -m cuda_impl.build: build the attention library and print ptxas -v per kernel."""
+"""python -m cuda_impl.toolchain: build the attention library and print ptxas -v per kernel."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from cuda_impl import _lib
-from cuda_impl.build import BuildError, build_library, format_report, ptxas_report
+from cuda_impl.toolchain import BuildError, build_library, format_report, ptxas_report
 
 
 def main(argv: list[str] | None = None) -> int:
