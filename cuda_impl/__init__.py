@@ -5,7 +5,7 @@ block-scaled versions for the "mxfp8" / "nvfp4" formats; "mxfp8-sm120" and "nvfp
 kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never run here); and GPU
 quantizers that produce compare.formats containers (cuda_impl.quant).
 
-Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANT, attention(), unavailable_reason(),
+Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANTS, select_variant(), attention(), unavailable_reason(),
 quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.toolchain into a torch-free shared
 library and launched on torch's current stream, through the custom ops "cuda_fa::fwd" / "fwd_fp8" /
@@ -90,9 +90,47 @@ for _fmt, _tile in (("mxfp8", "bf16"), ("nvfp4", "fp16")):
 # Blackwell-native block-scaled variants (csrc/sm120, their own library): compiled, not run here.
 VARIANTS.update(sm120.VARIANTS)
 
-DEFAULT_VARIANT: dict[str, str] = {
-    "bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8", "mxfp8": "hopper-mxfp8", "nvfp4": "hopper-nvfp4",
-}
+# What variant=None runs: the first row whose architectures, format and head_dim fit the inputs. Each row is the
+# fastest variant that passed the oracle there in the committed sweeps (figures/data/paper-h200-*.csv: on the
+# H200, hopper / hopper-fp8 / hopper-mxfp8 / hopper-nvfp4 at every shape and head_dim they take, ahead of every
+# ladder version); on other sm_8x/sm_9x GPUs the ladder's best, v5 (its sm_80 cubin runs on every cc 8.x).
+# The sm_120a block-scaled kernels are compiled, never run here: only an explicit variant selects them.
+DEFAULT_VARIANTS: tuple[tuple[tuple[int, int], tuple[int, int], tuple[str, ...], str], ...] = (
+    # (lowest cc, highest cc, formats, variant)
+    ((9, 0), (9, 0), ("bf16", "fp16"), "hopper"),
+    ((9, 0), (9, 0), ("fp8",), "hopper-fp8"),
+    ((9, 0), (9, 0), ("mxfp8",), "hopper-mxfp8"),
+    ((9, 0), (9, 0), ("nvfp4",), "hopper-nvfp4"),
+    ((8, 0), (8, 9), ("bf16", "fp16"), "v5"),
+)
+
+
+def _device_of(x) -> torch.device | None:
+    data = x.data if validate.is_quantized(x) else x
+    return data.device if isinstance(data, torch.Tensor) else None
+
+
+def select_variant(q, k=None, v=None, *, causal=False) -> str:
+    """The variant attention(q, k, v, causal=causal) runs when variant=None (DEFAULT_VARIANTS), for q's GPU,
+    format and head_dim. Inputs that are not on a CUDA device get the row every architecture's validation
+    understands (the portable one for the format), so that their refusal names the real problem (the device).
+    Raises TypeError for a format no variant takes, ValueError where no variant runs the inputs on this GPU."""
+    fmt = validate.format_of(q)
+    head_dim = q.shape[-1]
+    device = _device_of(q)
+    cc = validate.capability(device) if device is not None and device.type == "cuda" else None
+    rows = [r for r in DEFAULT_VARIANTS if fmt in r[2]]
+    if not rows:
+        formats = sorted({f for r in DEFAULT_VARIANTS for f in r[2]})
+        raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(formats)}")
+    if cc is None:
+        return rows[-1][3]
+    for low, high, _, variant in rows:
+        if low <= cc <= high and head_dim in VARIANTS[variant]["head_dims"]:
+            return variant
+    takes = "; ".join(f"{r[3]}: head_dim {VARIANTS[r[3]]['head_dims']} on sm_{r[0][0]}{r[0][1]}"
+                      + (f"..sm_{r[1][0]}{r[1][1]}" if r[1] != r[0] else "") for r in rows)
+    raise ValueError(f"variant: no cuda_impl variant runs {fmt} head_dim {head_dim} on sm_{cc[0]}{cc[1]} ({takes})")
 
 
 def _spec(variant: str) -> dict:
@@ -130,13 +168,13 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key
     give 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype,
     and with return_lse also lse (B, Hq, Sq) float32, natural log of the scaled scores.
-    Unsupported input raises ValueError/TypeError naming the constraint; no fallback."""
+    variant=None runs select_variant(q, k, v, causal=causal): the fastest variant for this GPU, format and
+    head_dim (DEFAULT_VARIANTS). Unsupported input raises ValueError/TypeError naming the constraint; an
+    explicit variant is honoured or refused, never replaced."""
     if variant in sm120.VARIANTS:
         return sm120.attention(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
     fmt = validate.format_of(q)
-    if variant is None and fmt not in DEFAULT_VARIANT:
-        raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(DEFAULT_VARIANT)}")
-    variant = DEFAULT_VARIANT[fmt] if variant is None else variant
+    variant = select_variant(q, k, v, causal=causal) if variant is None else variant
     spec = _spec(variant)
     if validate.is_quantized(q) and fmt in validate.BLOCKED_STORAGE:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -169,5 +207,5 @@ def _attention_blocked(q, k, v, causal: bool, scale: float, variant: str, spec: 
                       v.tensor_scale, q.shape[-1], k.shape[2], causal, scale)
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANT", "attention", "unavailable_reason", "quantize",
+__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "unavailable_reason", "quantize",
            "quantize_attention_inputs"]

@@ -81,7 +81,7 @@ def test_build_is_cached_by_content(fa_library):
 
 
 def test_missing_nvcc_is_a_clear_error(monkeypatch):
-    monkeypatch.setattr(build, "find_nvcc", lambda: None)
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda: None)
     never_built = _lib.library_spec(("-DCUDA_IMPL_TEST_NEVER_BUILT",))
     with pytest.raises(toolchain.BuildError, match="nvcc not found"):
         toolchain.build_library(never_built)
@@ -234,8 +234,10 @@ def test_validation_works_on_meta_tensors():
 def test_surface_matches_contract():
     assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", "hopper-mxfp8",
                                        "hopper-nvfp4", *sm120.VARIANTS}
-    assert cuda_impl.DEFAULT_VARIANT == {"bf16": "v5", "fp16": "v5", "fp8": "hopper-fp8", "mxfp8": "hopper-mxfp8",
-                                         "nvfp4": "hopper-nvfp4"}
+    for low, high, formats, variant in cuda_impl.DEFAULT_VARIANTS:
+        spec = cuda_impl.VARIANTS[variant]
+        assert set(formats) <= set(spec["formats"]) and spec["min_cc"] <= low <= high, variant
+        assert spec["max_cc"] is None or high <= spec["max_cc"], variant
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
         assert required <= set(spec) <= required | {"ceiling", "tma"}
@@ -250,7 +252,7 @@ def test_import_needs_no_compiler():
         "def refuse(*a, **k): raise AssertionError('subprocess at import')\n"
         "subprocess.run = subprocess.Popen = refuse\n"
         "import cuda_impl\n"
-        "assert cuda_impl.DEFAULT_VARIANT['bf16'] == 'v5'\n"
+        "assert cuda_impl.DEFAULT_VARIANTS[0][3] == 'hopper'\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("CUDA_HOME", "CUDA_PATH")}
     env.update(PATH="", PYTHONPATH=str(REPO))
@@ -327,3 +329,32 @@ def test_sass_compare_finds_what_differs(fa_library, tmp_path, fa_sass, monkeypa
     result = sass.compare_libraries(fa_library, tmp_path / "b.so")
     assert result["differ"] == [key]
     assert sass.main([str(fa_library), str(tmp_path / "b.so")]) == 1
+
+
+@pytest.mark.parametrize("cc, fmt, head_dim, expected", [
+    ((9, 0), "bf16", 64, "hopper"), ((9, 0), "fp16", 256, "hopper"), ((9, 0), "fp8", 256, "hopper-fp8"),
+    ((9, 0), "mxfp8", 128, "hopper-mxfp8"), ((9, 0), "nvfp4", 64, "hopper-nvfp4"),
+    ((8, 0), "bf16", 128, "v5"), ((8, 9), "fp16", 64, "v5"),
+    ((8, 0), "bf16", 256, None), ((8, 9), "fp8", 128, None), ((9, 0), "mxfp8", 256, None), ((12, 0), "bf16", 128, None),
+])
+def test_default_variant_follows_the_table(monkeypatch, cc, fmt, head_dim, expected):
+    """variant=None: per GPU architecture, format and head_dim the table's variant, or a ValueError naming what
+    runs where (no silent fallback to a variant the GPU or the head_dim does not take)."""
+    from compare import formats
+
+    monkeypatch.setattr(cuda_impl, "_device_of", lambda x: torch.device("cuda", 0))
+    monkeypatch.setattr(validate, "capability", lambda device: cc)
+    x = torch.randn(1, 2, 64, head_dim)
+    q = x.to(torch.bfloat16 if fmt == "bf16" else torch.float16) if fmt in ("bf16", "fp16") else formats.quantize(x, fmt)
+    if expected is None:
+        with pytest.raises(ValueError, match=f"no cuda_impl variant runs {fmt} head_dim {head_dim} on sm_{cc[0]}{cc[1]}"):
+            cuda_impl.select_variant(q)
+    else:
+        assert cuda_impl.select_variant(q) == expected
+
+
+def test_default_variant_off_the_gpu_lets_validation_name_the_device():
+    q, k, v = qkv(d=128)
+    assert cuda_impl.select_variant(q) == "v5"
+    with pytest.raises(ValueError, match="device"):
+        cuda_impl.attention(q, k, v)

@@ -167,7 +167,7 @@ def test_c_entry_reports_errors_before_touching_a_device(fa_library):
 def test_registry_entry():
     assert SPEC["formats"] == ("fp8",) and SPEC["head_dims"] == (64, 128, 256)
     assert SPEC["min_cc"] == SPEC["max_cc"] == (9, 0)
-    assert cuda_impl.DEFAULT_VARIANT["fp8"] == "hopper-fp8"
+    assert ((9, 0), (9, 0), ("fp8",), "hopper-fp8") in cuda_impl.DEFAULT_VARIANTS
     backend = backends.get("cuda:hopper-fp8")
     assert backend.ceiling_for("fp8") == "wgmma.e4m3"
     assert backend.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 128, fmt="fp8")) is None

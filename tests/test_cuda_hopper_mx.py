@@ -265,7 +265,7 @@ def test_registry_entry(fmt):
     spec = cuda_impl.VARIANTS[f"hopper-{fmt}"]
     assert spec["formats"] == (fmt,) and set(spec["head_dims"]) >= {64, 128}
     assert spec["min_cc"] == spec["max_cc"] == (9, 0) and spec["ceiling"] == "wgmma"
-    assert cuda_impl.DEFAULT_VARIANT[fmt] == f"hopper-{fmt}"
+    assert ((9, 0), (9, 0), (fmt,), f"hopper-{fmt}") in cuda_impl.DEFAULT_VARIANTS
     backend = backends.get(f"cuda:hopper-{fmt}")
     assert backend.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 128, fmt=fmt)) is None
     assert "format" in backend.unsupported_reason(oracle.Case(1, 2, 2, 64, 64, 128, fmt="fp8"))

@@ -239,8 +239,10 @@ def test_variant_table_follows_the_contract():
             assert reason is not None and "Gluon" in reason and name in reason, reason
         else:
             assert reason is None, reason  # the interpreter runs every Triton-language variant
-    for fmt, name in triton_impl.DEFAULT_VARIANT.items():
-        assert fmt in triton_impl.VARIANTS[name]["formats"]
+    for low, high, formats, head_dims, longest, name in triton_impl.DEFAULT_VARIANTS:
+        spec = triton_impl.VARIANTS[name]
+        assert set(formats) <= set(spec["formats"]) and spec["min_cc"] <= low, name
+        assert head_dims is None or set(head_dims) <= set(spec["head_dims"]), name
     with pytest.raises(ValueError, match="unknown"):
         triton_impl.unavailable_reason("fa5")
 

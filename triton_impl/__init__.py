@@ -1,10 +1,12 @@
 """Triton FlashAttention-2 forward: `attention(q, k, v, causal=, scale=, variant=, return_lse=)`.
 
-Variants (see VARIANTS): "fa2" (pointer loads, portable, interpreter-friendly), "fa2-tma" (TMA
-descriptors, sm_90), "fp8" (e4m3 with per-head descales, sm_90). The kernels run behind the
-torch.library ops `triton_fa::fwd` and `triton_fa::fwd_fp8`, so `attention` works under torch.compile.
+Variants (VARIANTS): "fa2" (pointer loads, portable, runs under TRITON_INTERPRET=1), "fa2-tma" (TMA
+descriptors, sm_90+), "fa2-ws" (Gluon, warp-specialised, sm_90), "fp8" / "fp8-ws" (e4m3 with per-head
+descales), the MXFP8 / NVFP4 kernels. variant=None runs select_variant(q, k, v): the fastest for the GPU,
+format, head_dim and length (DEFAULT_VARIANTS). The kernels run behind torch.library ops
+(`triton_fa::fwd`, `fwd_fp8`, `fwd_blocked`), so `attention` works under torch.compile.
 """
-from triton_impl.frontend import attention, last_config, unavailable_reason
-from triton_impl.variants import DEFAULT_VARIANT, VARIANTS
+from triton_impl.frontend import attention, last_config, select_variant, unavailable_reason
+from triton_impl.variants import DEFAULT_VARIANTS, VARIANTS
 
-__all__ = ["attention", "last_config", "unavailable_reason", "VARIANTS", "DEFAULT_VARIANT"]
+__all__ = ["attention", "last_config", "select_variant", "unavailable_reason", "VARIANTS", "DEFAULT_VARIANTS"]

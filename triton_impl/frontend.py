@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from triton_impl.variants import DEFAULT_VARIANT, VARIANTS
+from triton_impl.variants import DEFAULT_VARIANTS, VARIANTS
 
 _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
@@ -233,11 +233,44 @@ def _resolve_scale(scale, head_dim):
     return scale
 
 
-def _choose_variant(fmt, variant):
+def _device_type(t):
+    return t.device.type
+
+
+def select_variant(q, k=None, v=None, *, causal=False):
+    """The variant attention(q, k, v, causal=causal) runs when variant=None: the first row of DEFAULT_VARIANTS
+    that fits q's GPU (under TRITON_INTERPRET=1 or off the GPU: the first that is not a Gluon kernel), format,
+    head_dim and length. TypeError for a format no variant takes, ValueError where none runs the inputs here."""
+    quantized = _is_quantized(q)
+    fmt = q.fmt if quantized else _TORCH_FORMATS.get(getattr(q, "dtype", None))
+    if fmt is None:
+        raise TypeError(f"dtype {getattr(q, 'dtype', type(q).__name__)} not supported; use bfloat16, float16 "
+                        f"(or float32 with 'fa2'), or a QuantTensor")
+    shape = q.logical_shape if quantized else q.shape
+    head_dim, length = shape[-1], max(shape[-2], (k.logical_shape if _is_quantized(k) else k.shape)[-2]
+                                      if k is not None else shape[-2])
+    data = q.data if quantized else q
+    cc = None if _interpreting() or _device_type(data) != "cuda" else torch.cuda.get_device_capability(data.device)
+    rows = [r for r in DEFAULT_VARIANTS if fmt in r[2]]
+    if not rows:
+        formats = sorted({f for r in DEFAULT_VARIANTS for f in r[2]})
+        raise TypeError(f"no triton variant takes format {fmt!r}; formats: {formats}")
+    for low, high, _, head_dims, longest, variant in rows:
+        if cc is None:
+            arch_ok = not VARIANTS[variant].get("gluon")
+        else:
+            arch_ok = low <= cc and (high is None or cc <= high)
+        if arch_ok and (head_dims is None or head_dim in head_dims) and (longest is None or length <= longest) \
+                and head_dim in VARIANTS[variant]["head_dims"]:
+            return variant
+    where = "the interpreter" if cc is None else f"sm_{cc[0]}{cc[1]}"
+    raise ValueError(f"no triton variant runs {fmt} head_dim {head_dim} on {where}; the table: "
+                     f"{', '.join(r[5] for r in rows)} (triton_impl.DEFAULT_VARIANTS)")
+
+
+def _choose_variant(fmt, variant, q, k, causal):
     if variant is None:
-        if fmt not in DEFAULT_VARIANT:
-            raise TypeError(f"no triton variant takes format {fmt!r}; formats: {sorted(DEFAULT_VARIANT)}")
-        variant = DEFAULT_VARIANT[fmt]
+        variant = select_variant(q, k, causal=causal)
     if variant not in VARIANTS:
         raise ValueError(f"unknown triton variant {variant!r}; known: {sorted(VARIANTS)}")
     formats = VARIANTS[variant]["formats"]
@@ -273,7 +306,7 @@ def _attention_16bit(q, k, v, causal, scale, variant):
     if q.dtype not in _TORCH_FORMATS:
         raise TypeError(f"dtype {q.dtype} not supported; use bfloat16, float16 (or float32 with 'fa2'), "
                         f"or a QuantTensor")
-    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant)
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
     _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
     scale = _resolve_scale(scale, q.shape[-1])
     return _run(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
@@ -286,7 +319,7 @@ def _attention_quantized(q, k, v, causal, scale, variant):
     fmts = {q.fmt, k.fmt, v.fmt}
     if len(fmts) != 1:
         raise TypeError(f"q, k, v must share one format, got {q.fmt}, {k.fmt}, {v.fmt}")
-    variant = _choose_variant(q.fmt, variant)
+    variant = _choose_variant(q.fmt, variant, q, k, causal)
     if q.transposed or k.transposed or not v.transposed:
         raise ValueError("q and k must be stored untransposed and v transposed (B, H, D, Sk); "
                          "use compare.formats.quantize_attention_inputs")

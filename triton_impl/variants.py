@@ -100,11 +100,19 @@ VARIANTS: dict[str, dict] = {
     },
 }
 
-DEFAULT_VARIANT: dict[str, str] = {
-    "bf16": "fa2-tma",
-    "fp16": "fa2-tma",
-    "fp32": "fa2",
-    "fp8": "fp8",
-    "mxfp8": "mxfp8-dequant",
-    "nvfp4": "nvfp4-dequant",
-}
+# What variant=None runs (triton_impl.select_variant): the first row whose architectures, format, head_dim and
+# length fit. Each row is the fastest variant that passed the oracle there in the committed sweeps
+# (figures/data/paper-h200-*.csv on the H200: the Gluon kernels from d128 and from 2k tokens at d64, the pointer
+# kernel for d64 up to 1k tokens, fp8-ws where it takes the head_dim); on other GPUs the variants their arch
+# allows. Under TRITON_INTERPRET=1 (no GPU) the first row that is not a Gluon kernel, whatever its arch.
+# (lowest cc, highest cc or None, formats, head_dims or None, longest max(Sq, Sk) or None, variant)
+DEFAULT_VARIANTS: tuple = (
+    ((9, 0), (9, 0), ("bf16", "fp16"), (64,), 1024, "fa2"),
+    ((9, 0), (9, 0), ("bf16", "fp16"), None, None, "fa2-ws"),
+    ((9, 0), (9, 0), ("fp8",), (64, 128), None, "fp8-ws"),
+    ((9, 0), None, ("bf16", "fp16"), None, None, "fa2-tma"),
+    ((9, 0), None, ("fp8",), None, None, "fp8"),
+    ((9, 0), None, ("mxfp8",), None, None, "mxfp8-dequant"),
+    ((9, 0), None, ("nvfp4",), None, None, "nvfp4-dequant"),
+    ((8, 0), None, ("bf16", "fp16", "fp32"), None, None, "fa2"),
+)
