@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import math
+import os
 import statistics
 import sys
 import time
@@ -34,7 +35,12 @@ from . import oracle
 from .schema import COLUMNS, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
+# The published results (what the figures and the report read). A run writes there only when told to with
+# an explicit `out` (--out figures/data/<name>.csv: a deliberate publishing step), never by default.
 DATA_DIR = env_mod.REPO_ROOT / "figures" / "data"
+# Where a run writes by default: a scratch folder, git-ignored (.gitignore: /runs/), or $FA2_COMPARE_OUT.
+SCRATCH_DIR = env_mod.REPO_ROOT / "runs"
+OUT_ENV = "FA2_COMPARE_OUT"
 # Datasheet dense rates (TFLOP/s) by GPU name fragment: 16-bit and 8-bit tensor-core peaks.
 DATASHEET = {"H200": {"16bit": 989.0, "8bit": 1979.0}, "H100": {"16bit": 989.0, "8bit": 1979.0}}
 
@@ -171,9 +177,17 @@ def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceili
     return row
 
 
+def scratch_dir() -> Path:
+    """$FA2_COMPARE_OUT when set (and not empty), else ./runs/ at the repository root."""
+    chosen = os.environ.get(OUT_ENV, "").strip()
+    return Path(chosen).expanduser() if chosen else SCRATCH_DIR
+
+
 def default_output(sweep: str, environment: dict) -> Path:
+    """The CSV a run writes without `out`: <scratch>/<sweep>-<gpu>-<commit>.csv, never under DATA_DIR (so a
+    trial run, on CPU or GPU, does not land in the published data)."""
     gpu = environment["gpu"].replace("NVIDIA ", "").replace(" ", "-").lower()
-    return DATA_DIR / f"{sweep}-{gpu}-{environment['git_commit']}.csv"
+    return scratch_dir() / f"{sweep}-{gpu}-{environment['git_commit']}.csv"
 
 
 def _done_keys(path: Path) -> set[tuple]:

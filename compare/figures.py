@@ -1,18 +1,26 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
 ``generate()`` reads every CSV under ``figures/data/`` (the schema of ``compare.bench``), keeps the newest
-row per (gpu, case), and draws five figures, each as PNG and PDF:
+row per (gpu, case), and draws five figures and one appendix figure, each as PNG and PDF:
 
-1. TFLOP/s against seqlen on the 16k-token grid (panels: format x head_dim x mask; bars p20..p80),
+1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
+   not, for the fastest CUDA and the fastest Triton variant of each panel and the PyTorch SDPA peers
+   (one qualitative colour and marker per backend; bars p20..p80),
 2. the optimisation ladder at the founding shape, beside the founding document's RTX 5090 numbers
    (a separate panel: another GPU, never on the same axis),
 3. where custom CUDA wins: best-CUDA / best-Triton TFLOP/s over (head_dim x seqlen),
 4. accuracy (relative L2 against the unquantized fp64 result) against TFLOP/s,
-5. a roofline of achieved TFLOP/s against the measured ceilings recorded in the rows.
+5. a roofline of achieved TFLOP/s against the measured ceilings recorded in the rows,
+
+A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
 A row whose oracle verdict is not "pass" is never drawn as a speed; captions count them. Each figure's
 footer names the environment its rows came from. A figure with nothing to draw is skipped with a message.
 Results from several GPUs give one set of figures per GPU (file names suffixed with the GPU).
+
+The files are reproducible: the same CSVs and the same matplotlib (and Pillow, for PNG) give the same bytes,
+so regenerating them leaves a clean tree. They carry no date and no software version (see SAVE_METADATA),
+and they are drawn under matplotlib's default style, whatever the user's matplotlibrc says.
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ import re
 import textwrap
 from pathlib import Path
 
+import matplotlib
+import matplotlib.style
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib import colormaps
-from matplotlib.colors import LogNorm
+from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
 from matplotlib.ticker import LogFormatter
 
@@ -55,6 +65,25 @@ BANDWIDTH_CEILINGS = ("dram",)  # ceiling names whose value is TB/s, not TFLOP/s
 FAMILY_ORDER = {"cuda": 0, "triton": 1, "peer": 2}
 LABEL_MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 DPI = 150
+# Nothing that changes from one run or one machine to the next goes into the files: no creation date, no
+# software versions (matplotlib writes its own version into PDF Producer/Creator and PNG Software).
+SAVE_METADATA = {
+    "pdf": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": None},
+    "png": {"Software": None},
+}
+# The versions that drew the committed figures: with these, regenerating them gives the same bytes
+# (tests/test_figures.py checks it; other versions may rasterise or compress differently).
+DRAWN_WITH = {"matplotlib": "3.11.2", "PIL": "13.0.0"}
+
+# Figure 1 (the headline): head_dim and formats of its panels, each causal and not.
+HEADLINE_HEAD_DIM = 128
+HEADLINE_FORMATS = ("bf16", "fp8")
+# Okabe-Ito colours (told apart also by colour-blind readers), a few per family, handed out in order.
+HEADLINE_COLORS = {"cuda": ["#D55E00", "#E69F00", "#882255"], "triton": ["#0072B2", "#009E73", "#56B4E9"],
+                   "peer": ["#000000", "#8C8C8C", "#CC79A7"]}
+# Figure 3: the ratio's colour scale, centred on 1.0; ratios outside it take the end colours (the cells are
+# annotated with their value), so that 1.0-1.2 differences stay visible beside ratios of 3.
+RATIO_COLOR_RANGE = (0.8, 1.25)
 
 
 class NothingToDraw(Exception):
@@ -191,6 +220,25 @@ class Style:
                 self.color[lab] = cmap(pos)
                 self.marker[lab] = LABEL_MARKERS[i % len(LABEL_MARKERS)]
 
+    @classmethod
+    def qualitative(cls, family: dict[str, str]) -> "Style":
+        """A few labels (figure 1): one distinct Okabe-Ito colour and one distinct marker per label."""
+        style = cls.__new__(cls)
+        style.family = dict(family)
+        style.labels = sorted(style.family, key=lambda lab: (FAMILY_ORDER.get(style.family[lab], 3),
+                                                             _variant_key(lab)))
+        style.color, style.marker = {}, {}
+        spare = iter(colormaps["tab10"].colors)
+        used = {fam: 0 for fam in HEADLINE_COLORS}
+        for i, lab in enumerate(style.labels):
+            fam = style.family[lab]
+            palette = HEADLINE_COLORS.get(fam, [])
+            k = used.get(fam, 0)
+            style.color[lab] = palette[k] if k < len(palette) else next(spare)
+            used[fam] = k + 1
+            style.marker[lab] = LABEL_MARKERS[i % len(LABEL_MARKERS)]
+        return style
+
     def ordered(self, labels) -> list[str]:
         present = set(labels)
         return [lab for lab in self.labels if lab in present]
@@ -260,19 +308,51 @@ def _legend(fig: Figure, style: Style, labels, format_markers=None) -> None:
 
 # ---------------------------------------------------------------- figures
 
-def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
-    selection = grid_rows(df)
+def headline_panels(df: pd.DataFrame) -> list[tuple[str, float, bool]]:
+    """The (format, head_dim, causal) panels of figure 1: HEADLINE_HEAD_DIM (else the head_dim with the most
+    rows) and HEADLINE_FORMATS (else the first format measured there), non-causal then causal."""
     rows = seqlen_data(df)
     if rows.empty:
-        raise NothingToDraw(f"no passing rows on the {GRID_TOKENS}-token grid (seqlen_q == seqlen_k)")
-    formats = sorted(rows["format"].unique(), key=_format_key)
-    columns = sorted({(d, c) for d, c in zip(rows["head_dim"], rows["causal"])})
-    fig = Figure(figsize=(3.0 * len(columns) + 0.5, 2.5 * len(formats) + 0.4), layout="constrained")
-    axes = fig.subplots(len(formats), len(columns), sharex=True, sharey="row", squeeze=False)
+        return []
+    head_dims = rows["head_dim"].value_counts()
+    head_dim = HEADLINE_HEAD_DIM if HEADLINE_HEAD_DIM in head_dims.index else head_dims.index[0]
+    at = rows[rows["head_dim"] == head_dim]
+    formats = [f for f in HEADLINE_FORMATS if f in set(at["format"])]
+    if not formats:
+        formats = sorted(at["format"].unique(), key=_format_key)[:1]
+    return [(fmt, head_dim, causal) for fmt in formats for causal in (False, True)]
+
+
+def headline_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 1 draws: in each headline panel, the fastest CUDA and the fastest Triton variant (highest
+    mean TFLOP/s over the seqlens of the panel, among the variants measured at the most seqlens there) and
+    every peer. Only rows that passed the oracle count."""
+    rows = seqlen_data(df)
+    kept = []
+    for fmt, head_dim, causal in headline_panels(df):
+        panel = rows[(rows["format"] == fmt) & (rows["head_dim"] == head_dim) & (rows["causal"] == causal)]
+        chosen = set(panel.loc[panel["family"] == "peer", "label"])
+        for family in ("cuda", "triton"):
+            mine = panel[panel["family"] == family]
+            if mine.empty:
+                continue
+            score = mine.groupby("label").agg(n=("seqlen_q", "nunique"), mean=("tflops", "mean"))
+            score = score[score["n"] == score["n"].max()]
+            chosen.add(score["mean"].idxmax())
+        kept.append(panel[panel["label"].isin(chosen)])
+    return pd.concat(kept) if kept else rows.iloc[:0]
+
+
+def _draw_seqlen_panels(fig: Figure, rows: pd.DataFrame, style: Style,
+                        panels: list[list[tuple[str, float, bool] | None]], sharey) -> None:
+    """One axis per (format, head_dim, causal) of `panels` (a grid, row by row); TFLOP/s against seqlen
+    with p20..p80 bars, peers dashed."""
+    axes = fig.subplots(len(panels), len(panels[0]), sharex=True, sharey=sharey, squeeze=False)
     seqlens = sorted(rows["seqlen_q"].unique())
-    for i, fmt in enumerate(formats):
-        for j, (head_dim, causal) in enumerate(columns):
+    for i, line_of_panels in enumerate(panels):
+        for j, key in enumerate(line_of_panels):
             ax = axes[i][j]
+            fmt, head_dim, causal = key
             panel = rows[(rows["format"] == fmt) & (rows["head_dim"] == head_dim) & (rows["causal"] == causal)]
             for label in style.ordered(panel["label"]):
                 line = panel[panel["label"] == label].sort_values("seqlen_q")
@@ -286,18 +366,62 @@ def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style) -> Figure:
             ax.set_xticks(seqlens, [_seqlen_tick(s) for s in seqlens])
             ax.minorticks_off()
             ax.grid(True, alpha=0.3)
-            if i == 0:
+            grid_mode = sharey == "row"  # the grid: titles on the top row, the format on the y label
+            if not grid_mode:
+                ax.set_title(f"{fmt}, head_dim {int(head_dim)}, {'causal' if causal else 'non-causal'}", fontsize=10)
+            elif i == 0:
                 ax.set_title(f"head_dim {int(head_dim)}, {'causal' if causal else 'non-causal'}", fontsize=10)
             if j == 0:
-                ax.set_ylabel(f"{fmt}\nTFLOP/s")
-            if i == len(formats) - 1:
+                ax.set_ylabel(f"{fmt}\nTFLOP/s" if grid_mode else "TFLOP/s")
+            if i == len(panels) - 1:
                 ax.set_xlabel("seqlen (batch x seqlen = 16k tokens)")
-    for i, fmt in enumerate(formats):  # after plotting: set_ylim freezes the shared autoscale of the row
-        top = tflops_bounds(rows[rows["format"] == fmt])[1].max()
-        axes[i][0].set_ylim(0, top * 1.08)
-    fig.suptitle("Forward TFLOP/s against sequence length (median call; bars: p20..p80 of the timed calls)")
+    # After plotting: set_ylim freezes the shared autoscale.
+    for i, line_of_panels in enumerate(panels):
+        keys = line_of_panels if sharey == "row" else [k for lp in panels for k in lp]
+        chosen = pd.concat([rows[(rows["format"] == f) & (rows["head_dim"] == d) & (rows["causal"] == c)]
+                            for f, d, c in keys])
+        if len(chosen):
+            axes[i][0].set_ylim(0, tflops_bounds(chosen)[1].max() * 1.08)
+
+
+def fig_tflops_vs_seqlen(df: pd.DataFrame, style: Style | None = None) -> Figure:
+    """Figure 1, the headline: few panels, few backends, one distinct colour and marker each."""
+    panels = headline_panels(df)
+    rows = headline_data(df)
+    if rows.empty:
+        raise NothingToDraw(f"no passing rows on the {GRID_TOKENS}-token grid (seqlen_q == seqlen_k)")
+    selection = grid_rows(df)
+    selection = selection[selection["format"].isin({p[0] for p in panels})
+                          & (selection["head_dim"] == panels[0][1])]
+    headline_style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    grid = [[p for p in panels if p[0] == fmt] for fmt in dict.fromkeys(p[0] for p in panels)]
+    fig = Figure(figsize=(9.5, 3.3 * len(grid) + 0.6), layout="constrained")
+    _draw_seqlen_panels(fig, rows, headline_style, grid, sharey=True)
+    fig.suptitle(f"Forward TFLOP/s against sequence length, head_dim {int(panels[0][1])}: "
+                 "fastest CUDA and Triton variant against PyTorch SDPA")
+    _legend(fig, headline_style, rows["label"])
+    _footer(fig, ["Per panel: the CUDA and the Triton variant with the highest mean TFLOP/s over the panel's "
+                  "seqlens, and every PyTorch SDPA peer (dashed). Median call; bars: p20..p80 of the timed calls. "
+                  "Every backend, head_dim and format: figure A1.",
+                  environment_caption(rows), not_drawn_note(selection)])
+    return fig
+
+
+def fig_tflops_grid(df: pd.DataFrame, style: Style) -> Figure:
+    """Figure A1: the whole grid, every backend (panels: format x (head_dim, mask))."""
+    selection = grid_rows(df)
+    rows = seqlen_data(df)
+    if rows.empty:
+        raise NothingToDraw(f"no passing rows on the {GRID_TOKENS}-token grid (seqlen_q == seqlen_k)")
+    formats = sorted(rows["format"].unique(), key=_format_key)
+    columns = sorted({(d, c) for d, c in zip(rows["head_dim"], rows["causal"])})
+    fig = Figure(figsize=(3.0 * len(columns) + 0.5, 2.5 * len(formats) + 0.4), layout="constrained")
+    _draw_seqlen_panels(fig, rows, style, [[(fmt, d, c) for d, c in columns] for fmt in formats], sharey="row")
+    fig.suptitle("A1. Forward TFLOP/s against sequence length, every backend "
+                 "(median call; bars: p20..p80 of the timed calls)")
     _legend(fig, style, rows["label"])
-    _footer(fig, [environment_caption(rows), not_drawn_note(selection)])
+    _footer(fig, ["CUDA in reds, Triton in blues, PyTorch SDPA peers in greys (dashed); markers tell the variants "
+                  "of a family apart.", environment_caption(rows), not_drawn_note(selection)])
     return fig
 
 
@@ -366,8 +490,10 @@ def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
         raise NothingToDraw("no grid cell has passing rows from both a CUDA and a Triton backend")
     panels = sorted({(f, c) for f, c in zip(table["format"], table["causal"])}, key=lambda p: (_format_key(p[0]), p[1]))
     full = cuda_triton_ratio(df)
-    spread = max(float(np.max(np.abs(np.log(table["ratio"])))), np.log(1.1))
-    norm = LogNorm(vmin=np.exp(-spread), vmax=np.exp(spread))  # symmetric in log space: centred at 1
+    low, high = RATIO_COLOR_RANGE
+    norm = TwoSlopeNorm(vmin=low, vcenter=1.0, vmax=high)
+    extend = {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[
+        (bool((table["ratio"] < low).any()), bool((table["ratio"] > high).any()))]
     ncols = min(2, len(panels))
     nrows = -(-len(panels) // ncols)
     fig = Figure(figsize=(5.2 * ncols + 1.0, 3.0 * nrows + 0.6), layout="constrained")
@@ -385,14 +511,16 @@ def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
     mappable = axes.flat[0].collections[0]
-    colorbar = fig.colorbar(mappable, ax=axes, shrink=0.8, label="best CUDA / best Triton TFLOP/s")
+    colorbar = fig.colorbar(mappable, ax=axes, shrink=0.6, extend=extend, label="best CUDA / best Triton TFLOP/s")
     colorbar.ax.minorticks_off()
-    ticks = np.exp(np.linspace(-spread, spread, 5))
+    ticks = [t for t in (0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.1, 1.15, 1.2, 1.25) if low <= t <= high]
     colorbar.set_ticks(ticks, labels=[f"{t:.2f}" for t in ticks])
     fig.suptitle("Where custom CUDA wins: > 1 (red) CUDA faster, < 1 (blue) Triton faster")
     compared = grid_rows(df)
     compared = compared[compared["family"].isin(["cuda", "triton"])]
-    _footer(fig, ["Best passing variant of each family per cell; blank cells lack a passing row from one side.",
+    _footer(fig, ["Best passing variant of each family per cell; blank cells lack a passing row from one side. "
+                  f"The colour scale is centred on 1.0 and spans {low:.2f} to {high:.2f}; cells beyond it take "
+                  "the end colour and their number gives the ratio.",
                   environment_caption(passed(compared)), not_drawn_note(compared)])
     return fig
 
@@ -496,6 +624,11 @@ def _gpu_slug(gpu: str) -> str:
 def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_ROOT / "figures",
              reference_dir: Path = REPO_ROOT / "figures" / "reference", log=print) -> list[Path]:
     """Draw every figure the data supports into `out_dir` (PNG and PDF); returns the files written."""
+    with matplotlib.style.context("default"):
+        return _generate(data_dir, out_dir, reference_dir, log)
+
+
+def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[Path]:
     df = load_results(data_dir)
     cpu = df["gpu"] == "cpu"
     if cpu.any():
@@ -518,6 +651,7 @@ def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = RE
             "fig3_cuda_vs_triton": lambda: fig_cuda_vs_triton(rows),
             "fig4_accuracy_vs_speed": lambda: fig_accuracy(rows, style),
             "fig5_roofline": lambda: fig_roofline(rows, style),
+            "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():
             try:
@@ -527,7 +661,7 @@ def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = RE
                 continue
             for ext in ("png", "pdf"):
                 path = out_dir / f"{name}{suffix}.{ext}"
-                fig.savefig(path, dpi=DPI, bbox_inches="tight")
+                fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata=SAVE_METADATA[ext])
                 written.append(path)
     return written
 
@@ -541,7 +675,7 @@ def main(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_R
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data", type=Path, default=REPO_ROOT / "figures" / "data",
-                        help="folder of results CSVs (searched recursively)")
+                        help="folder of results CSVs (its own files only, not subfolders)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "figures", help="where PNG and PDF files go")
     parser.add_argument("--reference", type=Path, default=REPO_ROOT / "figures" / "reference",
                         help=f"folder holding {FOUNDING_REFERENCE}")

@@ -149,3 +149,24 @@ def test_graph_capture_is_checked_and_refuses_what_it_cannot_replay():
     assert graph is None and why
     p20, p50, p80, how = bench.time_call(lambda: x * 2, "cuda", warmup_ms=5, rep_ms=10, graph=True)
     assert 0 < p20 <= p50 <= p80 and how == ""
+
+
+def test_a_run_without_out_writes_to_scratch_never_to_the_published_data(monkeypatch, tmp_path):
+    environment = {"gpu": "NVIDIA H200", "git_commit": "abc1234"}
+    monkeypatch.delenv(bench.OUT_ENV, raising=False)
+    path = bench.default_output("quick", environment)
+    assert path == bench.env_mod.REPO_ROOT / "runs" / "quick-h200-abc1234.csv"
+    assert bench.DATA_DIR not in path.parents
+    gitignore = (bench.env_mod.REPO_ROOT / ".gitignore").read_text().split()
+    assert "/runs/" in gitignore
+    monkeypatch.setenv(bench.OUT_ENV, str(tmp_path / "mine"))
+    assert bench.default_output("quick", {**environment, "gpu": "cpu"}) == tmp_path / "mine" / "quick-cpu-abc1234.csv"
+    monkeypatch.setenv(bench.OUT_ENV, "")
+    assert bench.default_output("quick", environment).parent == bench.SCRATCH_DIR
+
+
+def test_run_without_out_lands_in_the_scratch_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv(bench.OUT_ENV, str(tmp_path / "scratch"))
+    out = bench.run(_tiny_sweep(tmp_path), rep_ms=5, progress=False, log=lambda s: None)
+    assert out.parent == tmp_path / "scratch" and out.exists()
+    assert len(list(csv.DictReader(out.open()))) == 8

@@ -10,14 +10,20 @@ import math
 import shutil
 from pathlib import Path
 
+import matplotlib
 import pandas as pd
+import PIL
 import pytest
+from matplotlib.colors import TwoSlopeNorm, to_rgb
+from PIL import Image
 
 from compare import bench, figures
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-h200.csv"
 REFERENCE_DIR = figures.REPO_ROOT / "figures" / "reference"
 FAIL_TFLOPS = 99999.0
+STEMS = ("fig1_tflops_vs_seqlen", "fig2_ladder", "fig3_cuda_vs_triton", "fig4_accuracy_vs_speed", "fig5_roofline",
+         "figA1_tflops_grid")
 
 
 @pytest.fixture
@@ -33,18 +39,26 @@ def results(data_dir):
     return figures.load_results(data_dir)
 
 
+@pytest.fixture(scope="module")
+def drawn_once(tmp_path_factory):
+    """The fixture's figures, drawn once for the module (drawing takes seconds): (folder, files written)."""
+    base = tmp_path_factory.mktemp("drawn")
+    (base / "data").mkdir()
+    shutil.copy(FIXTURE, base / "data" / FIXTURE.name)
+    written = figures.generate(base / "data", base / "figs", REFERENCE_DIR, log=lambda _: None)
+    return base, written
+
+
 def test_schema_mirrors_the_bench_driver():
     assert set(figures.REQUIRED_COLUMNS) <= set(bench.COLUMNS)
     assert list(pd.read_csv(FIXTURE, nrows=0).columns) == bench.COLUMNS
 
 
-def test_all_figures_regenerate(data_dir, tmp_path):
-    out = tmp_path / "figs"
-    written = figures.generate(data_dir, out, REFERENCE_DIR, log=lambda _: None)
+def test_all_figures_regenerate(drawn_once):
+    base, written = drawn_once
+    out = base / "figs"
     names = {p.name for p in written}
-    for stem in ("fig1_tflops_vs_seqlen", "fig2_ladder", "fig3_cuda_vs_triton", "fig4_accuracy_vs_speed",
-                 "fig5_roofline"):
-        assert {f"{stem}.png", f"{stem}.pdf"} <= names
+    assert names == {f"{stem}.{ext}" for stem in STEMS for ext in ("png", "pdf")}
     assert all(p.parent == out and p.stat().st_size > 1000 for p in written)
 
 
@@ -55,7 +69,7 @@ def test_command_line_arguments_reach_the_generator(data_dir, tmp_path, capsys):
     args = parser.parse_args(["--data", str(data_dir), "--out", str(out), "--reference", str(tmp_path / "none")])
     assert figures.run(args) == 0
     printed = capsys.readouterr().out
-    assert "wrote 10 file(s)" in printed and str(out / "fig2_ladder.png") in printed
+    assert "wrote 12 file(s)" in printed and str(out / "fig2_ladder.png") in printed
 
 
 def test_failed_row_is_loaded_but_never_drawn_as_a_speed(results):
@@ -153,3 +167,124 @@ def test_caption_tells_oracle_failures_from_refusals():
     note = figures.not_drawn_note(rows)
     assert note == "Not shown: 1 row(s) failed the oracle (cuda:v5); 2 row(s) raised an error (triton:x)."
     assert figures.not_drawn_note(rows[rows["oracle"] == "pass"]) == ""
+
+
+# ---------------------------------------------------------------- reproducible files
+
+def _generate_bytes(data_dir, out):
+    figures.generate(data_dir, out, REFERENCE_DIR, log=lambda _: None)
+    return _read_bytes(out)
+
+
+def _read_bytes(folder):
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_the_files_are_the_same_bytes_run_to_run_and_carry_no_date_or_version(drawn_once, data_dir, tmp_path):
+    first = _read_bytes(drawn_once[0] / "figs")
+    second = _generate_bytes(data_dir, tmp_path / "two")
+    assert first.keys() == second.keys() and len(first) == 2 * len(STEMS)
+    assert [name for name in first if first[name] != second[name]] == []
+    for name, content in first.items():
+        if name.endswith(".pdf"):
+            for stamp in (b"/CreationDate", b"/ModDate", b"/Producer", b"/Creator", b"atplotlib"):
+                assert stamp not in content, (name, stamp)
+        else:
+            with Image.open(drawn_once[0] / "figs" / name) as image:
+                assert image.text == {}, name  # no Software (matplotlib version) chunk, nothing else
+            assert b"atplotlib" not in content, name
+
+
+def test_a_users_matplotlibrc_does_not_change_the_files(drawn_once, data_dir, tmp_path):
+    plain = _read_bytes(drawn_once[0] / "figs")
+    with matplotlib.rc_context({"lines.linewidth": 4.0, "axes.facecolor": "yellow", "font.size": 15,
+                                "pdf.fonttype": 42, "axes.prop_cycle": matplotlib.cycler(color=["g"])}):
+        styled = _generate_bytes(data_dir, tmp_path / "styled")
+    assert [name for name in plain if plain[name] != styled[name]] == []
+
+
+@pytest.mark.skipif(matplotlib.__version__ != figures.DRAWN_WITH["matplotlib"]
+                    or PIL.__version__ != figures.DRAWN_WITH["PIL"],
+                    reason=f"the committed figures were drawn with {figures.DRAWN_WITH}: other versions may "
+                           "rasterise or compress differently")
+def test_the_committed_figures_are_what_the_committed_data_draws(tmp_path):
+    """A fresh clone that runs `python -m compare figures` gets the committed bytes: the tree stays clean."""
+    committed_dir = figures.REPO_ROOT / "figures"
+    regenerated = _generate_bytes(committed_dir / "data", tmp_path / "regen")
+    committed = {p.name: p.read_bytes() for p in sorted(committed_dir.iterdir())
+                 if p.suffix in (".png", ".pdf")}
+    assert sorted(regenerated) == sorted(committed), "figures/ holds other files than the generator writes"
+    stale = [name for name in committed if committed[name] != regenerated[name]]
+    assert stale == [], f"regenerate with `python -m compare figures`: {stale} differ"
+
+
+# ---------------------------------------------------------------- figure 1 (headline) and A1 (the grid)
+
+def test_headline_panels_are_d128_bf16_and_fp8_both_masks(results):
+    assert figures.headline_panels(results) == [("bf16", 128, False), ("bf16", 128, True),
+                                                ("fp8", 128, False), ("fp8", 128, True)]
+    only_d64 = results[results["head_dim"] == 64]
+    assert figures.headline_panels(only_d64) == [("bf16", 64, False), ("bf16", 64, True)]
+
+
+def test_headline_keeps_the_fastest_cuda_and_triton_and_the_peers(results):
+    drawn = figures.headline_data(results)
+    per_panel = drawn.groupby(["format", "causal"])["label"].unique().map(sorted).to_dict()
+    assert per_panel[("bf16", False)] == ["cuda:v5", "sdpa:flash", "triton:fa2"]
+    assert per_panel[("bf16", True)] == ["cuda:v5", "sdpa:flash", "triton:fa2"]
+    assert (drawn["head_dim"] == 128).all() and (drawn["oracle"] == "pass").all()
+
+
+def test_a_failed_row_never_makes_a_variant_the_fastest(results):
+    boosted = results.copy()
+    is_v1 = (boosted["label"] == "cuda:v1") & (boosted["head_dim"] == 128) & ~boosted["causal"] \
+        & (boosted["format"] == "bf16")
+    boosted.loc[is_v1, ["tflops", "oracle"]] = [FAIL_TFLOPS, "fail"]
+    drawn = figures.headline_data(boosted)
+    panel = drawn[(drawn["format"] == "bf16") & ~drawn["causal"]]
+    assert set(panel["label"]) == {"cuda:v5", "triton:fa2", "sdpa:flash"}
+
+
+def test_headline_has_few_panels_and_colours_and_markers_that_differ(results):
+    fig = figures.fig_tflops_vs_seqlen(results)
+    assert len(fig.axes) == 4
+    labels = sorted(set(figures.headline_data(results)["label"]))
+    families = dict(zip(results["label"], results["family"]))
+    style = figures.Style.qualitative({lab: families[lab] for lab in labels})
+    colours = [to_rgb(style.color[lab]) for lab in labels]
+    assert len(set(colours)) == len(labels)
+    assert len({style.marker[lab] for lab in labels}) == len(labels)
+    # Told apart: every pair differs by a clear step in RGB, not two shades of one hue.
+    for i, a in enumerate(colours):
+        for b in colours[i + 1:]:
+            assert sum((x - y) ** 2 for x, y in zip(a, b)) ** 0.5 > 0.25, (a, b)
+    # The colours on the axes are the style's: one line per drawn (panel, label).
+    drawn_colours = {to_rgb(line.get_color()) for ax in fig.axes for line in ax.get_lines() if line.get_marker()}
+    assert drawn_colours == set(colours)
+
+
+def test_appendix_grid_has_every_panel_and_backend(results):
+    fig = figures.fig_tflops_grid(results, figures.Style(results))
+    rows = figures.seqlen_data(results)
+    n_columns = len({(d, c) for d, c in zip(rows["head_dim"], rows["causal"])})
+    assert len(fig.axes) == rows["format"].nunique() * n_columns
+    legend_texts = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+    assert set(rows["label"]) <= legend_texts
+
+
+# ---------------------------------------------------------------- figure 3's colour scale
+
+def test_ratio_colours_centre_on_one_and_show_a_tenth(results):
+    fig = figures.fig_cuda_vs_triton(results)
+    mesh = fig.axes[0].collections[0]
+    norm = mesh.norm
+    assert isinstance(norm, TwoSlopeNorm) and norm.vcenter == 1.0
+    assert norm(1.0) == pytest.approx(0.5)
+    assert norm(1.1) - norm(1.0) > 0.15 and norm(1.2) - norm(1.1) > 0.15  # 1.0, 1.1, 1.2: three colours
+    assert norm(0.9) < 0.5 - 0.15
+    cmap = mesh.get_cmap()
+    white, light = cmap(norm(1.0)), cmap(norm(1.1))
+    assert sum((x - y) ** 2 for x, y in zip(white[:3], light[:3])) ** 0.5 > 0.15
+    # Every cell is annotated with its ratio: bf16 d128 4k non-causal is 420 / 350 = 1.20.
+    texts = {t.get_text() for ax in fig.axes for t in ax.texts}
+    assert "1.20" in texts
