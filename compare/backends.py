@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import importlib
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -217,12 +218,18 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             name=f"{family}:{variant}", family=family, formats=tuple(f for f in caps["formats"] if f in formats.FORMATS),
             head_dims=tuple(caps["head_dims"]),
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
-            min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") else None,
+            # under TRITON_INTERPRET=1 the Triton kernels run on the CPU: triton_impl says which can
+            min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())
+            else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None,
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))
     return out
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def _refuse(reason: str) -> Callable:

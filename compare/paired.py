@@ -8,8 +8,8 @@ own `bench.measure` (oracle check, CUDA-graph replays, L2 flushed), the order re
 A ratio is the median over rounds of the per-round ratios, reported with their range.
 
 Rows follow the results schema (`compare.schema`) with sweep "paired:<sweep>" and the round first in the
-note. They go to figures/data/paired/, which the figures do not draw; `compare report` puts their ratios in
-the README. Only `run` needs torch (the summaries run where the figures do). On a copy of the checkout
+note. Without `out` they go to the scratch folder (bench.default_output); published with
+`--out figures/data/paired/<name>.csv`, which the figures do not draw and `compare report` tabulates. Only `run` needs torch (the summaries run where the figures do). On a copy of the checkout
 without its .git (the GPU machine), set FA2_GIT_COMMIT as for the sweeps, or the rows carry a wrong commit.
 """
 
@@ -21,7 +21,6 @@ from pathlib import Path
 
 from .schema import COLUMNS, shape_label
 
-PAIRED_DIR = Path(__file__).resolve().parent.parent / "figures" / "data" / "paired"
 
 
 def select_cases(cases: list, *, head_dims=None, formats=None, seqlens=None, causal: bool | None = None) -> list:
@@ -37,7 +36,7 @@ def select_cases(cases: list, *, head_dims=None, formats=None, seqlens=None, cau
 def run(sweep_name: str, chosen: list, cases: list, rounds: int, *, out: Path | None = None,
         warmup_ms: int = 25, rep_ms: int = 100, log=print) -> Path:
     """Measure every backend of `chosen` on every case (oracle.Case) in `rounds` interleaved rounds; write
-    the rows to `out` (default figures/data/paired/paired-<gpu>-<commit>.csv, replaced) and log the ratio
+    the rows to `out` (default <scratch>/paired-<gpu>-<commit>.csv, replaced) and log the ratio
     table of the first backend against each other one. Returns the CSV path."""
     import torch
 
@@ -49,7 +48,7 @@ def run(sweep_name: str, chosen: list, cases: list, rounds: int, *, out: Path | 
         raise ValueError("paired timing needs at least two runnable backends")
     device = "cuda" if torch.cuda.is_available() else "cpu"
     environment = env_mod.environment(device)
-    out = Path(out) if out else PAIRED_DIR / bench.default_output("paired", environment).name
+    out = Path(out) if out else bench.default_output("paired", environment)
     out.parent.mkdir(parents=True, exist_ok=True)
     base = {**environment, "sweep": f"paired:{sweep_name}"}
     rows = []

@@ -1,8 +1,13 @@
-"""Markdown tables of the committed results, for the README (``python -m compare report``).
+"""Markdown of the committed results (``python -m compare report``): the README's findings and headline table,
+and every table of docs/results.md.
 
-The README's results block is this module's output between two marker lines; ``--update-readme``
-rewrites it, and a test fails when the README and the committed CSVs disagree, so no number in the
-README is typed by hand.
+Each generated part sits in its document between two marker lines (``<!-- NAME:begin ... -->`` and
+``<!-- NAME:end -->``, see BLOCKS); ``--update-readme`` rewrites them all, and a test fails when a document and
+a fresh generation from the committed CSVs disagree, so no measured number in either is typed by hand.
+
+What is published: the CSVs directly in the data folder (``figures/data/``, not its subfolders; the side-by-side
+CSVs of ``figures/data/paired/`` feed only the side-by-side table), GPU rows only (a CPU run is a smoke test),
+grouped by GPU: every header and every table is about one GPU, never a mix.
 """
 
 from __future__ import annotations
@@ -16,8 +21,6 @@ from . import paired
 from .figures import FOUNDING_SHAPE, REPO_ROOT, grid_rows, load_results, not_drawn_note, passed
 from .schema import shape_label
 
-BEGIN, END = "<!-- results:begin (python -m compare report --update-readme) -->", "<!-- results:end -->"
-README = REPO_ROOT / "README.md"
 
 
 def tflops_table(df: pd.DataFrame) -> str:
@@ -109,34 +112,46 @@ def headline_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def paired_table(paired_dir: Path) -> str:
-    """The side-by-side ratios of the paired CSVs (compare.paired) in `paired_dir`: a row per comparison and
-    case, from the newest CSV (by its rows' timestamps) that measured it, so that a case measured again after
-    a change shows its current ratio once; '' when there is none."""
-    newest: dict[tuple[str, str, str], tuple[str, str]] = {}  # (first, second, case) -> (time, table row)
+def _newest_paired(paired_dir: Path, gpu: str | None = None) -> dict[tuple[str, str, str], dict]:
+    """(first, second, case) -> the summary of compare.paired.ratios from the newest CSV (by its rows'
+    timestamps) in `paired_dir` that measured it, with 'commit' (short) and 'measured' added; with `gpu`,
+    only that GPU's rows count (the published tables pass it, so that a CPU or another GPU's call never
+    mixes in)."""
+    newest: dict[tuple[str, str, str], dict] = {}
     for path in sorted(Path(paired_dir).glob("*.csv")):
-        rows = paired.read(path)
+        rows = [r for r in paired.read(path) if gpu is None or r.get("gpu") == gpu]
         if not rows:
             continue
-        commit = rows[0]["git_commit"][:7]  # short, as the file names have it
-        measured = max(r["timestamp"] for r in rows)
+        commit = rows[0].get("git_commit", "")[:7]  # short, as the file names have it
+        measured = max(r.get("timestamp", "") for r in rows)
         for first, second in paired.pairs(rows):
             for r in paired.ratios(rows, first, second):
-                what = f"| `{first}` / `{second}` | {r['case']} |"
-                if "ratio" not in r:
-                    line = f"{what} - | - | 0 | - | {commit} |"
-                else:
-                    rates = (f"{r['tflops_first']:.0f} / {r['tflops_second']:.0f}" if "tflops_first" in r else "-")
-                    line = (f"{what} {r['ratio']:.3f} | [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | "
-                            f"{r['rounds']} | {rates} | {commit} |")
                 key = (first, second, r["case"])
-                if key not in newest or measured > newest[key][0]:
-                    newest[key] = (measured, line)
+                if key not in newest or measured > newest[key]["measured"]:
+                    newest[key] = {**r, "commit": commit, "measured": measured}
+    return newest
+
+
+def paired_table(paired_dir: Path, gpu: str | None = None) -> str:
+    """The side-by-side ratios of the paired CSVs (compare.paired) in `paired_dir`: a row per comparison and
+    case, from the newest CSV (by its rows' timestamps) that measured it, so that a case measured again after
+    a change shows its current ratio once; '' when there is none. Only rows of `gpu` when it is given."""
+    newest = _newest_paired(paired_dir, gpu)
     if not newest:
         return ""
-    order = sorted(newest, key=lambda key: (key[0], key[1], _case_order(key[2])))
+    lines = []
+    for key in sorted(newest, key=lambda key: (key[0], key[1], _case_order(key[2]))):
+        first, second, case = key
+        r = newest[key]
+        what = f"| `{first}` / `{second}` | {case} |"
+        if "ratio" not in r:
+            lines.append(f"{what} - | - | 0 | - | {r['commit']} |")
+            continue
+        rates = f"{r['tflops_first']:.0f} / {r['tflops_second']:.0f}" if "tflops_first" in r else "-"
+        lines.append(f"{what} {r['ratio']:.3f} | [{r['ratio_min']:.3f}, {r['ratio_max']:.3f}] | {r['rounds']} | "
+                     f"{rates} | {r['commit']} |")
     return "\n".join(["| comparison | case | ratio | [min, max] | rounds | TFLOP/s | commit |",
-                      "|---|---|---:|---|---:|---|---|"] + [newest[key][1] for key in order])
+                      "|---|---|---:|---|---:|---|---|"] + lines)
 
 
 def _case_order(label: str) -> tuple:
@@ -160,55 +175,328 @@ def ceilings_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
-def report(data_dir: Path) -> str:
-    df = load_results(data_dir)
-    if df.empty:
-        return "(no results)"
-    env = df.iloc[-1]
-    commits = ", ".join(sorted(df["git_commit"].unique()))
-    parts = [f"TFLOP/s (median of single calls, each a CUDA-graph replay of one API call with L2 flushed "
-             f"before it, so host-side API work is not timed; see compare/bench.py), {env['gpu']}, "
-             f"driver {env['driver']}, CUDA "
-             f"{env['cuda']}, torch {env['torch']}, triton {env['triton']}, commit(s) {commits}. Every number passed "
-             f"the oracle on the same inputs. {not_drawn_note(df) or 'No row failed the oracle or raised.'}",
-             "", "Headline speed ratios from the same data (> 1: the first is faster; cells are non-causal / causal, "
-             "16k tokens per batch; founding shape: b1 h8 q4096 k8192 d128, non-causal):", "", headline_table(df),
-             "", "Every passing row:", "", tflops_table(df)]
-    side_by_side = paired_table(Path(data_dir) / "paired")
+# ---------------------------------------------------------------------------------------------------------
+# Which rows are published, and grouped how
+
+def _is_cpu(gpu) -> bool:
+    """A row measured without a GPU (compare.env writes gpu='cpu'): never part of a published table."""
+    return str(gpu).strip().lower() in ("", "cpu", "nan", "none")
+
+
+def published(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows the published tables are built from: GPU rows only (CPU runs are smoke tests, not results).
+    `load_results` already reads only the CSVs directly in the data folder, not its subfolders."""
+    return df[~df["gpu"].map(_is_cpu)] if "gpu" in df else df.iloc[0:0]
+
+
+def by_gpu(df: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """(GPU name, its rows) for every GPU in `df`'s published rows, the GPU with the most rows first: each
+    table and each header is about one GPU, never a mix."""
+    rows = published(df)
+    groups = [(str(gpu), group) for gpu, group in rows.groupby("gpu", sort=True)]
+    return sorted(groups, key=lambda item: -len(item[1]))
+
+
+def _environments(rows: pd.DataFrame) -> str:
+    envs = rows[["driver", "cuda", "torch", "triton"]].drop_duplicates().sort_values(["driver", "cuda", "torch", "triton"])
+    return "; ".join(f"driver {e.driver}, CUDA {e.cuda}, torch {e.torch}, triton {e.triton}" for e in envs.itertuples())
+
+
+def environment_line(rows: pd.DataFrame) -> str:
+    """One GPU's environment: driver, CUDA, torch, triton (each combination once) and the commits."""
+    commits = ", ".join(sorted(rows["git_commit"].unique()))
+    return f"{rows['gpu'].iloc[0]}, {_environments(rows)}, commit(s) {commits}"
+
+
+TIMING = ("TFLOP/s (median of single calls, each a CUDA-graph replay of one API call with L2 flushed before it, "
+          "so host-side API work is not timed; see compare/bench.py)")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The README: findings and one headline table
+
+# (format, backend) rows of the README's headline table, in this order; a row without data is left out
+HEADLINE_ROWS = [
+    ("bf16", "cuda:hopper"), ("bf16", "cuda:v5"), ("bf16", "triton:fa2-ws"), ("bf16", "triton:fa2-tma"),
+    ("bf16", "sdpa:cudnn"), ("bf16", "sdpa:flash"),
+    ("fp8", "cuda:hopper-fp8"), ("fp8", "triton:fp8-ws"), ("fp8", "triton:fp8"),
+    ("mxfp8", "cuda:hopper-mxfp8"), ("mxfp8", "triton:mxfp8-dequant"), ("mxfp8", "triton:mxfp8-dot-scaled"),
+    ("nvfp4", "cuda:hopper-nvfp4"), ("nvfp4", "triton:nvfp4-dequant"),
+]
+HEADLINE_HEAD_DIM = 128
+MAX_HEADLINE_ROWS = 15
+TRITON_16BIT = ["triton:fa2", "triton:fa2-tma", "triton:fa2-ws"]
+TRITON_FP8 = ["triton:fp8", "triton:fp8-ws"]
+TRITON_MXFP8 = ["triton:mxfp8-dequant", "triton:mxfp8-dot-scaled"]
+TRITON_NVFP4 = ["triton:nvfp4-dequant", "triton:nvfp4-dot-scaled"]
+
+
+def headline_tflops_table(df: pd.DataFrame, head_dim: int = HEADLINE_HEAD_DIM) -> str:
+    """TFLOP/s of the HEADLINE_ROWS backends at `head_dim` on the 16k-token grid (non-causal / causal per
+    seqlen) and at the founding shape (16-bit only): at most MAX_HEADLINE_ROWS rows."""
+    rows = passed(df)
+    grid = grid_rows(rows)
+    grid = grid[grid["head_dim"] == head_dim]
+    founding = rows
+    for column, value in FOUNDING_SHAPE.items():
+        founding = founding[founding[column] == value]
+    header = ["format", "backend"] + [f"{s // 1024}k" for s in HEADLINE_SEQLENS] + ["founding shape"]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|" + "---:|" * (len(header) - 2)]
+    for fmt, label in HEADLINE_ROWS:
+        mine = grid[(grid["label"] == label) & (grid["format"] == fmt)]
+        if mine.empty:
+            continue
+
+        def rate(frame, seqlen=None, causal=None):
+            if seqlen is not None:
+                frame = frame[(frame["seqlen_q"] == seqlen) & (frame["causal"] == causal)]
+            return "-" if frame.empty else f"{frame['tflops'].max():.0f}"
+
+        cells = [f"{rate(mine, s, False)} / {rate(mine, s, True)}" for s in HEADLINE_SEQLENS]
+        at_founding = rate(founding[(founding["label"] == label) & (founding["format"] == fmt)])
+        lines.append(f"| {fmt} | `{label}` | " + " | ".join(cells) + f" | {at_founding} |")
+    if len(lines) - 2 > MAX_HEADLINE_ROWS:
+        raise ValueError(f"the headline table has {len(lines) - 2} rows, more than {MAX_HEADLINE_ROWS}")
+    return "\n".join(lines)
+
+
+def _grid_ratio(rows: pd.DataFrame, top: list[str], top_fmt: str, bottom: list[str], bottom_fmt: str) -> pd.Series:
+    """Fastest `top` over fastest `bottom` per case of the 16k-token grid (index: CASE)."""
+    grid = grid_rows(passed(rows))
+    sides = _best(grid, top, top_fmt).add_suffix("_top").join(_best(grid, bottom, bottom_fmt).add_suffix("_bottom"),
+                                                               how="inner")
+    ratio = (sides["tflops_top"] / sides["tflops_bottom"]).dropna()
+    ratio.attrs["cross_run"] = bool((sides["run_top"] != sides["run_bottom"]).reindex(ratio.index).any())
+    return ratio
+
+
+def _runs(*ratios: pd.Series) -> str:
+    """A sentence noting that a finding's two sides come from different sweeps, or ''."""
+    return (". Its two sides come from different sweeps, so the ratio also carries the GPU's power state between them"
+            if any(r.attrs.get("cross_run") for r in ratios) else "")
+
+
+def _span(values) -> str:
+    values = sorted(float(v) for v in values)
+    low, high = f"{values[0]:.2f}", f"{values[-1]:.2f}"
+    return f"{low}×" if low == high else f"{low}–{high}×"
+
+
+def _tally(ratio: pd.Series, rival: str) -> str:
+    """'ahead in all N cases', or how many it loses to `rival` and where it loses most."""
+    wins, losses = int((ratio > 1).sum()), ratio[ratio < 1]
+    if losses.empty:
+        return f"ahead in {wins} of {len(ratio)} cases" if wins < len(ratio) else f"ahead in all {len(ratio)} cases"
+    return (f"ahead in {wins} of {len(ratio)} cases; {rival} is ahead in {len(losses)}, most at "
+            f"{_where(losses.idxmin())}: {losses.min():.2f}×")
+
+
+def _seq(n) -> str:
+    n = int(n)
+    return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
+
+
+def _where(key: tuple) -> str:
+    head_dim, seqlen_q, _, causal = key
+    return f"d{int(head_dim)} {_seq(seqlen_q)}{' causal' if causal else ''}"
+
+
+def _head_dims(ratio: pd.Series) -> str:
+    dims = sorted({int(d) for d in ratio.index.get_level_values("head_dim")})
+    return "d" + "/".join(str(d) for d in dims)
+
+
+def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
+    """The README's findings for one GPU's rows: each a sentence whose every number is computed here from the
+    committed CSVs (the 16k-token grid, and the side-by-side CSVs for FlashAttention-4). A finding whose
+    data is missing is left out."""
+    rows = passed(df)
+    gpu = str(df["gpu"].iloc[0]) if len(df) else None
+    out = []
+
+    vs_cudnn = _grid_ratio(rows, ["cuda:hopper"], "bf16", ["sdpa:cudnn"], "bf16")
+    if not vs_cudnn.empty:
+        seqlens = vs_cudnn.index.get_level_values("seqlen_q")
+        long, short = vs_cudnn[seqlens >= 4096], vs_cudnn[seqlens <= 1024]
+        parts = []
+        if not long.empty:
+            parts.append(f"{_span(long)} cuDNN's speed at 4k–16k tokens ({_tally(long, 'cuDNN')})")
+        if not short.empty:
+            parts.append(f"{_span(short)} at {_seq(short.index.get_level_values('seqlen_q').min())}–1k tokens "
+                         f"({_tally(short, 'cuDNN')})")
+        out.append(f"**bf16 against cuDNN**, the fastest SDPA backend ({_head_dims(vs_cudnn)}, causal and not): "
+                   f"`cuda:hopper` is " + "; ".join(parts) + _runs(vs_cudnn) + ".")
+
+    if paired_dir is not None:
+        fa4 = [r for (first, second, _), r in _newest_paired(paired_dir, gpu).items()
+               if first == "cuda:hopper" and second.startswith("fa4:") and "ratio" in r]
+        if fa4:
+            ratios = sorted(r["ratio"] for r in fa4)
+            behind = sum(r < 1 for r in ratios)
+            out.append(f"**bf16 against FlashAttention-4** (`fa4:cute`, timed side by side in interleaved rounds, "
+                       f"{len(fa4)} cases): `cuda:hopper` is {ratios[0]:.3f}–{ratios[-1]:.3f}× FA4's speed; FA4 is "
+                       f"ahead in {behind} of {len(fa4)}.")
+
+    vs_triton = _grid_ratio(rows, ["cuda:hopper"], "bf16", TRITON_16BIT, "bf16")
+    ladder = _grid_ratio(rows, ["cuda:v5"], "bf16", ["sdpa:flash"], "bf16")
+    if not vs_triton.empty:
+        grid = grid_rows(rows)
+        triton = grid[(grid["format"] == "bf16") & grid["label"].isin(TRITON_16BIT)]
+        most = triton.loc[triton.groupby(CASE)["tflops"].idxmax(), "label"].value_counts().idxmax()
+        text = (f"**CUDA against Triton, bf16** ({_head_dims(vs_triton)}, "
+                f"{_seq(vs_triton.index.get_level_values('seqlen_q').min())}–"
+                f"{_seq(vs_triton.index.get_level_values('seqlen_q').max())} tokens): `cuda:hopper` is "
+                f"{_span(vs_triton)} the best Triton kernel, mostly `{most}` ({_tally(vs_triton, 'Triton')})"
+                + _runs(vs_triton))
+        if not ladder.empty:
+            text += (f". The Ampere-style mma.sync ladder's last step, `cuda:v5`, is {_span(ladder)} "
+                     f"FlashAttention-2 (`sdpa:flash`; {_tally(ladder, 'FA2')})" + _runs(ladder))
+        out.append(text + ".")
+
+    fp8 = _grid_ratio(rows, ["cuda:hopper-fp8"], "fp8", TRITON_FP8, "fp8")
+    if not fp8.empty:
+        mine = grid_rows(rows)
+        mine = mine[mine["label"] == "cuda:hopper-fp8"]
+        peak = mine.loc[mine["tflops"].idxmax()]
+        key = (peak["head_dim"], peak["seqlen_q"], peak["seqlen_k"], peak["causal"])
+        out.append(f"**fp8 (e4m3)** ({_head_dims(fp8)}): `cuda:hopper-fp8` is {_span(fp8)} the best Triton fp8 "
+                   f"kernel ({_tally(fp8, 'Triton')}){_runs(fp8)} and peaks at {peak['tflops']:.0f} TFLOP/s ({_where(key)}).")
+
+    mx = _grid_ratio(rows, ["cuda:hopper-mxfp8"], "mxfp8", TRITON_MXFP8, "mxfp8")
+    nv = _grid_ratio(rows, ["cuda:hopper-nvfp4"], "nvfp4", TRITON_NVFP4, "nvfp4")
+    mx_fp8 = _grid_ratio(rows, ["cuda:hopper-mxfp8"], "mxfp8", ["cuda:hopper-fp8"], "fp8")
+    if not mx.empty or not nv.empty:
+        parts = [f"{name} {_span(r)} the best Triton variant ({_tally(r, 'Triton')})"
+                 for name, r in (("MXFP8", mx), ("NVFP4", nv)) if not r.empty]
+        text = "**Block-scaled formats** (tiles expanded exactly to 16 bits, then wgmma): " + "; ".join(parts)
+        if not mx_fp8.empty:
+            text += (f". sm_90 has no block-scaled MMA, so MXFP8 runs at {_span(mx_fp8)} the speed of plain fp8 "
+                     f"(`cuda:hopper-fp8`)" + _runs(mx_fp8))
+        out.append(text + ".")
+    return out
+
+
+def readme_findings(data_dir: Path) -> str:
+    groups = by_gpu(load_results(data_dir))
+    if not groups:
+        return "(no GPU results)"
+    gpu, rows = groups[0]
+    others = [name for name, _ in groups[1:]]
+    head = (f"Measured on {gpu} ({_environments(rows)}), "
+            f"16k tokens per batch, every number passed the oracle"
+            + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
+    return "\n".join([head, ""] + [f"{i}. {text}" for i, text in enumerate(findings(rows, Path(data_dir) / "paired"), 1)])
+
+
+def readme_headline(data_dir: Path) -> str:
+    groups = by_gpu(load_results(data_dir))
+    if not groups:
+        return "(no GPU results)"
+    gpu, rows = groups[0]
+    return "\n".join([f"{TIMING}, {gpu}, head_dim {HEADLINE_HEAD_DIM}, 16k tokens per batch; cells are non-causal / "
+                      f"causal; founding shape: b1 h8 q4096 k8192 d128, non-causal:", "", headline_tflops_table(rows)])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# docs/results.md: every table, one section per GPU
+
+def gpu_section(rows: pd.DataFrame, paired_dir: Path | None) -> str:
+    gpu = str(rows["gpu"].iloc[0])
+    parts = [f"### {gpu}", "", f"{TIMING}, {environment_line(rows)}. Every number passed the oracle on the same "
+             f"inputs. {not_drawn_note(rows) or 'No row failed the oracle or raised.'}",
+             "", "Headline speed ratios (> 1: the first is faster; cells are non-causal / causal, 16k tokens per "
+             "batch; founding shape: b1 h8 q4096 k8192 d128, non-causal):", "", headline_table(rows)]
+    side_by_side = paired_table(paired_dir, gpu) if paired_dir is not None else ""
     if side_by_side:
-        parts[6:6] = ["", "Side by side (`python -m compare paired`, `figures/data/paired/`): each case timed for both "
-                      "backends back to back, in interleaved rounds with the order reversed every other round; ratio "
-                      "= median of the per-round ratios (> 1: the first is faster), with their range; TFLOP/s = "
-                      "medians over the rounds. A case measured in several calls shows its newest; the older "
-                      "rounds stay in their CSVs:", "", side_by_side]
-    ceilings = ceilings_table(df)
+        parts += ["", "Side by side (`python -m compare paired`, `figures/data/paired/`): each case timed for both "
+                  "backends back to back, in interleaved rounds with the order reversed every other round; ratio "
+                  "= median of the per-round ratios (> 1: the first is faster), with their range; TFLOP/s = "
+                  "medians over the rounds. A case measured in several calls shows its newest; the older "
+                  "rounds stay in their CSVs:", "", side_by_side]
+    parts += ["", "Every passing row (TFLOP/s):", "", tflops_table(rows)]
+    ceilings = ceilings_table(rows)
     if ceilings:
-        parts += ["", "Ceilings measured in the same run (the denominators of %SOL):", "", ceilings]
+        parts += ["", "Ceilings measured in the same runs (the denominators of %SOL):", "", ceilings]
     return "\n".join(parts)
 
 
-def readme_block(text: str) -> str:
-    """The part of `text` between the markers (exclusive); ValueError if they are missing."""
-    if BEGIN not in text or END not in text:
-        raise ValueError(f"README has no results markers ({BEGIN} ... {END})")
-    return text.split(BEGIN, 1)[1].split(END, 1)[0].strip("\n")
+def report(data_dir: Path) -> str:
+    """docs/results.md's generated block: one section per GPU (CPU rows and subfolders' CSVs left out)."""
+    df = load_results(data_dir)
+    groups = by_gpu(df)
+    if not groups:
+        return "(no GPU results)"
+    paired_dir = Path(data_dir) / "paired"
+    return "\n\n".join(gpu_section(rows, paired_dir if paired_dir.is_dir() else None) for _, rows in groups)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generated blocks in the docs
+
+README = REPO_ROOT / "README.md"
+RESULTS = REPO_ROOT / "docs" / "results.md"
+# document -> {block name: generator(data_dir) -> markdown}
+BLOCKS = {README: {"findings": readme_findings, "headline": readme_headline}, RESULTS: {"results": report}}
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name}:begin (python -m compare report --update-readme) -->", f"<!-- {name}:end -->"
+
+
+BEGIN, END = markers("results")
+
+
+def block(text: str, name: str = "results") -> str:
+    """The part of `text` between block `name`'s markers (exclusive); ValueError if they are missing."""
+    begin, end = markers(name)
+    if text.count(begin) != 1 or text.count(end) != 1:
+        raise ValueError(f"expected one pair of markers {begin} ... {end}")
+    return text.split(begin, 1)[1].split(end, 1)[0].strip("\n")
+
+
+readme_block = block
+
+
+def replace_block(text: str, name: str, body: str) -> str:
+    block(text, name)  # raises without the markers
+    begin, end = markers(name)
+    head, rest = text.split(begin, 1)
+    return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+
+
+def outside_blocks(text: str, names) -> str:
+    """`text` with every named generated block (markers included) cut out: the hand-written prose."""
+    for name in names:
+        begin, end = markers(name)
+        head, rest = text.split(begin, 1)
+        text = head + rest.split(end, 1)[1]
+    return text
+
+
+def generated(data_dir: Path) -> dict[Path, dict[str, str]]:
+    return {doc: {name: make(data_dir) for name, make in blocks.items()} for doc, blocks in BLOCKS.items()}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--data", type=Path, default=REPO_ROOT / "figures" / "data")
-    parser.add_argument("--update-readme", action="store_true", help="rewrite the README's results block")
+    parser.add_argument("--data", type=Path, default=REPO_ROOT / "figures" / "data",
+                        help="folder of results CSVs (default figures/data; its CSVs directly, not subfolders)")
+    parser.add_argument("--update-readme", action="store_true",
+                        help="rewrite the generated blocks of README.md and docs/results.md")
 
 
 def run(args: argparse.Namespace) -> int:
     if not args.data.is_dir():
         raise ValueError(f"no results folder {args.data}")
-    text = report(args.data)
-    if args.update_readme:
-        readme = README.read_text()
-        readme_block(readme)  # raises without the markers
-        head, rest = readme.split(BEGIN, 1)
-        README.write_text(head + BEGIN + "\n" + text + "\n" + END + rest.split(END, 1)[1])
-        print(f"updated {README}")
-    else:
-        print(text)
+    if not args.update_readme:
+        print(report(args.data))
+        return 0
+    for doc, bodies in generated(args.data).items():
+        text = doc.read_text()
+        for name, body in bodies.items():
+            text = replace_block(text, name, body)
+        if text != doc.read_text():
+            doc.write_text(text)
+            print(f"updated {doc.relative_to(REPO_ROOT)}")
+        else:
+            print(f"{doc.relative_to(REPO_ROOT)} is up to date")
     return 0

@@ -1,14 +1,21 @@
 """CLI smoke tests, run as a user would (python -m compare ...)."""
 
 import json
+import os
 import subprocess
 import sys
 
 from compare import cli
 
 
+# a launcher's environment would shard a run (compare.launch): the tests' own job must not
+_LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT")
+
+
 def _run(*args):
-    return subprocess.run([sys.executable, "-m", "compare", *args], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k not in _LAUNCHER_VARS}
+    return subprocess.run([sys.executable, "-m", "compare", *args], capture_output=True, text=True, timeout=600,
+                          env=env)
 
 
 def test_list_shows_backends_and_whether_they_run():

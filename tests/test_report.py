@@ -1,19 +1,128 @@
-"""The README's results block is generated from the committed CSVs, never typed by hand."""
+"""The README and docs/results.md: their numbers are generated from the committed CSVs, never typed by hand,
+and the README stays a short front door (no history, no commit hashes, every link resolves)."""
 
+import re
+from pathlib import Path
+
+import pandas as pd
 import pytest
 
 from compare import figures, report
 
 FIXTURE_DIR = figures.REPO_ROOT / "tests" / "fixtures"
+DATA = figures.REPO_ROOT / "figures" / "data"
+DOCS = [report.README, report.RESULTS]
+HEX_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img[^>]*\ssrc=\"([^\"]+)\"")
 
 
-def test_readme_results_match_the_committed_data():
-    data = figures.REPO_ROOT / "figures" / "data"
-    if not any(data.rglob("*.csv")):
+def _prose(doc: Path) -> str:
+    return report.outside_blocks(doc.read_text(), report.BLOCKS[doc])
+
+
+# --- the published documents ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_generated_blocks_equal_a_fresh_generation(doc):
+    if not any(DATA.glob("*.csv")):
         pytest.skip("no committed results")
-    block = report.readme_block(report.README.read_text())
-    assert block == report.report(data), "README results are stale: run python -m compare report --update-readme"
+    text = doc.read_text()
+    fresh = report.generated(DATA)[doc]
+    for name, body in fresh.items():
+        assert report.block(text, name) == body, (
+            f"{doc.name}'s {name} block is stale: run python -m compare report --update-readme")
 
+
+def test_update_is_idempotent(tmp_path, monkeypatch):
+    """Rewriting the blocks twice gives the same text, and a document already current is left unchanged."""
+    if not any(DATA.glob("*.csv")):
+        pytest.skip("no committed results")
+    copies, first_block = {}, {doc: next(iter(report.BLOCKS[doc])) for doc in DOCS}
+    for doc in DOCS:
+        copies[doc] = tmp_path / doc.name
+        copies[doc].write_text(report.replace_block(doc.read_text(), first_block[doc], "stale"))
+    monkeypatch.setattr(report, "BLOCKS", {copies[doc]: blocks for doc, blocks in report.BLOCKS.items()})
+    monkeypatch.setattr(report, "REPO_ROOT", tmp_path)
+    args = type("Args", (), {"data": DATA, "update_readme": True})()
+    assert report.run(args) == 0
+    once = {doc: path.read_text() for doc, path in copies.items()}
+    assert report.run(args) == 0
+    assert {doc: path.read_text() for doc, path in copies.items()} == once
+    for doc in DOCS:
+        assert report.block(once[doc], first_block[doc]) != "stale"
+
+
+def test_readme_is_at_most_200_lines():
+    lines = report.README.read_text().splitlines()
+    assert len(lines) <= 200, f"README.md has {len(lines)} lines; move the rest to docs/"
+
+
+def test_readme_headline_table_has_at_most_15_rows():
+    block = report.block(report.README.read_text(), "headline")
+    rows = [line for line in block.splitlines() if line.startswith("|")][2:]  # header and rule
+    assert 0 < len(rows) <= report.MAX_HEADLINE_ROWS <= 15
+
+
+def test_readme_findings_are_three_to_five():
+    block = report.block(report.README.read_text(), "findings")
+    assert 3 <= len(re.findall(r"^\d+\. ", block, flags=re.M)) <= 5
+
+
+def test_readme_shows_figure_3_right_under_the_title():
+    lines = [line for line in report.README.read_text().splitlines() if line.strip()]
+    first_figure = next(i for i, line in enumerate(lines) if line.startswith("!["))
+    assert "figures/fig3_cuda_vs_triton.png" in lines[first_figure]
+    assert first_figure <= 2 and not any(line.startswith("## ") for line in lines[:first_figure])
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_no_commit_hash_in_the_prose(doc):
+    found = HEX_HASH.findall(_prose(doc))
+    assert not found, f"{doc.name} names commits outside its generated blocks: {found}"
+
+
+def test_no_session_history_in_the_readme():
+    text = report.README.read_text()
+    assert not re.search(r"session \d", text, flags=re.I), "the README carries 'session N' history"
+
+
+def test_readme_prose_has_no_hand_typed_measurements():
+    """Outside the generated blocks, no TFLOP/s, TB/s, speed ratio or percentage of speed is typed by hand."""
+    prose = _prose(report.README)
+    found = re.findall(r"\d+(?:\.\d+)?\s*(?:TFLOP/s|TB/s|×|%)|(?<![\d.=])\b\d\.\d{2,}\b(?!\.\d)", prose)
+    assert not found, f"hand-typed measurements in the README: {found}"
+
+
+@pytest.mark.parametrize("doc", DOCS + [figures.REPO_ROOT / "docs" / "reproducing.md"], ids=lambda p: p.name)
+def test_every_relative_link_resolves(doc):
+    text = doc.read_text()
+    targets = [a or b for a, b in LINK.findall(text)]
+    assert targets, f"no links found in {doc.name}"
+    missing = []
+    for target in targets:
+        if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+            continue  # http(s), mailto, in-page anchors
+        path = (doc.parent / target.split("#", 1)[0]).resolve()
+        if not path.exists():
+            missing.append(target)
+    assert not missing, f"{doc.name} links to missing files: {missing}"
+
+
+def test_link_checker_catches_a_broken_link(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("[ok](x.md) ![](figures/nothing.png) [web](https://example.com)")
+    targets = [a or b for a, b in LINK.findall(doc.read_text())]
+    assert targets == ["x.md", "figures/nothing.png", "https://example.com"]
+    assert not (tmp_path / "figures/nothing.png").exists()
+
+
+def test_hash_pattern_finds_hashes_and_spares_words_and_numbers():
+    assert HEX_HASH.findall("at 15232bb and 2058ad48d16376d809dc84f2c11e95a47de775f6") == [
+        "15232bb", "2058ad48d16376d809dc84f2c11e95a47de775f6"]
+    assert HEX_HASH.findall("defaced 1234567 e4m3 sm_90a fa2-tma") == []
+
+
+# --- the generator ------------------------------------------------------------------------------------------
 
 def test_report_table_from_fixture_excludes_failed_rows():
     text = report.report(FIXTURE_DIR)
@@ -23,12 +132,78 @@ def test_report_table_from_fixture_excludes_failed_rows():
 
 def test_missing_markers_is_an_error():
     with pytest.raises(ValueError, match="markers"):
-        report.readme_block("no markers here")
+        report.block("no markers here", "results")
+    with pytest.raises(ValueError, match="markers"):
+        report.replace_block("no markers here", "findings", "x")
+
+
+def _results_csv(path: Path, gpu: str, tflops: float, **env) -> None:
+    frame = pd.read_csv(FIXTURE_DIR / "results-h200.csv", dtype=str, keep_default_na=False)
+    frame["gpu"] = gpu
+    for column, value in env.items():
+        frame[column] = value
+    frame.loc[frame["tflops"] != "", "tflops"] = str(tflops)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+
+
+def test_report_never_mixes_gpus_or_cpu_rows(tmp_path):
+    _results_csv(tmp_path / "a.csv", "NVIDIA H200", 4321.0)
+    _results_csv(tmp_path / "b.csv", "NVIDIA B200", 8765.0, driver="999.1", torch="9.9.9")
+    _results_csv(tmp_path / "c.csv", "cpu", 7531.0, driver="", cuda="", torch="2.13.0+cpu")
+    _results_csv(tmp_path / "runs" / "d.csv", "NVIDIA H100", 9642.0)  # not directly in the data folder
+    text = report.report(tmp_path)
+    sections = text.split("### ")[1:]
+    assert sorted(s.splitlines()[0] for s in sections) == ["NVIDIA B200", "NVIDIA H200"]
+    for section in sections:
+        gpu, header = section.splitlines()[0], section.splitlines()[2]
+        other = {"NVIDIA H200": "NVIDIA B200", "NVIDIA B200": "NVIDIA H200"}[gpu]
+        assert gpu in header and other not in header and "cpu" not in header
+        assert ("999.1" in header) == (gpu == "NVIDIA B200")
+        assert ("4321" in section) == (gpu == "NVIDIA H200") and ("8765" in section) == (gpu == "NVIDIA B200")
+    assert "7531" not in text and "2.13.0+cpu" not in text  # CPU rows are never published
+    assert "9642" not in text and "H100" not in text        # nor CSVs in subfolders
+
+
+def test_cpu_only_data_publishes_nothing(tmp_path):
+    _results_csv(tmp_path / "c.csv", "cpu", 7531.0, driver="", cuda="")
+    assert report.report(tmp_path) == "(no GPU results)"
+    assert report.readme_findings(tmp_path) == "(no GPU results)"
+
+
+def test_paired_table_keeps_to_one_gpu(tmp_path):
+    import csv
+    head = ["timestamp", "git_commit", "gpu", "backend", "variant", "format", "batch", "heads_q", "heads_kv",
+            "seqlen_q", "seqlen_k", "head_dim", "causal", "note", "oracle", "ms_p50"]
+    for name, gpu, ms in (("h200.csv", "NVIDIA H200", 1.5), ("cpu.csv", "cpu", 3.0)):
+        with (tmp_path / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=head)
+            writer.writeheader()
+            for backend, variant, t in (("cuda", "k", 1.0), ("sdpa", "p", ms)):
+                writer.writerow(dict(timestamp="2026-11-01T00:00:00", git_commit="1111111aaa", gpu=gpu,
+                                     backend=backend, variant=variant, format="bf16", batch=1, heads_q=16,
+                                     heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal="False",
+                                     note="round 0", oracle="pass", ms_p50=t))
+    h200 = report.paired_table(tmp_path, "NVIDIA H200").splitlines()[2:]
+    assert len(h200) == 1 and "| 1.500 |" in h200[0]
+    assert report.paired_table(tmp_path, "NVIDIA B200") == ""
+
+
+def test_findings_report_losses_with_their_numbers():
+    def row(label, fmt, tflops, seqlen, causal=False):
+        return dict(label=label, format=fmt, tflops=tflops, oracle="pass", head_dim=128, seqlen_q=seqlen,
+                    seqlen_k=seqlen, causal=causal, batch=16384 // seqlen, heads_q=16, heads_kv=16,
+                    gpu="NVIDIA H200", git_commit="aaa")
+
+    df = pd.DataFrame([row("cuda:hopper", "bf16", 450.0, 1024), row("sdpa:cudnn", "bf16", 500.0, 1024),
+                       row("cuda:hopper", "bf16", 660.0, 16384), row("sdpa:cudnn", "bf16", 600.0, 16384)])
+    (first,) = report.findings(df)
+    assert "1.10× cuDNN's speed at 4k–16k tokens (ahead in all 1 cases)" in first
+    assert "0.90× at 1k–1k tokens" in first or "0.90× at 1024–1k tokens" in first
+    assert "cuDNN is ahead in 1, most at d128 1k: 0.90×" in first
 
 
 def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
-    import pandas as pd
-
     def row(label, fmt, tflops, seqlen=1024, causal=False, oracle="pass", head_dim=128, batch=None, seqlen_k=None):
         return dict(label=label, format=fmt, tflops=tflops, oracle=oracle, head_dim=head_dim, seqlen_q=seqlen,
                     seqlen_k=seqlen_k or seqlen, causal=causal, batch=batch or 16384 // seqlen, heads_q=16)
@@ -47,11 +222,16 @@ def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
     other_batch = pd.DataFrame([row("cuda:hopper", "bf16", 1.0, batch=3)])
     with pytest.raises(ValueError, match="two shapes"):
         report.headline_table(pd.concat([df, other_batch]))
+    founding = dict(seqlen=4096, seqlen_k=8192, batch=1)
+    at_founding = pd.DataFrame([row("cuda:hopper", "bf16", 500.0, **founding), row("cuda:hopper", "bf16", 700.0,
+                                                                                    head_dim=64, **founding)])
+    tflops = report.headline_tflops_table(pd.concat([df, at_founding.assign(heads_q=8, heads_kv=8)]).assign(
+        heads_kv=lambda d: d["heads_q"])).splitlines()
+    assert tflops[2] == "| bf16 | `cuda:hopper` | 300 / - | - / - | - / - | 500 |"  # the failed 900 never shows
+    assert [line.split(" | ")[1] for line in tflops[2:]] == ["`cuda:hopper`", "`triton:fa2-tma`", "`sdpa:cudnn`"]
 
 
 def test_headline_ratio_across_two_runs_is_marked_and_explained():
-    import pandas as pd
-
     def row(label, fmt, tflops, commit, causal=False):
         return dict(label=label, format=fmt, tflops=tflops, oracle="pass", head_dim=128, seqlen_q=1024,
                     seqlen_k=1024, causal=causal, batch=16, heads_q=16, git_commit=commit)

@@ -8,6 +8,10 @@ the table expands to the product of its lists. Shape keys:
 * ``batch``, or ``tokens`` (batch = tokens // seqlen_q, the design's fixed 16k-token budget);
 * ``heads_q``, or ``model_dim`` (heads_q = model_dim // head_dim); ``heads_kv`` (default heads_q);
 * ``head_dim``, ``causal``, and ``formats`` (overrides the top-level list for this table).
+
+A top-level ``triton_interpret = true`` marks a sweep sized for Triton's interpreter: on a machine without a
+CUDA GPU, ``compare run`` sets TRITON_INTERPRET=1 for it, so that the Triton kernels run on the CPU
+(``cpu.toml``, the default sweep there).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 from ..oracle import Case
 
 SWEEP_DIR = Path(__file__).resolve().parent
+_TOP_KEYS = {"description", "backends", "formats", "shapes", "triton_interpret"}
 _SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
                "head_dim", "causal", "formats"}
 
@@ -30,6 +35,7 @@ class Sweep:
     description: str
     backends: tuple[str, ...]
     cases: tuple[Case, ...]
+    triton_interpret: bool = False  # without a GPU, run the Triton kernels under TRITON_INTERPRET=1
 
 
 def available() -> list[str]:
@@ -42,7 +48,13 @@ def load(name_or_path: str) -> Sweep:
         path = SWEEP_DIR / f"{name_or_path}.toml"
     if not path.is_file():
         raise ValueError(f"no sweep {name_or_path!r}; named sweeps: {', '.join(available())} (or give a .toml path)")
-    spec = tomllib.loads(path.read_text())
+    try:
+        spec = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"sweep {path} is not valid TOML: {exc}") from None
+    unknown = set(spec) - _TOP_KEYS
+    if unknown:
+        raise ValueError(f"sweep {path}: unknown top-level keys {sorted(unknown)}; known {sorted(_TOP_KEYS)}")
     if not spec.get("shapes"):
         raise ValueError(f"sweep {path} has no [[shapes]] tables")
     default_formats = spec.get("formats", ["bf16"])
@@ -57,7 +69,8 @@ def load(name_or_path: str) -> Sweep:
         for values in itertools.product(*grids):
             cases.append(_case(dict(zip(keys, values)), f"{path.name} shapes[{i}]"))
     return Sweep(name=path.stem, description=spec.get("description", ""),
-                 backends=tuple(spec.get("backends", ["*"])), cases=tuple(dict.fromkeys(cases)))
+                 backends=tuple(spec.get("backends", ["*"])), cases=tuple(dict.fromkeys(cases)),
+                 triton_interpret=bool(spec.get("triton_interpret", False)))
 
 
 def _case(d: dict, where: str) -> Case:
