@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import sweeps
+
 PART_RE = re.compile(r"^(?P<stem>.*)\.part(?P<i>\d+)of(?P<n>\d+)$")
 
 
@@ -43,13 +45,7 @@ def _int(environ, name: str) -> int:
 
 
 def parse_shard(spec: str) -> Part:
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard takes i/N with integers (0 <= i < N), got {spec!r}") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise ValueError(f"--shard {spec}: need 0 <= i < N")
-    return Part(i, n, "--shard")
+    return Part(*sweeps.parse_shard(spec), "--shard")
 
 
 def from_environment(environ=None) -> Part | None:

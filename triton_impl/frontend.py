@@ -246,9 +246,11 @@ def select_variant(q, k=None, v=None, *, causal=False):
     if fmt is None:
         raise TypeError(f"dtype {getattr(q, 'dtype', type(q).__name__)} not supported; use bfloat16, float16 "
                         f"(or float32 with 'fa2'), or a QuantTensor")
-    shape = q.logical_shape if quantized else q.shape
-    head_dim, length = shape[-1], max(shape[-2], (k.logical_shape if _is_quantized(k) else k.shape)[-2]
-                                      if k is not None else shape[-2])
+    def shape_of(t):
+        return t.logical_shape if _is_quantized(t) else t.shape
+
+    head_dim = shape_of(q)[-1]
+    length = max(shape_of(q)[-2], shape_of(k)[-2] if k is not None else 0)
     data = q.data if quantized else q
     cc = None if _interpreting() or _device_type(data) != "cuda" else torch.cuda.get_device_capability(data.device)
     rows = [r for r in DEFAULT_VARIANTS if fmt in r[2]]

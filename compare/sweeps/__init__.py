@@ -86,14 +86,20 @@ def _case(d: dict, where: str) -> Case:
         raise ValueError(f"{where}: incomplete shape {d} ({exc!r})") from exc
 
 
+def parse_shard(spec: str) -> tuple[int, int]:
+    """(i, N) of a shard spec 'i/N' (0 <= i < N); ValueError naming the form otherwise."""
+    try:
+        i, n = (int(x) for x in spec.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/N with integers (0 <= i < N), got {spec!r}") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"--shard {spec}: need 0 <= i < N")
+    return i, n
+
+
 def shard(items: list, spec: str | None) -> list:
     """The i-th of N interleaved parts of `items` for spec 'i/N' (0-based i); all items for None."""
     if spec is None:
         return list(items)
-    try:
-        i, n = (int(x) for x in spec.split("/"))
-    except ValueError:
-        raise ValueError(f"--shard takes i/N with integers, got {spec!r}") from None
-    if not (n >= 1 and 0 <= i < n):
-        raise ValueError(f"--shard {spec}: need 0 <= i < N")
+    i, n = parse_shard(spec)
     return list(items)[i::n]
