@@ -95,7 +95,7 @@ def steady_loop(addressed: list[tuple[int, str]]) -> list[str]:
 def back_to_back_ss_wgmmas(loop: list[str]) -> int:
     """Pairs of S = Q K^T wgmmas (both operands in shared memory) in `loop` with nothing but NOPs between them.
     The Hopper loops that ptxas compiled that way measured 0.3-1.9% slower than the same loops with the wgmmas
-    interleaved with their descriptor arithmetic (docs/journal/2026-11-29_hopper.md, sessions 13-18)."""
+    interleaved with their descriptor arithmetic (docs/design/hopper.md, the PIN_BASE row)."""
     ss = [i for i, ins in enumerate(loop) if _SS_WGMMA.search(ins)]
     return sum(all(opcode(ins) == "NOP" for ins in loop[a + 1: b]) for a, b in zip(ss, ss[1:]))
 
@@ -117,7 +117,7 @@ def exps_under_pending_wgmma(instructions: list[str]) -> int:
     """MUFU.EX2 issued between a `WARPGROUP.DEPBAR.LE gsb0, 0x1` (one wgmma group may still run)
     and the next wgmma wait, summed over such spans: the softmax work a Hopper kernel overlaps with
     its own warpgroup's P @ V. ptxas moves a wait written after the softmax ahead of it, which
-    makes this 0 (docs/journal/2026-11-29_hopper.md, session 6)."""
+    makes this 0 (docs/design/hopper.md, the RETIRE_AT_TOP row)."""
     exps, open_span = 0, False
     for ins in instructions:
         op = opcode(ins)

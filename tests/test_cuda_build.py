@@ -144,7 +144,7 @@ def test_v5_needs_fewer_barriers_per_tile_than_v4(fa_sass):
 def test_v5_ring_slot_is_not_recomputed_per_tile(fa_library):
     """v5's d128 loop (three stages) takes each tile's ring slot from the step before. Computed as tile % 3 it
     was a multiply-high chain (UIMAD.WIDE.U32 on sm_90a) ahead of the step's shared-memory addresses, and the
-    kernel needed 1.1-1.3% more cycles (docs/journal/2026-11-29_ladder.md, session 17)."""
+    kernel needed 1.1-1.3% more cycles (docs/design/ladder.md)."""
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
     functions = sass.dump_sass(fa_library, with_addresses=True)

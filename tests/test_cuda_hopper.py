@@ -110,7 +110,7 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
 
 
 # Head dims whose KV loop runs the tiles that need no mask in a copy of the step without the mask branch
-# (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (docs/journal/2026-11-29_hopper.md, session 19).
+# (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (docs/design/hopper.md, the UNMASKED_LOOP row).
 UNMASKED_LOOP = {128}
 
 # Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): d256 (the 176-key d128 kernels until session 19,
@@ -123,7 +123,7 @@ PINNED = {(256, 80)}
 def test_pinned_loops_rebuild_the_shared_base_and_interleave_s(hopper_sass_addressed, fmt, head_dim, block_kv,
                                                                cluster, consumers):
     """Where a step reads the shared base anew, ptxas rebuilds it in the loop (S2UR of the CTA id) and issues the S
-    wgmmas between their descriptor arithmetic, not back to back (docs/journal/2026-11-29_hopper.md, session 18: the loops compiled
+    wgmmas between their descriptor arithmetic, not back to back (docs/design/hopper.md, the PIN_BASE row: the loops compiled
     the other way were the slower ones; the 176-key d128 loops were pinned too until session 19's mask-free loop)."""
     if (head_dim, block_kv) not in PINNED:
         pytest.skip("not pinned: its loop keeps the base it has")

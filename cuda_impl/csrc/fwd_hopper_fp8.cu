@@ -174,18 +174,15 @@ int launch(const Fp8FwdParams& fp, cudaStream_t stream, char* err, int err_len) 
     return report(err, err_len, "tile_counter", "the dynamic causal scheduler needs a zeroed counter");
   if (C::STAGED_STORE)
     if (int rc = check_staged_out(p, err, err_len)) return rc;
-  dim3 grid = q_tile_grid(p, C::BLOCK_Q);
-  if constexpr (C::PERSISTENT) {
-    const int64_t items = work_items(p, C::BLOCK_Q);
-    if (int rc = check_work_items(items, err, err_len)) return rc;
-    grid = dim3(persistent_grid(items));
-    if (launch_split_plan<C>(p).split() && p.split_workspace == nullptr)
-      return report(err, err_len, "split_workspace",
-                    "this launch splits its last round: pass cuda_fa_hopper_fp8_split_workspace() bytes, the first "
-                    "`zeroed` of them zeroed");
-  }
-  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, SCHEDULE>, grid, C::THREADS, C::SMEM_BYTES, stream,
-                       err, err_len, fp, map_q, map_k, map_vt);
+  // persistent CTAs, one per SM (at most one per item)
+  const int64_t items = work_items(p, C::BLOCK_Q);
+  if (int rc = check_work_items(items, err, err_len)) return rc;
+  if (launch_split_plan<C>(p).split() && p.split_workspace == nullptr)
+    return report(err, err_len, "split_workspace",
+                  "this launch splits its last round: pass cuda_fa_hopper_fp8_split_workspace() bytes, the first "
+                  "`zeroed` of them zeroed");
+  return launch_kernel(fwd_hopper_fp8_kernel<DIM, FLAT_K, SCHEDULE>, dim3(persistent_grid(items)), C::THREADS,
+                       C::SMEM_BYTES, stream, err, err_len, fp, map_q, map_k, map_vt);
 }
 
 // The head dims the kernel is built for; any other is reported (before anything touches a device).

@@ -335,7 +335,7 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
 # per (head_dim, element bytes): BLOCK_N, STAGES, OVERLAP; shared memory = Q tiles + STAGES * (K + V) tiles (+ fp8's
 # bf16 output tiles)
 # OVERLAP: S(j) and P(j-1) V(j-1) issued back to back (_overlapped_tile) instead of one tile in sequence
-# (measured: docs/journal/2026-11-29_triton.md, session 11). bf16 d128: three stages (224 KB) and OVERLAP, +8% over two
+# (measured: docs/design/triton.md, decisions). bf16 d128: three stages (224 KB) and OVERLAP, +8% over two
 # stages in sequence; OVERLAP with two stages loses (the next K waits for both consumers' releases); d64 level
 # either way; fp8 loses 17% with OVERLAP.
 # d256: O alone takes 128 registers per consumer thread, so 64-key tiles; TMA splits each 512-byte row into

@@ -23,7 +23,7 @@ _CANDIDATES = {
         (64, False, 2): [(128, 64, 4, 3), (128, 128, 8, 3)],
         (64, True, 2): [(128, 64, 4, 3), (128, 128, 8, 3)],
         # 4 stages of 128x64 K/V tiles: 512 / 499 TFLOP/s at 16k (non-causal / causal) against 501 / 495
-        # for 128x128 with 3 stages (dev run of session 2, docs/journal/2026-11-29_triton.md)
+        # for 128x128 with 3 stages (a dev run, docs/journal/2026-11-29_triton.md)
         (128, False, 2): [(128, 64, 8, 4), (128, 128, 8, 3)],
         (128, True, 2): [(128, 64, 8, 4), (128, 128, 8, 3)],
         (256, False, 2): [(128, 64, 8, 2), (128, 32, 8, 3)],

@@ -101,8 +101,8 @@ struct HopperTiles {
   // the loop and issues the S wgmmas interleaved instead of back to back.
   static constexpr bool PIN_BASE = DIM == 256;
   // Causal launches with persistent CTAs in the balanced static order, for seqlen_k in
-  // [CAUSAL_PERSISTENT_FROM, CAUSAL_PERSISTENT_KEYS] (d256; d64 and d128 take the dynamic scheduler).
-  static constexpr int CAUSAL_PERSISTENT_KEYS = by_head_dim(DIM, 1024, 0, 8192);
+  // [CAUSAL_PERSISTENT_FROM, CAUSAL_PERSISTENT_KEYS]: d256 only (d64 and d128 take the dynamic scheduler).
+  static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 256 ? 8192 : 0;
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? 4096 : 0;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)
@@ -218,7 +218,7 @@ struct Fp8Tiles {
   // K through the 5-D map, its rows key-permuted so that P is packed in place (hopper/host.cuh
   // k_rows_flat; else K in key order and P's keys moved by shuffles)
   static constexpr bool FLAT_K = FLAT_K_;
-  static constexpr bool PERSISTENT = true;                 // reloads Q per item: q_empty
+  static constexpr bool PERSISTENT = true;  // every fp8 launch: run_roles initialises q_empty (Q reloaded per item)
   static constexpr bool DYNAMIC = SCHEDULE == FP8_DYNAMIC;  // items from the counter: the hand-over
   static constexpr int CONSUMERS = DIM == 64 ? 3 : 2;
   // The consumers issue their GEMMs in turn at d128 (at d64 it needs two consumers instead of three).

@@ -190,8 +190,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   };
   // softmax(tile) runs once S(tile) = Q K^T is done: after the last one, Q's buffer is free
   auto masked_softmax = [&](float (&S)[C::S_REGS], int tile, auto may_mask) {
-    if constexpr (C::PERSISTENT)
-      if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
+    if (tile == w.n_kv_tiles - 1) sm90::mbar_arrive(bars.q_empty());
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
     if constexpr (decltype(may_mask)::value)
       if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<C::FLAT_K>(S, p, w, row0, kv_start);

@@ -82,8 +82,7 @@ __device__ void produce_item(const FwdParams& p, const CtaWork& w, uint32_t smem
                              sm90::Progress& done, const CUtensorMap* map_q, const CUtensorMap* map_k,
                              const CUtensorMap* map_vt) {
   if (w.n_kv_tiles == 0) return;
-  if constexpr (C::PERSISTENT)  // the previous item's last S = Q K^T is done
-    sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);
+  sm90::mbar_wait(bars.q_empty(), (done.q_loads & 1) ^ 1);  // the previous item's last S = Q K^T is done
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
   for (int panel = 0; panel < C::QK_PANELS; panel++)
     sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * C::QK_SWIZZLE, w.q_start,
