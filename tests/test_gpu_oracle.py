@@ -56,3 +56,22 @@ def test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32():
     assert s.shape == exact.shape
     err = float((s - exact).abs().max() / exact.abs().max())
     assert 0 <= err < 1e-2, err
+
+
+@pytest.mark.parametrize("backend_name", ["cuda_impl", "triton_impl"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_variant_none_runs_the_selected_variant(backend_name, head_dim):
+    """variant=None gives the same bits as the variant select_variant() names, and that result passes the
+    oracle: the default is a real kernel of the table, not a fallback."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    module = __import__(backend_name)
+    case = oracle.Case(2, 8, 2, 300, 517, head_dim, causal=True)
+    inputs = oracle.make_inputs(case, "cuda")
+    chosen = module.select_variant(inputs.q, inputs.k, inputs.v, causal=True)
+    default = module.attention(inputs.q, inputs.k, inputs.v, causal=True)
+    explicit = module.attention(inputs.q, inputs.k, inputs.v, causal=True, variant=chosen)
+    assert torch.equal(default, explicit), chosen
+    verdict = oracle.check(lambda q, k, v, **kw: module.attention(q, k, v, **kw), case, device="cuda",
+                           inputs=inputs)
+    assert verdict.passed, f"{chosen}: {verdict.summary()}"
