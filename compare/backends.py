@@ -39,6 +39,7 @@ class Backend:
     gqa: bool = True
     causal_unequal: bool = True     # bottom-right causal with seqlen_q != seqlen_k
     min_seqlen_k: int = 1
+    max_seqlen_q: int | None = None  # decode kernels: at most this many query tokens
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
@@ -84,6 +85,8 @@ class Backend:
             return "no GQA/MQA"
         if case.seqlen_k < self.min_seqlen_k:
             return f"seqlen_k < {self.min_seqlen_k}"
+        if self.max_seqlen_q is not None and case.seqlen_q > self.max_seqlen_q:
+            return f"seqlen_q > {self.max_seqlen_q} (a decode kernel)"
         if case.causal and case.seqlen_q != case.seqlen_k and not self.causal_unequal:
             return "causal with seqlen_q != seqlen_k (its causal mask is top-left aligned)"
         return None
@@ -221,7 +224,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             # under TRITON_INTERPRET=1 the Triton kernels run on the CPU: triton_impl says which can
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())
             else None,
-            max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None,
+            max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))

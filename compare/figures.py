@@ -38,7 +38,7 @@ import seaborn as sns
 from matplotlib import colormaps
 from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
-from matplotlib.ticker import LogFormatter
+from matplotlib.ticker import LogFormatter, NullFormatter
 
 from .schema import CASE_COLUMNS
 
@@ -611,6 +611,52 @@ def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
     return fig
 
 
+def decode_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 6 draws: passing single-token decode rows, with the bytes they must read (K and V once, Q and O)
+    and the bandwidth that gives."""
+    rows = passed(df)
+    rows = rows[(rows["seqlen_q"] == 1) & rows["format"].isin(list(ELEMENT_BYTES))]
+    element = rows["format"].map(ELEMENT_BYTES)
+    kv_bytes = 2 * rows["batch"] * rows["heads_kv"] * rows["seqlen_k"] * rows["head_dim"] * element
+    q_and_out = 2 * rows["batch"] * rows["heads_q"] * rows["head_dim"] * element
+    return rows.assign(kv_gb=kv_bytes / 1e9, tbps=(kv_bytes + q_and_out) / (rows["ms_p50"] * 1e-3) / 1e12,
+                       group=rows["heads_q"] // rows["heads_kv"])
+
+
+def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
+    """Figure 6: decode bandwidth (bytes of K, V, Q and O per second) against the KV cache's size, one panel per
+    GQA group, one line per backend; the copy ceiling measured in the same run dashed."""
+    rows = decode_data(df)
+    if rows.empty:
+        raise NothingToDraw("no passing Sq = 1 rows in the decode data")
+    style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    groups = sorted(rows["group"].unique())
+    fig = Figure(figsize=(4.2 * len(groups), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
+    ceilings = df[(df["backend"] == "ceiling") & (df["variant"].isin(BANDWIDTH_CEILINGS))]
+    for ax, group in zip(axes, groups):
+        panel = rows[rows["group"] == group]
+        for label in style.ordered(panel["label"]):
+            line = panel[panel["label"] == label].groupby("kv_gb", as_index=False)["tbps"].max()
+            ax.plot(line["kv_gb"], line["tbps"], color=style.color[label], marker=style.marker[label],
+                    linestyle="--" if style.family[label] == "peer" else "-", linewidth=1.2, markersize=4)
+        for _, ceiling in ceilings.iterrows():
+            ax.axhline(ceiling["ceiling_tflops"], color="0.4", linestyle="--", linewidth=1)
+            ax.annotate(f"{ceiling['variant']} copy", (1, ceiling["ceiling_tflops"]), xycoords=("axes fraction", "data"),
+                        ha="right", va="bottom", fontsize=7, color="0.3")
+        ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{int(panel['heads_q'].iloc[0])} query heads / {int(panel['heads_q'].iloc[0] // group)} KV heads",
+                     fontsize=9)
+        ax.set_xlabel("KV cache read per step (GB)")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("TB/s (K, V, Q, O bytes / time)")
+    _legend(fig, style, rows["label"])
+    _footer(fig, [environment_caption(rows), "bf16 d128, Sq = 1, contiguous cache; CUDA-graph replays, median"])
+    return fig
+
+
 def _format_key(fmt: str):
     return (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER else len(FORMAT_ORDER), fmt)
 
@@ -642,8 +688,11 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
+    decode_dir = Path(data_dir) / "decode"
+    decode = load_results(decode_dir) if decode_dir.is_dir() else df.iloc[0:0]
     for gpu in gpus:
         rows = df[df["gpu"] == gpu]
+        decode_rows = decode[decode["gpu"] == gpu]
         suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
         makers = {
             "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
@@ -651,6 +700,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig3_cuda_vs_triton": lambda: fig_cuda_vs_triton(rows),
             "fig4_accuracy_vs_speed": lambda: fig_accuracy(rows, style),
             "fig5_roofline": lambda: fig_roofline(rows, style),
+            "fig6_decode_bandwidth": lambda: fig_decode_bandwidth(decode_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

@@ -281,15 +281,16 @@ def lse_error_bound(plain_err: float, ref_lse: torch.Tensor) -> float:
 
 
 def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Case,
-          rows: torch.Tensor | None = None) -> Verdict:
-    """Apply the acceptance rule to an output (and LSE) computed by a kernel for `inputs`."""
+          rows: torch.Tensor | None = None, plain=None) -> Verdict:
+    """Apply the acceptance rule to an output (and LSE) computed by a kernel for `inputs`. `plain`: the
+    (out, lse) of the plain implementation where it is not plain_attention's (fp8 KV caches)."""
     idx = _all_rows(case.seqlen_q, rows, out.device)
     out = out[:, :, idx].double()
     q, k, v = inputs.dequantized()
     ref, ref_lse = reference(q, k, v, causal=case.causal, scale=case.softmax_scale, rows=idx)
     ref_unq, _ = reference(inputs.q_master, inputs.k_master, inputs.v_master, causal=case.causal,
                            scale=case.softmax_scale, rows=idx)
-    lp, lp_lse = plain_attention(inputs, case, rows=idx)
+    lp, lp_lse = plain_attention(inputs, case, rows=idx) if plain is None else plain
 
     magnitude = max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-6)
     floor = torch.finfo(case.out_dtype).eps * magnitude
@@ -318,3 +319,242 @@ def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Cas
     return Verdict(passed=not reasons, reason="; ".join(reasons), max_abs_err=err, lp_max_abs_err=lp_err,
                    bound=bound, lse_err=lse_err, lse_bound=lse_bound, rel_l2=_rel_l2(out, ref),
                    rel_l2_unquantized=_rel_l2(out, ref_unq), rows_checked=idx.numel())
+
+
+# ---------------------------------------------------------------- KV-cache (decode) mode
+#
+# attention_with_kvcache's inputs: q (B, Sq, Hq, D), a cache (num_blocks, page_size, Hkv, D) read through
+# block_table (B, max_blocks), or a contiguous (B, capacity, Hkv, D) cache, and cache_seqlens (B,). The oracle
+# gathers each sequence's keys and judges it as a dense case of its own length. Every cache entry that no
+# sequence may read (rows at or past its length, pages no block-table entry in range names) holds NaN, so a
+# kernel that reads one shows it; hostile tables put -1 and out-of-range page numbers where a sequence
+# needs no page.
+
+KV_FORMATS = ("same", "fp8")  # the cache in q's dtype, or e4m3 with per-(batch, KV head) descales
+
+
+@dataclass(frozen=True)
+class KVCase:
+    batch: int
+    heads_q: int
+    heads_kv: int
+    seqlen_q: int
+    cache_seqlens: tuple[int, ...]  # keys each sequence attends to (cache length after any append)
+    head_dim: int
+    page_size: int | None = None    # None: a contiguous (B, capacity, Hkv, D) cache
+    capacity: int | None = None     # keys per sequence the cache holds (default: the longest, in whole pages)
+    causal: bool = False
+    fmt: str = "bf16"               # q's dtype: bf16 / fp16 / fp32
+    kv_fmt: str = "same"
+    scale: float | None = None
+    dist: str = "normal"
+    hostile: bool = False           # block-table entries past each sequence's pages: -1 and num_blocks + 7
+    seed: int = 0
+
+    def __post_init__(self):
+        for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "head_dim"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"KVCase.{field} must be >= 1, got {getattr(self, field)}")
+        if len(self.cache_seqlens) != self.batch:
+            raise ValueError(f"KVCase.cache_seqlens has {len(self.cache_seqlens)} lengths for batch {self.batch}")
+        if min(self.cache_seqlens) < 0 or max(self.cache_seqlens) > self.keys_capacity:
+            raise ValueError(f"KVCase.cache_seqlens {self.cache_seqlens} outside 0..{self.keys_capacity}")
+        if self.heads_q % self.heads_kv:
+            raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
+        if self.fmt not in ("bf16", "fp16", "fp32") or self.kv_fmt not in KV_FORMATS:
+            raise ValueError(f"KVCase formats: q bf16/fp16/fp32, cache {KV_FORMATS}; got {self.fmt}/{self.kv_fmt}")
+        if self.page_size is not None and self.page_size < 1:
+            raise ValueError(f"KVCase.page_size must be >= 1, got {self.page_size}")
+
+    @property
+    def keys_capacity(self) -> int:
+        longest = max(max(self.cache_seqlens), 1)
+        if self.capacity is not None:
+            return self.capacity
+        return longest if self.page_size is None else -(-longest // self.page_size) * self.page_size
+
+    @property
+    def pages_per_seq(self) -> int:
+        return -(-self.keys_capacity // self.page_size)
+
+    @property
+    def softmax_scale(self) -> float:
+        return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
+
+    def dense(self, b: int) -> Case:
+        """Sequence b as a dense case (batch 1, its own length)."""
+        return Case(batch=1, heads_q=self.heads_q, heads_kv=self.heads_kv, seqlen_q=self.seqlen_q,
+                    seqlen_k=max(self.cache_seqlens[b], 1), head_dim=self.head_dim, causal=self.causal,
+                    fmt=self.fmt, scale=self.scale, dist=self.dist, seed=self.seed)
+
+    def shape_str(self) -> str:
+        lengths = ",".join(map(str, self.cache_seqlens)) if len(set(self.cache_seqlens)) > 1 else \
+            str(self.cache_seqlens[0])
+        cache = "contiguous" if self.page_size is None else f"page{self.page_size}"
+        kv = "" if self.kv_fmt == "same" else f" kv-{self.kv_fmt}"
+        return (f"{self.fmt}{kv} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{lengths} "
+                f"d{self.head_dim} {cache} {'causal' if self.causal else 'full'} {self.dist}"
+                + (" hostile" if self.hostile else ""))
+
+    def replace(self, **kw) -> "KVCase":
+        return dataclasses.replace(self, **kw)
+
+
+@dataclass(frozen=True)
+class KVInputs:
+    """What attention_with_kvcache receives, and the dense per-sequence values the references use."""
+    q: torch.Tensor                      # (B, Sq, Hq, D)
+    k_cache: torch.Tensor                # paged (num_blocks, page_size, Hkv, D) or contiguous (B, capacity, Hkv, D)
+    v_cache: torch.Tensor
+    cache_seqlens: torch.Tensor          # (B,) int32
+    block_table: torch.Tensor | None     # (B, max_blocks) int32
+    k_descale: torch.Tensor | None       # (B, Hkv) float32, fp8 caches only
+    v_descale: torch.Tensor | None
+    q_master: torch.Tensor               # (B, Hq, Sq, D) float32
+    k_master: torch.Tensor               # (B, Hkv, capacity, D) float32
+    v_master: torch.Tensor
+    k_dense: torch.Tensor                # (B, Hkv, capacity, D): what the cache holds (q's dtype or e4m3), dense
+    v_dense: torch.Tensor
+
+    def kwargs(self, case: KVCase) -> dict:
+        """The keyword arguments of attention_with_kvcache for these inputs (no return_lse)."""
+        kw = dict(cache_seqlens=self.cache_seqlens, block_table=self.block_table, causal=case.causal,
+                  scale=case.scale)
+        if self.k_descale is not None:
+            kw.update(k_descale=self.k_descale, v_descale=self.v_descale)
+        return kw
+
+
+_Q_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def _to_fp8_per_head(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(B, H, S, D) float32 -> e4m3 values and (B, H) descales (amax / 448, 1 for all-zero heads)."""
+    amax = x.abs().amax(dim=(2, 3))
+    descale = torch.where(amax > 0, amax / torch.finfo(torch.float8_e4m3fn).max, torch.ones_like(amax))
+    return (x / descale[:, :, None, None]).to(torch.float8_e4m3fn), descale.float()
+
+
+def _scatter_cache(values: torch.Tensor, case: KVCase, pages: torch.Tensor | None, num_blocks: int):
+    """(B, Hkv, capacity, D) values -> the cache layout (sequence b's page i at pages[b, i]), NaN wherever no
+    sequence may read."""
+    b, h, cap, d = values.shape
+    rows = values.transpose(1, 2)  # (B, capacity, Hkv, D)
+    valid = torch.arange(cap, device=values.device)[None, :] < torch.tensor(case.cache_seqlens,
+                                                                          device=values.device)[:, None]
+    rows = rows.masked_fill(~valid[:, :, None, None], math.nan)
+    if pages is None:
+        return rows.contiguous()
+    p = case.page_size
+    padded = torch.nn.functional.pad(rows, (0, 0, 0, 0, 0, case.pages_per_seq * p - cap), value=math.nan)
+    cache = torch.full((num_blocks, p, h, d), math.nan, dtype=values.dtype, device=values.device)
+    cache[pages.flatten()] = \
+        padded.reshape(b * case.pages_per_seq, p, h, d)
+    return cache
+
+
+def make_kvcache_inputs(case: KVCase, device: str | torch.device = "cpu") -> KVInputs:
+    """Fresh random inputs for `case` on `device`: pages of the sequences scattered in a random order over a
+    cache with spare (NaN) pages."""
+    gen = torch.Generator(device=device).manual_seed(case.seed)
+    cap = case.keys_capacity
+    shapes = ((case.batch, case.heads_q, case.seqlen_q, case.head_dim),
+              (case.batch, case.heads_kv, cap, case.head_dim), (case.batch, case.heads_kv, cap, case.head_dim))
+    masters = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in shapes]
+    masters = [m + 1.0 for m in masters] if case.dist == "shifted" else \
+        [m * 4.0 for m in masters] if case.dist == "large" else masters
+    q_master, k_master, v_master = masters
+    dtype = _Q_DTYPES[case.fmt]
+    if case.kv_fmt == "fp8":
+        (k_lp, k_descale), (v_lp, v_descale) = _to_fp8_per_head(k_master), _to_fp8_per_head(v_master)
+    else:
+        k_lp, v_lp, k_descale, v_descale = k_master.to(dtype), v_master.to(dtype), None, None
+
+    pages, block_table, num_blocks = None, None, 0
+    if case.page_size is not None:
+        num_blocks = case.batch * case.pages_per_seq + 3  # spare pages no entry names (NaN)
+        perm = torch.randperm(num_blocks, generator=torch.Generator().manual_seed(case.seed + 1))
+        pages = perm[:case.batch * case.pages_per_seq].reshape(case.batch, case.pages_per_seq).to(device)
+        table = pages.clone()
+        if case.hostile:  # only in the table handed out: the cache is laid out through `pages`
+            for b, length in enumerate(case.cache_seqlens):
+                needed = -(-length // case.page_size)
+                table[b, needed::2] = -1
+                table[b, needed + 1::2] = num_blocks + 7
+        block_table = table.to(torch.int32)
+    # NaN-filled rows: compute in float32, then cast (e4m3fn and 16-bit both keep NaN).
+    as_cache = lambda lp: _scatter_cache(lp.float(), case, pages, num_blocks).to(lp.dtype) \
+        if lp.dtype == torch.float8_e4m3fn else _scatter_cache(lp, case, pages, num_blocks)
+    return KVInputs(q=q_master.to(dtype).transpose(1, 2).contiguous(), k_cache=as_cache(k_lp),
+                    v_cache=as_cache(v_lp), cache_seqlens=torch.tensor(case.cache_seqlens, dtype=torch.int32,
+                                                                       device=device),
+                    block_table=block_table, k_descale=k_descale, v_descale=v_descale, q_master=q_master,
+                    k_master=k_master, v_master=v_master, k_dense=k_lp, v_dense=v_lp)
+
+
+def _plain_fp8_cache(q: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, k_descale: torch.Tensor,
+                     v_descale: torch.Tensor, case: Case):
+    """The plain implementation for an e4m3 cache of one sequence (q (1, Hq, Sq, D), k_raw / v_raw (1, Hkv, L, D),
+    descales (Hkv,)): e4m3 values are exact in q's 16-bit type, so S = (q k_raw^T) in 16-bit matmuls times
+    scale * k_descale, and O = (P v_raw) * v_descale / l. Returns (out, lse) float64."""
+    dtype = case.out_dtype
+    k, v = _expand_kv(k_raw.to(dtype), case.heads_q), _expand_kv(v_raw.to(dtype), case.heads_q)
+    group = case.heads_q // case.heads_kv
+    k_descale, v_descale = (d.repeat_interleave(group)[:, None, None] for d in (k_descale, v_descale))
+    s = torch.matmul(q[0], k[0].transpose(-1, -2)).float() * (case.softmax_scale * k_descale)
+    visible = _visible(_all_rows(case.seqlen_q, None, q.device), case.seqlen_q, case.seqlen_k, case.causal, q.device)
+    if visible is not None:
+        s = s.masked_fill(~visible, -math.inf)
+    m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
+    p = torch.exp(s - m)
+    denom = p.sum(dim=-1, keepdim=True)
+    o = (torch.matmul(p.to(dtype), v[0]).float() * v_descale / denom).nan_to_num(0.0).to(dtype)
+    return o[None].double(), (m + torch.log(denom)).squeeze(-1)[None].double()
+
+
+def _bits(x: torch.Tensor) -> torch.Tensor:
+    return x.view(torch.uint8) if x.element_size() == 1 else x.view(torch.int16 if x.element_size() == 2 else torch.int32)
+
+
+def check_kvcache(fn, case: KVCase, *, device: str | torch.device = "cpu", inputs: KVInputs | None = None) -> Verdict:
+    """Run ``fn(q, k_cache, v_cache, **inputs.kwargs(case), return_lse=True)`` and judge each sequence as a dense
+    case of its own length (the FlashAttention rule per sequence); a sequence of length 0 must give exactly 0 and
+    LSE -inf. The caches must come back bit for bit unchanged."""
+    inputs = inputs or make_kvcache_inputs(case, device)
+    cache_before = (_bits(inputs.k_cache).clone(), _bits(inputs.v_cache).clone())
+    poison_allocator(device, case.batch * case.heads_q * case.seqlen_q * case.head_dim * 4)
+    out, lse = fn(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
+    expected = (case.batch, case.seqlen_q, case.heads_q, case.head_dim)
+    if tuple(out.shape) != expected or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
+        raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
+                         f"{(case.batch, case.heads_q, case.seqlen_q)}")
+    reasons, verdicts = [], []
+    if not (torch.equal(cache_before[0], _bits(inputs.k_cache)) and torch.equal(cache_before[1], _bits(inputs.v_cache))):
+        reasons.append("the cache was modified")
+    for b, length in enumerate(case.cache_seqlens):
+        out_b, lse_b = out[b:b + 1].transpose(1, 2), lse[b:b + 1]
+        if length == 0:
+            if bool((out_b != 0).any()) or not bool(torch.isneginf(lse_b).all()):
+                reasons.append(f"sequence {b} (no keys): out is not 0 / lse not -inf")
+            continue
+        dense = case.dense(b)
+        k_b, v_b = inputs.k_dense[b:b + 1, :, :length], inputs.v_dense[b:b + 1, :, :length]
+        q_b = inputs.q[b:b + 1].transpose(1, 2)
+        masters = (inputs.q_master[b:b + 1], inputs.k_master[b:b + 1, :, :length],
+                   inputs.v_master[b:b + 1, :, :length])
+        if case.kv_fmt == "fp8":
+            plain = _plain_fp8_cache(q_b, k_b, v_b, inputs.k_descale[b], inputs.v_descale[b], dense)
+            values = lambda x, descale: x.float() * descale[b][None, :, None, None]
+            seq_inputs = Inputs(q_b, values(k_b, inputs.k_descale), values(v_b, inputs.v_descale), *masters)
+        else:
+            plain = None
+            seq_inputs = Inputs(q_b, k_b, v_b, *masters)
+        v = judge(out_b, lse_b, seq_inputs, dense, plain=plain)
+        verdicts.append(v)
+        if not v.passed:
+            reasons.append(f"sequence {b} (length {length}): {v.reason}")
+    worst = lambda name: max((getattr(v, name) for v in verdicts if getattr(v, name) is not None), default=0.0)
+    return Verdict(passed=not reasons, reason="; ".join(reasons), max_abs_err=worst("max_abs_err"),
+                   lp_max_abs_err=worst("lp_max_abs_err"), bound=min((v.bound for v in verdicts), default=0.0),
+                   lse_err=worst("lse_err"), lse_bound=min((v.lse_bound for v in verdicts if v.lse_bound), default=0.0),
+                   rel_l2=worst("rel_l2"), rel_l2_unquantized=worst("rel_l2_unquantized"), rows_checked=case.seqlen_q)

@@ -5,7 +5,8 @@ block-scaled versions for the "mxfp8" / "nvfp4" formats; "mxfp8-sm120" and "nvfp
 kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never run here); and GPU
 quantizers that produce compare.formats containers (cuda_impl.quant).
 
-Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANTS, select_variant(), attention(), unavailable_reason(),
+Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANTS, select_variant(), attention(),
+attention_with_kvcache() (decode against a contiguous or paged KV cache: "decode", split-KV), unavailable_reason(),
 quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.toolchain into a torch-free shared
 library and launched on torch's current stream, through the custom ops "cuda_fa::fwd" / "fwd_fp8" /
@@ -19,7 +20,8 @@ import math
 
 import torch
 
-from cuda_impl import _lib, toolchain, ops, sm120, validate
+from compare import kvcache
+from cuda_impl import _lib, decode, toolchain, ops, sm120, validate
 from cuda_impl.quant import quantize, quantize_attention_inputs
 
 _LADDER = {
@@ -41,6 +43,17 @@ VARIANTS: dict[str, dict] = {
         "description": description,
     }
     for name, description in _LADDER.items()
+}
+
+VARIANTS["decode"] = {
+    "formats": ("bf16", "fp16"),
+    "head_dims": (64, 128, 256),  # d256: Q re-read from shared memory each tile (beside O in registers it spills)
+    "min_cc": (8, 0),
+    "max_cc": (9, 0),
+    "max_seqlen_q": 64,  # 1..64 query tokens per sequence (decode, speculative tokens, chunked prefill)
+    "description": "split-KV decode (flash-decoding): the query tokens of all query heads of one KV head packed "
+    "into one mma.sync tile, each CTA one chunk of the keys, partials merged through their LSE in a fixed order; "
+    "contiguous or paged KV cache (attention_with_kvcache)",
 }
 
 VARIANTS["hopper"] = {
@@ -96,13 +109,18 @@ VARIANTS.update(sm120.VARIANTS)
 # ladder version); on other sm_8x/sm_9x GPUs the ladder's best, v5 (its sm_80 cubin runs on every cc 8.x).
 # The sm_120a block-scaled kernels are compiled, never run here: only an explicit variant selects them.
 DEFAULT_VARIANTS: tuple[tuple[tuple[int, int], tuple[int, int], tuple[str, ...], str], ...] = (
-    # (lowest cc, highest cc, formats, variant)
+    # (lowest cc, highest cc, formats, variant); "decode" only where Sq <= DECODE_MAX_SEQLEN_Q
+    ((8, 0), (9, 0), ("bf16", "fp16"), "decode"),
     ((9, 0), (9, 0), ("bf16", "fp16"), "hopper"),
     ((9, 0), (9, 0), ("fp8",), "hopper-fp8"),
     ((9, 0), (9, 0), ("mxfp8",), "hopper-mxfp8"),
     ((9, 0), (9, 0), ("nvfp4",), "hopper-nvfp4"),
     ((8, 0), (8, 9), ("bf16", "fp16"), "v5"),
 )
+
+
+# The longest query block variant=None sends to "decode" (longer ones are prefill tiles: hopper / v5).
+DECODE_MAX_SEQLEN_Q = 16
 
 
 def _device_of(x) -> torch.device | None:
@@ -124,8 +142,11 @@ def select_variant(q, k=None, v=None, *, causal=False) -> str:
         formats = sorted({f for r in DEFAULT_VARIANTS for f in r[2]})
         raise TypeError(f"format: cuda_impl has no variant for {fmt}; formats: {', '.join(formats)}")
     if cc is None:
-        return rows[-1][3]
+        return rows[-1][3]  # the portable row (v5 for 16-bit): its validation names the device problem
+    seqlen_q = q.shape[-2]
     for low, high, _, variant in rows:
+        if "max_seqlen_q" in VARIANTS[variant] and seqlen_q > DECODE_MAX_SEQLEN_Q:
+            continue
         if low <= cc <= high and head_dim in VARIANTS[variant]["head_dims"]:
             return variant
     takes = "; ".join(f"{r[3]}: head_dim {VARIANTS[r[3]]['head_dims']} on sm_{r[0][0]}{r[0][1]}"
@@ -185,8 +206,53 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     else:
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         validate.check_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
-        out, lse = ops.fwd(q, k, v, bool(causal), scale, variant)
+        if "max_seqlen_q" in spec:
+            out, lse = _attention_decode(q, k, v, bool(causal), scale, spec)
+        else:
+            out, lse = ops.fwd(q, k, v, bool(causal), scale, variant)
     return (out, lse) if return_lse else out
+
+
+def _attention_decode(q, k, v, causal: bool, scale: float, spec: dict):
+    """The dense (B, H, S, D) call on the decode kernel: a contiguous cache of Sk keys per sequence, read through
+    (B, S, H, D) views of the same storage (no copy)."""
+    if q.shape[2] > spec["max_seqlen_q"]:
+        raise ValueError(f"variant 'decode' takes 1..{spec['max_seqlen_q']} query tokens, got Sq = {q.shape[2]}")
+    out, lse = decode.forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, causal=causal,
+                              scale=scale)
+    return out.transpose(1, 2), lse
+
+
+def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
+                           causal=False, scale=None, return_lse=False, k_descale=None, v_descale=None,
+                           num_splits=None, split_size=None):
+    """Decode attention against a KV cache, shaped like FlashAttention's flash_attn_with_kvcache (compare.kvcache
+    has the layouts): q (B, Sq, Hq, D) bf16/fp16 with Sq 1..64, the cache in q's dtype or e4m3 (float8_e4m3fn,
+    with k_descale / v_descale (B, Hkv) float32); k_cache / v_cache paged (num_blocks, page_size,
+    Hkv, D) with block_table (B, max_blocks) int32, or contiguous (B, S_max, Hkv, D) without one; cache_seqlens
+    (B,) int32. k_new / v_new (B, S_new, Hkv, D), if given, are written into the cache at cache_seqlens first
+    (in place; one host sync checks that they fit) and attended to. causal is bottom-right aligned on the
+    cache (query i sees key j <= i + L - Sq). Returns out (B, Sq, Hq, D) in q's dtype, and with return_lse the
+    LSE (B, Hq, Sq) float32.
+
+    Split-KV: num_splits=None picks the chunking from the shape and the GPU; num_splits=N forces N chunks;
+    split_size=K chunks every sequence by K keys (a multiple of 64), so each sequence's result is the same bits
+    whatever the batch around it. Results are deterministic either way. Without k_new there is no host sync:
+    a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
+    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync)."""
+    layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
+                                  k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
+                                  dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],
+                                  backend="cuda_impl")
+    kvcache.check_splits(num_splits, split_size)
+    scale = kvcache.resolve_scale(scale, layout.head_dim)
+    validate.check_device_and_arch([q], "q", "decode", VARIANTS["decode"])
+    if k_new is not None:
+        cache_seqlens = kvcache.append(layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal), scale=scale,
+                              k_descale=k_descale, v_descale=v_descale, num_splits=num_splits, split_size=split_size)
+    return (out, lse) if return_lse else out
+
 
 
 def _attention_fp8(q, k, v, causal: bool, scale: float, variant: str, spec: dict):
@@ -207,5 +273,6 @@ def _attention_blocked(q, k, v, causal: bool, scale: float, variant: str, spec: 
                       v.tensor_scale, q.shape[-1], k.shape[2], causal, scale)
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "unavailable_reason", "quantize",
+__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "attention_with_kvcache",
+           "unavailable_reason", "quantize",
            "quantize_attention_inputs"]

@@ -85,6 +85,41 @@ class DequantParams(ctypes.Structure):
     ]
 
 
+class DecodeParams(ctypes.Structure):
+    """Mirror of `struct DecodeParams` in csrc/fwd_decode.cu (checked by size at load)."""
+
+    _fields_ = [
+        ("q", ctypes.c_void_p),
+        ("k", ctypes.c_void_p),
+        ("v", ctypes.c_void_p),
+        ("out", ctypes.c_void_p),
+        ("lse", ctypes.c_void_p),
+        ("block_table", ctypes.c_void_p),
+        ("seqlens", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("workspace", ctypes.c_void_p),
+        ("q_stride", ctypes.c_int64 * 3),
+        ("k_stride", ctypes.c_int64 * 3),
+        ("v_stride", ctypes.c_int64 * 3),
+        ("block_table_stride", ctypes.c_int64),
+        ("batch", ctypes.c_int32),
+        ("seqlen_q", ctypes.c_int32),
+        ("heads_q", ctypes.c_int32),
+        ("heads_kv", ctypes.c_int32),
+        ("head_dim", ctypes.c_int32),
+        ("page_size", ctypes.c_int32),
+        ("num_pages", ctypes.c_int32),
+        ("max_pages", ctypes.c_int32),
+        ("num_splits", ctypes.c_int32),
+        ("split_keys", ctypes.c_int32),
+        ("scale", ctypes.c_float),
+        ("causal", ctypes.c_int32),
+        ("dtype", ctypes.c_int32),
+        ("kv_dtype", ctypes.c_int32),
+    ]
+
+
 def library_spec(extra_flags: tuple[str, ...] = ()) -> toolchain.LibrarySpec:
     return toolchain.LibrarySpec(
         name=LIBRARY_NAME,
@@ -102,7 +137,8 @@ _load_lock = threading.Lock()
 _STRUCTS = (("cuda_fa_params_size", FwdParams, "fwd_common.cuh"),
             ("cuda_fa_fp8_params_size", Fp8FwdParams, "hopper/mainloop_fp8.cuh"),
             ("cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu"),
-            ("cuda_fa_mx_params_size", MxFwdParams, "hopper/mainloop_mx.cuh"))
+            ("cuda_fa_mx_params_size", MxFwdParams, "hopper/mainloop_mx.cuh"),
+            ("cuda_fa_decode_params_size", DecodeParams, "fwd_decode.cu"))
 
 
 def _checked(path) -> ctypes.CDLL:
@@ -296,3 +332,58 @@ def launch_forward_mx(
                          format=MX_FORMAT_CODES[fmt])
     lib = load(extra_flags)
     _call(lib, "cuda_fa_fwd_hopper_mx", MxFwdParams, params, q.device, f"hopper-{fmt}")
+
+
+def decode_block_n(head_dim: int, kv_fp8: bool, *, extra_flags: tuple[str, ...] = ()) -> int:
+    """Keys of the decode kernel's tile at head_dim (split sizes are multiples of it); -1 where none runs."""
+    fn = _optional_entry(load(extra_flags), "cuda_fa_decode_block_n", ctypes.c_int, [ctypes.c_int, ctypes.c_int])
+    return fn(head_dim, E4M3_CODE if kv_fp8 else DTYPE_CODES[torch.bfloat16])
+
+
+_decode_slots: dict[tuple, int] = {}
+
+
+def decode_ctas_per_sm(dtype, kv_fp8: bool, head_dim: int, device, *, extra_flags: tuple[str, ...] = ()) -> int:
+    """Decode CTAs resident per SM of `device` (cudaOccupancy...; cached per device, dtypes and head_dim)."""
+    index = torch.cuda.current_device() if device.index is None else device.index
+    key = (index, dtype, kv_fp8, head_dim, extra_flags)
+    if key not in _decode_slots:
+        fn = _optional_entry(load(extra_flags), "cuda_fa_decode_ctas_per_sm", ctypes.c_int,
+                             [ctypes.c_int, ctypes.c_int, ctypes.c_int])
+        code = DTYPE_CODES[dtype]
+        with torch.cuda.device(index):
+            n = fn(code, E4M3_CODE if kv_fp8 else code, head_dim)
+        if n < 1:
+            raise RuntimeError(f"cuda_impl decode: no occupancy for head_dim {head_dim} ({n})")
+        _decode_slots[key] = n
+    return _decode_slots[key]
+
+
+def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace, *,
+                  causal: bool, scale: float, num_splits: int, split_keys: int,
+                  extra_flags: tuple[str, ...] = ()) -> None:
+    """One decode (csrc/fwd_decode.cu) on torch's current stream of q's device. q (B, Sq, Hq, D) with any strides
+    but the last; k_cache/v_cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages) int32, or
+    (B, S_max, Hkv, D) with block_table None; out (B, Sq, Hq, D) and lse (B, Hq, Sq) contiguous; workspace: fp32
+    num_splits * B * Hq * Sq * (D + 1) elements when num_splits > 1, else None. Checked already."""
+    _check_aligned({"q": q, "k_cache": k_cache, "v_cache": v_cache, "out": out}, "16-byte cp.async")
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    paged = block_table is not None
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    params = DecodeParams(
+        q=q.data_ptr(), k=k_cache.data_ptr(), v=v_cache.data_ptr(), out=out.data_ptr(), lse=lse.data_ptr(),
+        block_table=block_table.data_ptr() if paged else None,
+        seqlens=cache_seqlens.data_ptr() if cache_seqlens is not None else None,
+        k_descale=k_descale.data_ptr() if k_descale is not None else None,
+        v_descale=v_descale.data_ptr() if v_descale is not None else None,
+        workspace=workspace.data_ptr() if workspace is not None else None,
+        q_stride=_strides(q), k_stride=_strides(k_cache), v_stride=_strides(v_cache),
+        block_table_stride=block_table.stride(0) if paged else 0,
+        batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=k_cache.shape[2], head_dim=head_dim,
+        # A contiguous cache is one page per sequence (page index = batch index); S_max = 0 holds no page.
+        page_size=max(1, k_cache.shape[1]), num_pages=k_cache.shape[0],
+        max_pages=block_table.shape[1] if paged else int(k_cache.shape[1] > 0),
+        num_splits=num_splits, split_keys=split_keys, scale=scale, causal=int(causal),
+        dtype=DTYPE_CODES[q.dtype], kv_dtype=E4M3_CODE if fp8 else DTYPE_CODES[q.dtype],
+    )
+    _call(load(extra_flags), "cuda_fa_decode", DecodeParams, params, q.device, "decode")

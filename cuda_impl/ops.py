@@ -1,5 +1,6 @@
-"""The torch.library custom ops "cuda_fa::fwd" (16-bit), "cuda_fa::fwd_fp8" (e4m3 with descales) and
-"cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage), with fake implementations for torch.compile.
+"""The torch.library custom ops "cuda_fa::fwd" (16-bit), "cuda_fa::fwd_fp8" (e4m3 with descales),
+"cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage) and "cuda_fa::decode" (split-KV decode against a KV
+cache, cuda_impl.decode), with fake implementations for torch.compile.
 
 `fwd`, `fwd_fp8` and `fwd_mx` are what cuda_impl.attention calls: in plain eager use they run the
 implementation directly, since torch's custom-op dispatch is about half of a call's host time
@@ -98,3 +99,40 @@ def fwd_mx(fmt, q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts, head_dim
     tensors = (q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts)
     impl = _fwd_mx_impl if _eager(tensors) else _fwd_mx_op
     return impl(fmt, *tensors, head_dim, seqlen_k, causal, scale)
+
+
+def _decode_impl(
+    q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor | None,
+    block_table: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
+    causal: bool, scale: float, num_splits: int, split_keys: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (B, Sq, Hq, D) in q's dtype, lse (B, Hq, Sq) float32) of csrc/fwd_decode.cu; the split (num_splits
+    chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the partials comes from
+    torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    workspace = None
+    if num_splits > 1:
+        workspace = torch.empty(num_splits * batch * heads_q * seqlen_q * (head_dim + 1), dtype=torch.float32,
+                                device=q.device)
+    _lib.launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace,
+                       causal=causal, scale=scale, num_splits=num_splits, split_keys=split_keys)
+    return out, lse
+
+
+_decode_op = torch.library.custom_op("cuda_fa::decode", mutates_args=(), device_types="cuda")(_decode_impl)
+
+
+@_decode_op.register_fake
+def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale, num_splits,
+                 split_keys):
+    batch, seqlen_q, heads_q, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
+
+
+def decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal: bool, scale: float,
+           num_splits: int, split_keys: int):
+    tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale)
+    impl = _decode_impl if _eager(tensors) else _decode_op
+    return impl(*tensors, causal, scale, num_splits, split_keys)

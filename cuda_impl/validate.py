@@ -173,7 +173,7 @@ def check_fp8_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None
                     f"stride: {name}.data.stride({dim}) = {t.stride(dim)} must be a positive multiple of "
                     f"{FP8_STRIDE_MULTIPLE} bytes (TMA)"
                 )
-    _check_device_and_arch((q.data, k.data, v.data, q.scale, k.scale, v.scale), "data and descales", variant, spec)
+    check_device_and_arch((q.data, k.data, v.data, q.scale, k.scale, v.scale), "data and descales", variant, spec)
 
 
 # compare.formats storage of the block-scaled formats: (element dtype, block-scale dtype, block).
@@ -227,11 +227,11 @@ def check_blocked_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> 
                 raise ValueError(f"tensor scale: nvfp4 {name}.tensor_scale must be one float32 value, got {ts!r}")
     batch, heads_q, heads_kv = _check_quantized_shapes(tuple(q.shape), tuple(k.shape), tuple(v.shape), "v",
                                                        variant, spec, scale)
-    _check_device_and_arch([t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None],
+    check_device_and_arch([t for x in (q, k, v) for t in (x.data, x.scale, x.tensor_scale) if t is not None],
                            "data and scales", variant, spec)
 
 
-def _check_device_and_arch(tensors, what: str, variant: str, spec: dict) -> None:
+def check_device_and_arch(tensors, what: str, variant: str, spec: dict) -> None:
     """The quantized inputs' placement: all of `tensors` (data first) on one CUDA device that runs `variant`."""
     device = tensors[0].device
     if device.type != "cuda":

@@ -5,7 +5,8 @@ On the GPU machine, from the repository root (CUDA libraries built here and carr
 
     PYTHONPATH=. python scripts/bench_api_overhead_gpu.py [--out DIR] [--profile BACKEND]
 
-For each backend, on a tiny problem (b1 h1 s128 d128, so that the kernel takes a few microseconds):
+For each backend, on a tiny problem (b1 h1 s128 d128, so that the kernel takes a few microseconds; with --decode
+one decode step, b1 h32/8 q1 k4096 d128):
 - eager: wall time per call of N back-to-back calls, synchronised once at the end. The GPU runs far
   ahead of nothing here: the kernel is short, so the host's issue rate sets the pace;
 - replay: the same call captured as a CUDA graph, timed the same way (the GPU-side cost plus one
@@ -32,6 +33,9 @@ sys.path.insert(0, str(REPO))
 
 BACKENDS = ("sdpa:flash", "sdpa:cudnn", "triton:fa2", "triton:fa2-tma", "triton:fp8", "cuda:v5", "cuda:hopper",
             "cuda:hopper-fp8", "cuda:hopper-mxfp8", "cuda:hopper-nvfp4", "triton:mxfp8-dequant")
+DECODE_BACKENDS = ("sdpa:flash", "sdpa:cudnn", "triton:decode", "cuda:decode", "cuda:hopper", "triton:fa2-ws")
+TINY = (1, 1, 1, 128, 128, 128)    # b1 h1 s128 d128: the kernel takes a few microseconds
+DECODE = (1, 32, 8, 1, 4096, 128)  # --decode: b1 h32/8 q1 k4096 d128, one decode step
 CALLS = 2000
 
 
@@ -48,25 +52,25 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
-def tiny_call(name: str):
-    """(backend, case, call): the backend, its first format's tiny case (b1 h1 s128 d128) and a function
-    running one eager call on fresh inputs (None where the backend cannot run the case)."""
+def tiny_call(name: str, shape: tuple = TINY):
+    """(backend, case, call): the backend, its first format's case of `shape` (B, Hq, Hkv, Sq, Sk, D) and a
+    function running one eager call on fresh inputs (None where the backend cannot run the case)."""
     from compare import backends, oracle
 
     backend = backends.get(name)
     fmt = next((f for f in ("bf16", "fp8", "mxfp8", "nvfp4") if f in backend.formats), backend.formats[0])
-    case = oracle.Case(1, 1, 1, 128, 128, 128, fmt=fmt)
+    case = oracle.Case(*shape, fmt=fmt)
     if backend.unavailable_reason() or backend.unsupported_reason(case):
         return backend, case, None
     inputs = oracle.make_inputs(case, "cuda")
     return backend, case, lambda: backend(inputs.q, inputs.k, inputs.v, causal=False, scale=None)
 
 
-def measure(name: str, calls: int) -> dict:
+def measure(name: str, calls: int, shape: tuple = TINY) -> dict:
     from compare import bench
 
-    backend, case, call = tiny_call(name)
-    row = {"backend": name, "format": case.fmt, "shape": "b1 h1 s128 d128"}
+    backend, case, call = tiny_call(name, shape)
+    row = {"backend": name, "format": case.fmt, "shape": case.shape_str().removeprefix(f"{case.fmt} ")}
     if call is None:
         return {**row, "note": backend.unavailable_reason() or backend.unsupported_reason(case)}
     eager = per_call_us(call, calls)
@@ -95,16 +99,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp/out")))
     parser.add_argument("--calls", type=int, default=CALLS)
-    parser.add_argument("--backends", nargs="*", default=list(BACKENDS))
+    parser.add_argument("--backends", nargs="*", default=None, help="default: the prefill list, or with --decode "
+                        "the decode list")
+    parser.add_argument("--decode", action="store_true", help="time one decode step (b1 h32/8 q1 k4096 d128) "
+                        "instead of the tiny prefill call")
     parser.add_argument("--profile", action="append", default=[], metavar="BACKEND")
     args = parser.parse_args()
     from compare import env
 
     environment = env.environment("cuda")
-    rows = [{**measure(name, args.calls), **environment} for name in args.backends]
+    names = args.backends or list(DECODE_BACKENDS if args.decode else BACKENDS)
+    shape = DECODE if args.decode else TINY
+    rows = [{**measure(name, args.calls, shape), **environment} for name in names]
     args.out.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for row in rows for key in row))
-    with open(args.out / "api_overhead.csv", "w", newline="") as f:
+    with open(args.out / ("api_overhead_decode.csv" if args.decode else "api_overhead.csv"), "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)

@@ -232,7 +232,7 @@ def test_validation_works_on_meta_tensors():
 
 
 def test_surface_matches_contract():
-    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", "hopper-mxfp8",
+    assert set(cuda_impl.VARIANTS) == {"v1", "v2", "v3", "v4", "v5", "decode", "hopper", "hopper-fp8", "hopper-mxfp8",
                                        "hopper-nvfp4", *sm120.VARIANTS}
     for low, high, formats, variant in cuda_impl.DEFAULT_VARIANTS:
         spec = cuda_impl.VARIANTS[variant]
@@ -358,3 +358,21 @@ def test_default_variant_off_the_gpu_lets_validation_name_the_device():
     assert cuda_impl.select_variant(q) == "v5"
     with pytest.raises(ValueError, match="device"):
         cuda_impl.attention(q, k, v)
+
+
+@pytest.mark.parametrize("cc, seqlen_q, head_dim, expected", [
+    ((9, 0), 1, 128, "decode"), ((9, 0), 16, 64, "decode"), ((9, 0), 17, 128, "hopper"), ((8, 0), 4, 128, "decode"),
+    ((9, 0), 1, 256, "decode"), ((8, 9), 1, 256, "decode"), ((8, 9), 1, 96, None),
+])
+def test_default_variant_sends_short_query_blocks_to_decode(monkeypatch, cc, seqlen_q, head_dim, expected):
+    """Up to DECODE_MAX_SEQLEN_Q query tokens and at the head_dims the decode kernel takes, variant=None is the
+    split-KV decode kernel; past either, the prefill row of the table."""
+    monkeypatch.setattr(cuda_impl, "_device_of", lambda x: torch.device("cuda", 0))
+    monkeypatch.setattr(validate, "capability", lambda device: cc)
+    assert cuda_impl.DECODE_MAX_SEQLEN_Q == 16
+    q = torch.randn(2, 8, seqlen_q, head_dim, dtype=torch.bfloat16)
+    if expected is None:
+        with pytest.raises(ValueError, match="no cuda_impl variant runs bf16 head_dim 96"):
+            cuda_impl.select_variant(q)
+    else:
+        assert cuda_impl.select_variant(q) == expected

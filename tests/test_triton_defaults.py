@@ -44,3 +44,17 @@ def test_default_variant_under_the_interpreter_skips_gluon(monkeypatch):
     assert triton_impl.select_variant(q, k) == "fa2"
     with pytest.raises(TypeError, match="dtype torch.int8 not supported"):
         triton_impl.select_variant(torch.zeros(1, 1, 4, 64, dtype=torch.int8))
+
+
+@pytest.mark.parametrize("interpreting, cc, seqlen_q, head_dim, expected", [
+    (False, (9, 0), 1, 128, "decode"), (False, (9, 0), 16, 64, "decode"), (False, (9, 0), 17, 128, "fa2-ws"),
+    (False, (8, 0), 8, 64, "decode"), (False, (9, 0), 1, 256, "decode"), (True, None, 1, 64, "decode"),
+])
+def test_default_variant_sends_short_query_blocks_to_decode(monkeypatch, interpreting, cc, seqlen_q, head_dim,
+                                                            expected):
+    monkeypatch.setattr(frontend, "_interpreting", lambda: interpreting)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
+    monkeypatch.setattr(frontend, "_device_type", lambda t: "cuda")
+    q = torch.randn(2, 8, seqlen_q, head_dim, dtype=torch.float16)
+    k = torch.randn(2, 2, 4096, head_dim, dtype=torch.float16)
+    assert triton_impl.select_variant(q, k) == expected

@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from triton_impl.variants import DEFAULT_VARIANTS, VARIANTS
+from triton_impl.variants import DECODE_MAX_SEQLEN_Q, DEFAULT_VARIANTS, VARIANTS
 
 _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
@@ -250,7 +250,8 @@ def select_variant(q, k=None, v=None, *, causal=False):
         return t.logical_shape if _is_quantized(t) else t.shape
 
     head_dim = shape_of(q)[-1]
-    length = max(shape_of(q)[-2], shape_of(k)[-2] if k is not None else 0)
+    seqlen_q = shape_of(q)[-2]
+    length = max(seqlen_q, shape_of(k)[-2] if k is not None else 0)
     data = q.data if quantized else q
     cc = None if _interpreting() or _device_type(data) != "cuda" else torch.cuda.get_device_capability(data.device)
     rows = [r for r in DEFAULT_VARIANTS if fmt in r[2]]
@@ -258,6 +259,8 @@ def select_variant(q, k=None, v=None, *, causal=False):
         formats = sorted({f for r in DEFAULT_VARIANTS for f in r[2]})
         raise TypeError(f"no triton variant takes format {fmt!r}; formats: {formats}")
     for low, high, _, head_dims, longest, variant in rows:
+        if "max_seqlen_q" in VARIANTS[variant] and seqlen_q > DECODE_MAX_SEQLEN_Q:
+            continue
         if cc is None:
             arch_ok = not VARIANTS[variant].get("gluon")
         else:
@@ -311,7 +314,56 @@ def _attention_16bit(q, k, v, causal, scale, variant):
     variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
     _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
     scale = _resolve_scale(scale, q.shape[-1])
+    if VARIANTS[variant]["op"] == "decode":
+        return _attention_decode(q, k, v, causal, scale, variant)
     return _run(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
+
+
+def _attention_decode(q, k, v, causal, scale, variant):
+    """The dense (B, H, S, D) call on the decode kernel: a contiguous cache of Sk keys per sequence, read through
+    (B, S, H, D) views of the same storage (no copy)."""
+    from triton_impl import decode
+    longest = VARIANTS[variant]["max_seqlen_q"]
+    if q.shape[2] > longest:
+        raise ValueError(f"variant {variant!r} takes 1..{longest} query tokens, got Sq = {q.shape[2]}")
+    out, lse = decode.forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None,
+                              causal=bool(causal), scale=scale)
+    return out.transpose(1, 2), lse
+
+
+def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
+                           causal=False, scale=None, return_lse=False, k_descale=None, v_descale=None,
+                           num_splits=None, split_size=None):
+    """Decode attention against a KV cache, shaped like FlashAttention's flash_attn_with_kvcache (compare.kvcache
+    has the layouts): q (B, Sq, Hq, D) bf16/fp16 (fp32 too) with Sq 1..64; k_cache / v_cache paged
+    (num_blocks, page_size, Hkv, D) with block_table (B, max_blocks) int32, or contiguous (B, S_max, Hkv, D)
+    without one; cache_seqlens (B,) int32. k_new / v_new (B, S_new, Hkv, D), if given, are written into the cache
+    at cache_seqlens first (in place; one host sync checks that they fit) and attended to. causal is
+    bottom-right aligned on the cache (query i sees key j <= i + L - Sq). Returns out (B, Sq, Hq, D) in q's
+    dtype, and with return_lse the LSE (B, Hq, Sq) float32.
+
+    Split-KV: num_splits=None picks the chunking from the shape and the GPU; num_splits=N forces N chunks;
+    split_size=K chunks every sequence by K keys (a multiple of 64), so each sequence's result is the same bits
+    whatever the batch around it. Results are deterministic either way. Without k_new there is no host sync:
+    a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
+    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync)."""
+    from compare import kvcache
+    from triton_impl import decode
+    layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
+                                  k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
+                                  dtypes=(torch.bfloat16, torch.float16, torch.float32),
+                                  head_dims=VARIANTS["decode"]["head_dims"], backend="triton_impl")
+    kvcache.check_splits(num_splits, split_size)
+    scale = kvcache.resolve_scale(scale, layout.head_dim)
+    reason = unavailable_reason("decode")
+    if reason is not None:
+        raise RuntimeError(reason)
+    if k_new is not None:
+        cache_seqlens = kvcache.append(layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
+    out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal), scale=scale,
+                              k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
+                              split_size=split_size)
+    return (out, lse) if return_lse else out
 
 
 def _attention_quantized(q, k, v, causal, scale, variant):

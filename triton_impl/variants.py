@@ -1,6 +1,7 @@
 """What each Triton variant runs: formats, head dims, architectures (the contract's VARIANTS table), and how the
 frontend runs it: "kernels", the module whose launch() it calls (a module without one says why in LIMITATION);
-"op", the custom op that takes its inputs (fwd: 16-bit, fwd_fp8, fwd_blocked: MXFP8 / NVFP4); "tma": its Q/K (and
+"op", the custom op that takes its inputs (fwd: 16-bit, fwd_fp8, fwd_blocked: MXFP8 / NVFP4, decode: the split-KV
+decode of triton_impl.decode, for at most "max_seqlen_q" query tokens); "tma": its Q/K (and
 16-bit V) are read through TMA descriptors; "gluon": written in Gluon, which Triton 3.6's interpreter cannot run.
 Adding a variant is a row here and a kernel module."""
 
@@ -35,6 +36,18 @@ VARIANTS: dict[str, dict] = {
         "max_cc": (9, 0),
         "description": "FlashAttention-2 forward in Gluon (Triton's explicit dialect): a TMA producer warp and two "
                        "consumer warpgroups with their own instruction streams (warp specialization); wgmma, sm_90 only",
+    },
+    "decode": {
+        "kernels": "triton_impl.kernels.decode",
+        "op": "decode",
+        "formats": ("bf16", "fp16", "fp32"),
+        "head_dims": (64, 128, 256),
+        "min_cc": (8, 0),
+        "max_cc": None,
+        "max_seqlen_q": 64,
+        "description": "split-KV decode (flash-decoding), pointer loads: the query tokens of all query heads of one "
+                       "KV head packed into one tile, key chunks merged through their LSE in a fixed order; "
+                       "contiguous or paged KV cache (attention_with_kvcache); runs under TRITON_INTERPRET=1",
     },
     "fp8": {
         "kernels": "triton_impl.kernels.fp8_tma",
@@ -105,8 +118,11 @@ VARIANTS: dict[str, dict] = {
 # (figures/data/paper-h200-*.csv on the H200: the Gluon kernels from d128 and from 2k tokens at d64, the pointer
 # kernel for d64 up to 1k tokens, fp8-ws where it takes the head_dim); on other GPUs the variants their arch
 # allows. Under TRITON_INTERPRET=1 (no GPU) the first row that is not a Gluon kernel, whatever its arch.
+# "decode" only where Sq <= DECODE_MAX_SEQLEN_Q (longer query blocks are prefill tiles).
 # (lowest cc, highest cc or None, formats, head_dims or None, longest max(Sq, Sk) or None, variant)
+DECODE_MAX_SEQLEN_Q = 16
 DEFAULT_VARIANTS: tuple = (
+    ((8, 0), None, ("bf16", "fp16", "fp32"), None, None, "decode"),
     ((9, 0), (9, 0), ("bf16", "fp16"), (64,), 1024, "fa2"),
     ((9, 0), (9, 0), ("bf16", "fp16"), None, None, "fa2-ws"),
     ((9, 0), (9, 0), ("fp8",), (64, 128), None, "fp8-ws"),

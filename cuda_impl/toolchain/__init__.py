@@ -205,6 +205,9 @@ _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb(\d)ELi(\d)E")  # <DI
 _FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # hopper/config.cuh Fp8Schedule (1, 2)
 _MX_NAME = re.compile(r"fwd_hopper_mx_kernelILi(\d)ELi(\d+)E")  # <FA_MX_FORMAT_*, DIM>
 _MX_FORMATS = ("mxfp8", "nvfp4")
+# fwd_decode.cu: <q type, K/V type (S1_: the same), DIM>, and the split merge <q type, DIM>
+_DECODE_NAME = re.compile(
+    r"(fwd_decode_kernel|fwd_decode_merge_kernel)I(6__half|13__nv_bfloat16)(S1_|13__nv_fp8_e4m3)?Li(\d+)E")
 
 
 def readable_kernel_name(mangled: str) -> str:
@@ -214,10 +217,15 @@ def readable_kernel_name(mangled: str) -> str:
     warpgroups where not the head_dim's own) when set: 'fwd_hopper_kernel<bf16,64,128,consumers2>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128,persistent>' (persistent CTAs) or '...,dynamic>' (fed by a
     counter), '<fp8,128,flat-k,...>' where K loads through the key-permuted 5-D map; the block-scaled
-    one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'."""
+    one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'; the
+    decode kernel -> 'fwd_decode_kernel<bf16,128>' (K/V in q's type) / 'fwd_decode_kernel<bf16,128,kv-fp8>' (e4m3
+    K/V), its split merge -> 'fwd_decode_merge_kernel<bf16,128>'."""
     if m := _FP8_NAME.search(mangled):
         flat = ",flat-k" if m.group(3) == "1" else ""
         return f"{m.group(1)}<fp8,{m.group(2)}{flat}{_FP8_SCHEDULES[int(m.group(4))]}>"
+    if m := _DECODE_NAME.search(mangled):
+        kv = ",kv-fp8" if m.group(3) == "13__nv_fp8_e4m3" else ""
+        return f"{m.group(1)}<{'bf16' if 'bfloat16' in m.group(2) else 'fp16'},{m.group(4)}{kv}>"
     if m := _MX_NAME.search(mangled):
         fmt = _MX_FORMATS[int(m.group(1))]
         return f"fwd_hopper_{fmt}_kernel<{fmt},{m.group(2)}>"

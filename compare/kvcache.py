@@ -1,0 +1,187 @@
+"""The checks and the in-place append of `attention_with_kvcache`, shared by both backends (torch only; no kernel).
+
+Layouts (FlashAttention's `flash_attn_with_kvcache`): q (B, Sq, Hq, D); a paged cache (num_blocks, page_size,
+Hkv, D) read through block_table (B, max_blocks) int32, or, without a block table, a contiguous cache
+(B, S_max, Hkv, D); cache_seqlens (B,) int32, the keys each sequence holds before the call. k_new / v_new
+(B, S_new, Hkv, D) are written in place at positions cache_seqlens[b] .. + S_new - 1, and the call attends to
+cache_seqlens + S_new keys. An e4m3 cache (float8_e4m3fn) comes with k_descale / v_descale (B, Hkv) float32:
+the true values are descale * stored value.
+
+`check_inputs` looks at shapes, dtypes, devices and strides only: it never reads device memory, so a call
+without k_new has no host sync and can be captured in a CUDA graph. The *values* of cache_seqlens and
+block_table are the kernels' to guard: a sequence whose length is negative or beyond the capacity, or whose
+block-table entries in use name a page outside the cache, gets NaN output and LSE, and no page outside the
+cache is read. `check_values` (one host sync) turns the same conditions into a ValueError; the append path
+runs it, since a write must not land outside the cache, and anyone may call it while debugging.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+E4M3 = torch.float8_e4m3fn
+PAGE_SIZES = tuple(1 << i for i in range(4, 9))  # 16 .. 256: the kernels' page-address arithmetic is tested there
+MAX_SEQLEN_Q = 64  # speculative decoding and chunked prefill; longer query blocks are prefill (attention())
+_ALIGN_BYTES = 16  # cp.async / vector loads of one row chunk
+SPLIT_MULTIPLE = 64  # split_size granularity: a multiple of every decode kernel's key tile
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the kernels need to know of a checked call, read off the shapes alone."""
+    batch: int
+    seqlen_q: int
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    page_size: int | None   # None: contiguous cache
+    capacity: int           # keys one sequence can hold (max_blocks * page_size, or S_max)
+    fp8: bool
+
+
+def _need(condition: bool, message: str, error=ValueError):
+    if not condition:
+        raise error(message)
+
+
+def _check_tensor(name: str, x, *, dims: int, device: torch.device):
+    _need(isinstance(x, torch.Tensor), f"{name} must be a torch.Tensor, got {type(x).__name__}", TypeError)
+    _need(x.dim() == dims, f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    _need(x.device == device, f"{name} is on {x.device}, q on {device}: all inputs on one device")
+
+
+def _check_rows(name: str, x: torch.Tensor):
+    """Last dimension contiguous, every other stride and the start 16-byte aligned (one row chunk per copy)."""
+    _need(x.stride(-1) == 1 or x.shape[-1] == 1, f"{name} needs stride 1 in its last dimension, got {x.stride()}")
+    per_chunk = _ALIGN_BYTES // x.element_size()
+    bad = [s for s, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1 and s % per_chunk]
+    _need(not bad, f"{name}: strides {x.stride()} must be multiples of {per_chunk} elements (16 bytes)")
+    _need(x.data_ptr() % _ALIGN_BYTES == 0, f"{name} must start 16-byte aligned")
+
+
+def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_new, k_descale, v_descale,
+                 dtypes: tuple[torch.dtype, ...], head_dims: tuple[int, ...], backend: str) -> Layout:
+    """Shapes, dtypes, devices and strides of an attention_with_kvcache call (no device memory read).
+    Raises TypeError / ValueError naming the argument; returns the Layout."""
+    _need(isinstance(q, torch.Tensor), f"q must be a torch.Tensor, got {type(q).__name__}", TypeError)
+    _need(q.dim() == 4, f"q must be 4-D (B, Sq, Hq, D), got shape {tuple(q.shape)}")
+    names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+    _need(q.dtype in dtypes, f"q: {backend} takes {names}, got {q.dtype}", TypeError)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    _need(1 <= seqlen_q <= MAX_SEQLEN_Q, f"q: Sq = {seqlen_q}, the decode path takes 1..{MAX_SEQLEN_Q} query "
+          "tokens per sequence (longer blocks: attention())")
+    _need(batch >= 1 and heads_q >= 1, f"q: empty batch or heads, shape {tuple(q.shape)}")
+    _need(head_dim in head_dims, f"head_dim {head_dim}: {backend} decode takes {head_dims}")
+    for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_tensor(name, x, dims=4, device=q.device)
+    _need(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} "
+          "must have the same shape")
+    _need(k_cache.dtype == v_cache.dtype, f"k_cache is {k_cache.dtype}, v_cache {v_cache.dtype}", TypeError)
+    fp8 = k_cache.dtype == E4M3
+    _need(fp8 or k_cache.dtype == q.dtype, f"k_cache/v_cache must be q's dtype ({q.dtype}) or {E4M3}, got "
+          f"{k_cache.dtype}", TypeError)
+    blocks, rows, heads_kv, cache_dim = k_cache.shape
+    _need(cache_dim == head_dim, f"k_cache head_dim {cache_dim} != q head_dim {head_dim}")
+    _need(heads_kv >= 1 and heads_q % heads_kv == 0, f"q has {heads_q} heads, the cache {heads_kv}: Hq must be a "
+          "multiple of Hkv")
+    for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        _check_rows(name, x)
+
+    if fp8:
+        for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
+            _need(d is not None, f"{name} is required with an {E4M3} cache ((B, Hkv) float32)")
+            _check_tensor(name, d, dims=2, device=q.device)
+            _need(tuple(d.shape) == (batch, heads_kv) and d.dtype == torch.float32 and d.is_contiguous(),
+                  f"{name} must be a contiguous (B, Hkv) = ({batch}, {heads_kv}) float32 tensor, got "
+                  f"{tuple(d.shape)} {d.dtype}")
+    else:
+        _need(k_descale is None and v_descale is None, "k_descale/v_descale are for an e4m3 cache only")
+
+    if block_table is None:
+        _need(blocks == batch, f"contiguous cache (no block_table): k_cache must be (B, S_max, Hkv, D) with B = "
+              f"{batch}, got {tuple(k_cache.shape)}")
+        page_size, capacity = None, rows
+    else:
+        _check_tensor("block_table", block_table, dims=2, device=q.device)
+        _need(block_table.dtype == torch.int32, f"block_table must be int32, got {block_table.dtype}", TypeError)
+        _need(block_table.shape[0] == batch and block_table.shape[1] >= 1,
+              f"block_table must be (B, max_blocks) with B = {batch}, got {tuple(block_table.shape)}")
+        _need(block_table.stride(-1) == 1, "block_table needs stride 1 in its last dimension")
+        _need(rows in PAGE_SIZES, f"page_size {rows} (k_cache.shape[1]): the paged kernels take {PAGE_SIZES}")
+        page_size, capacity = rows, block_table.shape[1] * rows
+
+    _check_tensor("cache_seqlens", cache_seqlens, dims=1, device=q.device)
+    _need(cache_seqlens.dtype == torch.int32, f"cache_seqlens must be int32, got {cache_seqlens.dtype}", TypeError)
+    _need(tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.is_contiguous(),
+          f"cache_seqlens must be a contiguous (B,) = ({batch},) tensor, got {tuple(cache_seqlens.shape)}")
+
+    _need((k_new is None) == (v_new is None), "give k_new and v_new together, or neither")
+    if k_new is not None:
+        for name, x in (("k_new", k_new), ("v_new", v_new)):
+            _check_tensor(name, x, dims=4, device=q.device)
+            _need(x.dtype == k_cache.dtype, f"{name} must have the cache's dtype {k_cache.dtype}, got {x.dtype}",
+                  TypeError)
+            _need(x.shape[0] == batch and x.shape[2:] == k_cache.shape[2:] and x.shape[1] >= 1,
+                  f"{name} must be (B, S_new, Hkv, D) = ({batch}, S_new, {heads_kv}, {head_dim}), got "
+                  f"{tuple(x.shape)}")
+        _need(k_new.shape == v_new.shape, f"k_new {tuple(k_new.shape)} and v_new {tuple(v_new.shape)} differ")
+        _need(not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
+              "k_new/v_new: the append checks the lengths on the host, which a CUDA graph capture cannot do; "
+              "write the cache before the captured call instead")
+    return Layout(batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
+                  page_size=page_size, capacity=capacity, fp8=fp8)
+
+
+def check_splits(num_splits, split_size) -> None:
+    """num_splits: a positive int; split_size: keys per chunk, a positive multiple of SPLIT_MULTIPLE; not both."""
+    _need(num_splits is None or split_size is None, "give num_splits or split_size, not both")
+    _need(num_splits is None or (isinstance(num_splits, int) and num_splits >= 1),
+          f"num_splits must be a positive int, got {num_splits!r}")
+    _need(split_size is None or (isinstance(split_size, int) and split_size >= SPLIT_MULTIPLE
+                                 and split_size % SPLIT_MULTIPLE == 0),
+          f"split_size must be a positive multiple of {SPLIT_MULTIPLE} keys, got {split_size!r}")
+
+
+def resolve_scale(scale, head_dim: int) -> float:
+    """1/sqrt(head_dim) by default; a given scale must be finite and positive."""
+    if scale is None:
+        return head_dim ** -0.5
+    scale = float(scale)
+    _need(scale > 0 and scale != float("inf"), f"scale must be a positive finite number, got {scale}")
+    return scale
+
+
+def check_values(layout: Layout, k_cache: torch.Tensor, cache_seqlens: torch.Tensor,
+                 block_table: torch.Tensor | None, extra: int = 0) -> None:
+    """ValueError when a length (plus `extra` appended keys) is negative or beyond the capacity, or a block-table
+    entry those keys use names no page of the cache. One host sync."""
+    lengths = cache_seqlens.long() + extra
+    low, high = (int(x) for x in torch.stack([cache_seqlens.min(), lengths.max()]).tolist())
+    _need(low >= 0, f"cache_seqlens: a negative length ({low})")
+    _need(high <= layout.capacity, f"cache_seqlens{' + S_new' if extra else ''}: a length of {high} is beyond the "
+          f"cache's capacity of {layout.capacity} keys per sequence")
+    if block_table is not None:
+        used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] * layout.page_size < lengths[:, None]
+        bad = used & ((block_table < 0) | (block_table >= k_cache.shape[0]))
+        if bool(bad.any()):
+            b, i = (int(x) for x in bad.nonzero()[0].tolist())
+            raise ValueError(f"block_table[{b}, {i}] = {int(block_table[b, i])} is not a page of the cache "
+                             f"(0..{k_cache.shape[0] - 1}) but sequence {b} needs it")
+
+
+def append(layout: Layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table) -> torch.Tensor:
+    """Write k_new / v_new at each sequence's end (in place) after check_values; returns the new lengths (a new
+    tensor: the caller's cache_seqlens is not modified)."""
+    check_values(layout, k_cache, cache_seqlens, block_table, extra=k_new.shape[1])
+    pos = cache_seqlens.long()[:, None] + torch.arange(k_new.shape[1], device=k_new.device)[None, :]
+    if block_table is None:
+        rows = torch.arange(layout.batch, device=k_new.device)[:, None].expand_as(pos)
+        k_cache[rows, pos] = k_new
+        v_cache[rows, pos] = v_new
+    else:
+        pages = block_table.long().gather(1, pos // layout.page_size)
+        k_cache[pages, pos % layout.page_size] = k_new
+        v_cache[pages, pos % layout.page_size] = v_new
+    return (cache_seqlens + k_new.shape[1]).to(torch.int32)

@@ -1,0 +1,584 @@
+// Decode (flash-decoding): a few query rows against a long, paged or contiguous KV cache, split over the keys.
+// The contract (cuda_impl/decode.py) and the oracle (compare.oracle.check_kvcache) fix what it computes.
+// - One CTA = one KV head of one sequence, one 16-row query tile, one chunk of the keys (a split). GQA rows are
+//   packed: tile row r is query head hk * g + r % g at query position r / g, so K/V are read once per step for
+//   all the query heads that share them (padded rows are computed, never stored).
+// - 16 rows are one mma.sync m16n8k16 tile, which one warp could do alone; the CTA's four warps instead split
+//   each key tile (warp w: keys w * KEYS_PER_WARP ..), every warp keeping its own online softmax, so that the CTA
+//   keeps four warps' worth of cp.async bytes in flight. The warps' (m, l, O) merge in shared memory at the end.
+// - K/V: a STAGES-deep cp.async ring (ladder v5's one-barrier-per-tile protocol); each key row gets its own
+//   address (page = block_table[b, pos / page_size]), so pages of any size and order cost the same.
+// - More than one split: each CTA writes its fp32 partial (O / l, LSE) and fwd_decode_merge_kernel combines the
+//   splits through their LSE in split order (bitwise deterministic). One split writes out directly.
+// - e4m3 K/V: the ring holds the bytes (half the traffic); each warp expands its own rows to q's 16-bit type in a
+//   private buffer before its ldmatrix reads (every e4m3 value is exact in bf16 and fp16). The per-(b, kv head)
+//   descales fold into the softmax scale (K) and the output (V).
+// - Safety: a length outside [0, capacity] or a used block-table entry outside [0, num_pages) makes the
+//   sequence's rows NaN before any K/V byte is read; entries past the pages the length needs are never read.
+#include <cuda_fp8.h>
+
+#include "ladder.cuh"
+
+extern "C" {
+// Mirrored field by field by cuda_impl/_lib.py (DecodeParams, checked by size). Strides are in elements.
+struct DecodeParams {
+  const void* q;               // (batch, seqlen_q, heads_q, head_dim), strides q_stride; head_dim stride 1
+  const void* k;               // paged: (num_pages, page_size, heads_kv, head_dim); contiguous: (batch, S_max, ...)
+  const void* v;
+  void* out;                   // (batch, seqlen_q, heads_q, head_dim) contiguous, q's dtype
+  float* lse;                  // (batch, heads_q, seqlen_q) contiguous, natural log
+  const int32_t* block_table;  // (batch, max_pages), row stride block_table_stride; null: contiguous cache
+  const int32_t* seqlens;      // (batch,); null: every sequence holds the whole capacity
+  const float* k_descale;      // (batch, heads_kv) for e4m3 K/V, else null
+  const float* v_descale;
+  float* workspace;            // num_splits > 1: partial O (num_splits, batch, heads_q, seqlen_q, head_dim), then
+                               // partial LSE (num_splits, batch, heads_q, seqlen_q); else null
+  int64_t q_stride[3];         // batch, query position, head
+  int64_t k_stride[3];         // page (contiguous: batch), row in the page, head
+  int64_t v_stride[3];
+  int64_t block_table_stride;
+  int32_t batch, seqlen_q, heads_q, heads_kv, head_dim;
+  int32_t page_size;           // contiguous: S_max (then the page of a sequence is its batch index)
+  int32_t num_pages;           // pages in the cache (contiguous: batch)
+  int32_t max_pages;           // block-table columns (contiguous: 1); capacity = max_pages * page_size
+  int32_t num_splits;          // chunks per sequence (the grid's); chunks past a sequence's length exit early
+  int32_t split_keys;          // keys per chunk, a multiple of BLOCK_N
+  float scale;                 // softmax scale, > 0
+  int32_t causal;              // bottom-right aligned: query i sees keys j <= i + L - seqlen_q
+  int32_t dtype;               // q and out: FA_DTYPE_BF16 / FA_DTYPE_FP16
+  int32_t kv_dtype;            // K and V: dtype, or KV_E4M3
+};
+}
+
+namespace fa {
+
+constexpr int KV_E4M3 = 2;  // the same code as FA_DTYPE_E4M3 (hopper/config.cuh)
+constexpr int DECODE_WARPS = 4;
+constexpr int TILE_ROWS = 16;  // query rows of a CTA: one m16 MMA tile
+
+// Per head_dim: keys per warp and ring depth. d64/d128 keep a stage at 32 KB of 16-bit K+V (two CTAs per SM,
+// 2 x 2 stages = 128 KB in flight per SM); d256 takes one CTA per SM (O alone is 128 registers a thread).
+template <int DIM, typename KV>
+struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, DIM == 64 ? 32 : 16> {
+  using Base = Tiles<DIM, DECODE_WARPS, 1, DIM == 64 ? 32 : 16>;
+  static constexpr bool FP8 = sizeof(KV) == 1;
+  static constexpr int KEYS_PER_WARP = Base::BLOCK_KV;
+  static constexpr int BLOCK_N = DECODE_WARPS * KEYS_PER_WARP;  // keys of one ring stage
+  static constexpr int STAGES = 3;
+  static constexpr int CTAS_PER_SM = DIM == 256 ? 1 : 2;
+  // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
+  static constexpr bool Q_FROM_SMEM = DIM == 256;
+  // The ring: 16-bit rows are swizzled for ldmatrix; e4m3 rows are read once, in 16-byte chunks, by the
+  // expansion (consecutive lanes, consecutive chunks: no conflicts without swizzle).
+  static constexpr int KV_ROW_BYTES = DIM * int(sizeof(KV));
+  static constexpr int KV_ROW_CHUNKS = KV_ROW_BYTES / 16;
+  static constexpr bool KV_SWIZZLE = !FP8;
+  static constexpr int KV_TILE_BYTES = BLOCK_N * KV_ROW_BYTES;  // one K or one V stage
+  static constexpr int STAGE_BYTES = 2 * KV_TILE_BYTES;
+  static constexpr int Q_TILE_BYTES = TILE_ROWS * Base::ROW_BYTES;
+  // e4m3: each warp's K and V rows of the current stage, expanded to 16 bits (swizzled like a 16-bit stage).
+  static constexpr int WARP_TILE_BYTES = KEYS_PER_WARP * Base::ROW_BYTES;
+  static constexpr int EXPANDED_BYTES = FP8 ? DECODE_WARPS * 2 * WARP_TILE_BYTES : 0;
+  // The in-CTA merge reuses the ring: each warp's O rows (fp32, padded by 8 floats: conflict-free float2
+  // stores), then its row maxima and sums.
+  static constexpr int O_ROW_FLOATS = DIM + 8;
+  static constexpr int MERGE_BYTES = DECODE_WARPS * TILE_ROWS * (O_ROW_FLOATS + 2) * 4;
+  static constexpr int PIPE_BYTES = Q_TILE_BYTES + STAGES * STAGE_BYTES + EXPANDED_BYTES;
+  static constexpr int SMEM_BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
+  static_assert(Base::THREADS % KV_ROW_CHUNKS == 0 && BLOCK_N % (Base::THREADS / KV_ROW_CHUNKS) == 0,
+                "a stage must split evenly over the CTA");
+};
+
+// n / d for 0 <= n < 2^31 as a multiply-high and a shift (d = the page size, fixed per launch): with
+// s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, n / d = (umulhi(n, m) + n) >> s.
+struct FastDiv {
+  uint32_t mul, shift;
+  __host__ explicit FastDiv(uint32_t d) : mul(0), shift(0) {
+    while ((uint64_t(1) << shift) < d) shift++;
+    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
+  }
+  __device__ __forceinline__ int operator()(int n) const {
+    return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shift);
+  }
+};
+
+// Eight e4m3 bytes -> eight 16-bit T values (exact: e4m3 has 3 mantissa bits and a range both types hold).
+template <typename T>
+__device__ __forceinline__ uint4 expand_e4m3(uint2 bytes) {
+  uint32_t out[4];
+  const uint32_t words[2] = {bytes.x, bytes.y};
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const __nv_fp8x2_storage_t pair = __nv_fp8x2_storage_t(words[i / 2] >> (16 * (i % 2)));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    if constexpr (std::is_same_v<T, __half>) {
+      out[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
+    } else {
+      const float2 f = __half22float2(__half2(h));
+      out[i] = pack2<T>(f.x, f.y);
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
+}
+
+// Where the CTA's rows and keys are, shared by the main kernel's phases.
+struct DecodeWork {
+  int batch, head_kv, split, group, rows, row0;
+  int length;     // L, the sequence's keys
+  int chunk0;     // first key of the chunk
+  int kv_end;     // min(chunk end, L)
+  int cta_end;    // kv_end, shortened under causal masking to the last key the tile's last row sees
+  int min_end;    // the end the tile's first (most restricted) row sees: key tiles past it need a mask
+};
+
+// Output row r of the CTA's tile -> (query position, query head).
+__device__ __forceinline__ int query_of(const DecodeWork& w, int r) { return r / w.group; }
+__device__ __forceinline__ int head_of(const DecodeWork& w, int r) { return w.head_kv * w.group + r % w.group; }
+
+// Writes of one finished row segment: `o` holds COLS fp32 values of (query row, columns col0..) already divided
+// by l; `lse` is that row's natural-log LSE. One split: out in T and lse; several: the fp32 partials.
+template <typename T, int DIM, int COLS>
+__device__ __forceinline__ void store_row(const DecodeParams& p, const DecodeWork& w, int r, int col0,
+                                          const float (&o)[COLS], float lse, bool write_lse) {
+  const int query = query_of(w, r), head = head_of(w, r);
+  const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
+  if (p.num_splits == 1) {
+    T* dst = static_cast<T*>(p.out) + ((int64_t(w.batch) * p.seqlen_q + query) * p.heads_q + head) * DIM + col0;
+#pragma unroll
+    for (int c = 0; c < COLS; c += 8) {
+      const uint4 v = make_uint4(pack2<T>(o[c], o[c + 1]), pack2<T>(o[c + 2], o[c + 3]),
+                                 pack2<T>(o[c + 4], o[c + 5]), pack2<T>(o[c + 6], o[c + 7]));
+      *reinterpret_cast<uint4*>(dst + c) = v;
+    }
+    if (write_lse) p.lse[lse_row] = lse;
+  } else {
+    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    const int64_t part_row = w.split * rows_total + lse_row;
+    float* dst = p.workspace + part_row * DIM + col0;
+#pragma unroll
+    for (int c = 0; c < COLS; c += 4)
+      *reinterpret_cast<float4*>(dst + c) = make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]);
+    if (write_lse) p.workspace[int64_t(p.num_splits) * rows_total * DIM + part_row] = lse;
+  }
+}
+
+template <typename T, typename KV, int DIM>
+__global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_PER_SM)
+    fwd_decode_kernel(const DecodeParams p, const FastDiv page_div) {
+  using C = DecodeTiles<DIM, KV>;
+  constexpr int STAGES = C::STAGES, BLOCK_N = C::BLOCK_N, KW = C::KEYS_PER_WARP;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t Q_smem = smem_u32(smem);
+  const uint32_t KV_smem = Q_smem + C::Q_TILE_BYTES;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+
+  DecodeWork w;
+  w.batch = blockIdx.z;
+  w.head_kv = blockIdx.y % p.heads_kv;
+  w.split = blockIdx.y / p.heads_kv;
+  w.group = p.heads_q / p.heads_kv;
+  w.rows = p.seqlen_q * w.group;
+  w.row0 = blockIdx.x * TILE_ROWS;
+  const int capacity = p.max_pages * p.page_size;
+  w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : capacity;
+  w.chunk0 = w.split * p.split_keys;
+  w.kv_end = min(w.chunk0 + p.split_keys, w.length);
+  const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
+
+  // Poison check before any K/V read: the length, then every block-table entry the chunk's keys use (all of
+  // them, also those past this tile's causal end, so that every row of the sequence agrees).
+  bool bad = w.length < 0 || w.length > capacity;
+  if (!bad && table != nullptr && w.kv_end > w.chunk0) {
+    const int last = page_div(w.kv_end - 1);
+    for (int pg = page_div(w.chunk0) + tid; pg <= last; pg += C::THREADS) {
+      const int page = table[pg];
+      bad |= page < 0 || page >= p.num_pages;
+    }
+  }
+  if (__syncthreads_or(bad)) {
+    // NaN rows (one split) or a NaN partial LSE, which the merge turns into NaN rows.
+    constexpr int COLS = DIM / 8;
+    const int r = w.row0 + tid / 8;
+    if (r < w.rows) {
+      float o[COLS];
+#pragma unroll
+      for (int c = 0; c < COLS; c++) o[c] = NAN;
+      if (p.num_splits == 1) store_row<T, DIM, COLS>(p, w, r, (tid % 8) * COLS, o, NAN, tid % 8 == 0);
+      else if (tid % 8 == 0) {
+        const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+        const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head_of(w, r)) * p.seqlen_q + query_of(w, r);
+        p.workspace[int64_t(p.num_splits) * rows_total * DIM + w.split * rows_total + lse_row] = NAN;
+      }
+    }
+    return;
+  }
+
+  const int diag = w.length - p.seqlen_q;  // causal: query i sees keys j <= i + diag
+  const int last_row = min(w.rows, w.row0 + TILE_ROWS) - 1;
+  w.cta_end = p.causal ? min(w.kv_end, query_of(w, last_row) + diag + 1) : w.kv_end;
+  w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
+  const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + BLOCK_N - 1) / BLOCK_N : 0;
+
+  // Q tile: row r of the tile from (query r / g, head hk * g + r % g); padding rows are zeros.
+  {
+    const T* Q = static_cast<const T*>(p.q) + w.batch * p.q_stride[0];
+    for (int c = tid; c < TILE_ROWS * C::ROW_CHUNKS; c += C::THREADS) {
+      const int r = c / C::ROW_CHUNKS, chunk = c % C::ROW_CHUNKS, row = w.row0 + r;
+      const bool valid = row < w.rows;
+      const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
+      cp_async_16(Q_smem + tile_offset<C::ROW_CHUNKS, true>(r, chunk), valid ? src : Q, valid ? 16 : 0);
+    }
+  }
+
+  // K/V of key tile `tile` into ring slot `stage`: each thread's rows are tid / KV_ROW_CHUNKS + i * ROWS_PER_PASS,
+  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table.
+  const KV* K_head = static_cast<const KV*>(p.k) + w.head_kv * p.k_stride[2];
+  const KV* V_head = static_cast<const KV*>(p.v) + w.head_kv * p.v_stride[2];
+  constexpr int ROWS_PER_PASS = C::THREADS / C::KV_ROW_CHUNKS;
+  constexpr int PASSES = BLOCK_N / ROWS_PER_PASS;
+  constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
+  const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
+  auto load_kv = [&](int tile, uint32_t stage) {
+    const int tile_start = w.chunk0 + tile * BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < PASSES; i++) {
+      const int r = load_row + i * ROWS_PER_PASS, pos = tile_start + r;
+      bool valid = pos < w.cta_end;
+      int64_t k_off = 0, v_off = 0;
+      if (valid) {
+        int page = w.batch, in_page = pos;
+        if (table != nullptr) {
+          const int index = page_div(pos);
+          page = table[index];
+          in_page = pos - index * p.page_size;
+          valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
+        }
+        k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
+        v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+      }
+      const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
+      const uint32_t dst = stage + tile_offset<C::KV_ROW_CHUNKS, C::KV_SWIZZLE>(r, load_chunk);
+      cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
+      cp_async_16(dst + C::KV_TILE_BYTES, V_head + v_off + elem, valid ? 16 : 0);
+    }
+  };
+
+  // One commit group per tile (Q rides with tile 0), committed even when empty: the group count stays fixed.
+#pragma unroll
+  for (int tile = 0; tile < STAGES - 1; tile++) {
+    if (tile < n_tiles) load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
+    cp_async_commit();
+  }
+  cp_async_wait<STAGES - 2>();
+  __syncthreads();
+  // Q (swizzled in shared memory: 16 rows read at one column) and V share ldmatrix.x4 lanes: lanes 0-15 rows
+  // 0-15 at the low 8 columns, lanes 16-31 at the high 8. K: one n-tile of two k-steps per x4 (K_lane), or with
+  // Q from shared memory one k-step of two n-tiles (K_pair_lane: lanes 16-31 key rows 8-15).
+  const SwizzledLane<C::ROW_BYTES, 2> V_lane(lane % 16, lane / 16);
+  const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
+  const SwizzledLane<C::ROW_BYTES, 2> K_pair_lane(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  uint32_t Q_rmem[C::Q_FROM_SMEM ? 1 : C::D_STEPS][4];  // every warp holds all 16 rows
+  if constexpr (!C::Q_FROM_SMEM)
+#pragma unroll
+    for (int kk = 0; kk < C::D_STEPS; kk++) ldmatrix_x4(Q_rmem[kk], Q_smem + V_lane.at(kk * 2));
+
+  // The end of the keys each of this thread's two accumulator rows (lane / 4 and + 8) sees.
+  int row_end[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = min(w.row0 + lane / 4 + 8 * h, w.rows - 1);
+    row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
+  }
+
+  const uint32_t expanded = KV_smem + STAGES * C::STAGE_BYTES + warp * 2 * C::WARP_TILE_BYTES;
+  float O_rmem[1][C::D_TILES][4] = {};
+  float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
+  float softmax_scale = p.scale;
+  if constexpr (C::FP8) softmax_scale *= p.k_descale[w.batch * p.heads_kv + w.head_kv];
+  const float scale_log2 = softmax_scale * LOG2E;
+
+  // This warp's KW keys of the stage at `slot`: scores, mask, online softmax, O += P V.
+  auto warp_step = [&](uint32_t slot, int warp_key0) {
+    uint32_t K_smem = slot + warp * KW * C::KV_ROW_BYTES;
+    uint32_t V_smem = K_smem + C::KV_TILE_BYTES;
+    if constexpr (C::FP8) {
+      // Expand this warp's e4m3 rows to 16 bits: lane reads 8 bytes of a row, writes 16 (half a swizzled chunk).
+      constexpr int HALF_CHUNKS = KW * DIM / 8;
+      __syncwarp();  // the previous tile's ldmatrix reads of the buffer are done
+#pragma unroll
+      for (int kv = 0; kv < 2; kv++)
+#pragma unroll 4
+        for (int i = lane; i < HALF_CHUNKS; i += 32) {
+          const int row = i / (DIM / 8), part = i % (DIM / 8);  // part: 8 elements
+          const uint32_t src = (kv ? V_smem : K_smem) + row * C::KV_ROW_BYTES + part * 8;
+          uint2 bytes;
+          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(bytes.x), "=r"(bytes.y) : "r"(src));
+          const uint4 vals = expand_e4m3<T>(bytes);
+          const uint32_t dst = expanded + kv * C::WARP_TILE_BYTES + tile_offset<C::ROW_CHUNKS, true>(row, part);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(vals.x), "r"(vals.y),
+                       "r"(vals.z), "r"(vals.w)
+                       : "memory");
+        }
+      __syncwarp();
+      K_smem = expanded;
+      V_smem = expanded + C::WARP_TILE_BYTES;
+    }
+    float S[1][C::KV_TILES][4];
+#pragma unroll
+    for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+      for (int i = 0; i < 4; i++) S[0][nt][i] = 0.f;
+    if constexpr (C::Q_FROM_SMEM) {
+#pragma unroll
+      for (int kk = 0; kk < C::D_STEPS; kk++) {
+        uint32_t Q_frag[4];
+        ldmatrix_x4(Q_frag, Q_smem + V_lane.at(kk * 2));
+#pragma unroll
+        for (int nt = 0; nt < C::KV_TILES; nt += 2) {
+          uint32_t K_frag[4];
+          ldmatrix_x4(K_frag, K_smem + K_pair_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+          mma_m16n8k16<T>(S[0][nt], Q_frag, K_frag[0], K_frag[1]);
+          mma_m16n8k16<T>(S[0][nt + 1], Q_frag, K_frag[2], K_frag[3]);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+        for (int kk = 0; kk < C::D_STEPS; kk += 2) {
+          uint32_t K_frag[4];
+          ldmatrix_x4(K_frag, K_smem + K_lane.at(kk * 2) + nt * 8 * C::ROW_BYTES);
+          mma_m16n8k16<T>(S[0][nt], Q_rmem[kk], K_frag[0], K_frag[1]);
+          mma_m16n8k16<T>(S[0][nt], Q_rmem[kk + 1], K_frag[2], K_frag[3]);
+        }
+    }
+    if (warp_key0 + KW > w.min_end) {  // keys past a row's end (chunk tail, length, causal diagonal)
+#pragma unroll
+      for (int nt = 0; nt < C::KV_TILES; nt++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (warp_key0 + nt * 8 + (lane % 4) * 2 + i % 2 >= row_end[i / 2]) S[0][nt][i] = -INFINITY;
+    }
+    uint32_t P_rmem[1][C::KV_STEPS][4];
+    online_softmax<T>(S, row_max, row_sum, O_rmem, P_rmem, scale_log2);
+#pragma unroll
+    for (int kk = 0; kk < C::KV_STEPS; kk++)
+#pragma unroll
+      for (int nd = 0; nd < C::D_TILES; nd += 2) {
+        uint32_t V_frag[4];
+        ldmatrix_x4_trans(V_frag, V_smem + V_lane.at(nd) + kk * 16 * C::ROW_BYTES);
+        mma_m16n8k16<T>(O_rmem[0][nd], P_rmem[0][kk], V_frag[0], V_frag[1]);
+        mma_m16n8k16<T>(O_rmem[0][nd + 1], P_rmem[0][kk], V_frag[2], V_frag[3]);
+      }
+  };
+
+  // The ring (ladder v5's protocol): the barrier that publishes tile t also proves every warp is done with
+  // tile t-1, whose slot then takes tile t + STAGES - 1.
+  const uint32_t ring_end = KV_smem + STAGES * C::STAGE_BYTES;
+  uint32_t slot = KV_smem, prev = KV_smem + (STAGES - 1) * C::STAGE_BYTES;
+  for (int tile = 0; tile < n_tiles; tile++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (tile + STAGES - 1 < n_tiles) load_kv(tile + STAGES - 1, prev);
+    cp_async_commit();
+    const int warp_key0 = w.chunk0 + tile * BLOCK_N + warp * KW;
+    if (warp_key0 < w.cta_end) warp_step(slot, warp_key0);
+    prev = slot;
+    slot = slot + C::STAGE_BYTES == ring_end ? KV_smem : slot + C::STAGE_BYTES;
+  }
+
+  // In-CTA merge of the warps' (m, l, O), in warp order. The ring is free once every copy has landed.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* O_part = reinterpret_cast<float*>(smem);  // [warp][row][O_ROW_FLOATS]
+  float* m_part = O_part + DECODE_WARPS * TILE_ROWS * C::O_ROW_FLOATS;  // [warp][row]
+  float* l_part = m_part + DECODE_WARPS * TILE_ROWS;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = lane / 4 + 8 * h;
+    float l = row_sum[0][h];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    if (lane % 4 == 0) {
+      m_part[warp * TILE_ROWS + row] = row_max[0][h];
+      l_part[warp * TILE_ROWS + row] = l;
+    }
+    float* dst = O_part + (warp * TILE_ROWS + row) * C::O_ROW_FLOATS + (lane % 4) * 2;
+#pragma unroll
+    for (int nd = 0; nd < C::D_TILES; nd++)
+      *reinterpret_cast<float2*>(dst + nd * 8) = make_float2(O_rmem[0][nd][2 * h], O_rmem[0][nd][2 * h + 1]);
+  }
+  __syncthreads();
+  // Thread -> (row tid / 8, columns (tid % 8) * COLS ..).
+  constexpr int COLS = DIM / 8;
+  const int row = tid / 8, col0 = (tid % 8) * COLS;
+  if (w.row0 + row >= w.rows) return;
+  float m = -INFINITY;
+#pragma unroll
+  for (int wp = 0; wp < DECODE_WARPS; wp++) m = fmaxf(m, m_part[wp * TILE_ROWS + row]);
+  float l = 0.f, o[COLS] = {};
+#pragma unroll
+  for (int wp = 0; wp < DECODE_WARPS; wp++) {
+    const float m_w = m_part[wp * TILE_ROWS + row];
+    const float f = m_w == -INFINITY ? 0.f : fast_exp2((m_w - m) * scale_log2);
+    l += f * l_part[wp * TILE_ROWS + row];
+    const float* src = O_part + (wp * TILE_ROWS + row) * C::O_ROW_FLOATS + col0;
+#pragma unroll
+    for (int c = 0; c < COLS; c += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(src + c);
+      o[c] += f * x.x, o[c + 1] += f * x.y, o[c + 2] += f * x.z, o[c + 3] += f * x.w;
+    }
+  }
+  // Rows that saw no key: zeros and -inf (weight 0 in the merge).
+  float inv = l > 0.f ? 1.f / l : 0.f;
+  if constexpr (C::FP8) inv *= p.v_descale[w.batch * p.heads_kv + w.head_kv];
+#pragma unroll
+  for (int c = 0; c < COLS; c++) o[c] *= inv;
+  const float lse = l > 0.f ? m * softmax_scale + logf(l) : -INFINITY;
+  store_row<T, DIM, COLS>(p, w, w.row0 + row, col0, o, lse, tid % 8 == 0);
+}
+
+// One warp per output row (batch, head, query): the splits' partials merged through their LSE. The splits' LSEs
+// are spread over the lanes (split s at lane s % 32; max and sum as fixed shuffle trees), the O partials are
+// summed in split order, several loads in flight: a loop of one dependent load per split was latency-bound
+// (tens of microseconds at 30+ splits). A NaN partial LSE (a poisoned sequence) makes the row NaN. Every split
+// of a sound sequence wrote its O (zeros where it saw no key, weight exp(-inf) = 0), so all are read.
+template <typename T, int DIM>
+__global__ void __launch_bounds__(128) fwd_decode_merge_kernel(const DecodeParams p) {
+  constexpr int COLS = DIM / 32;  // per lane
+  const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
+  if (row >= rows_total) return;
+  const int lane = threadIdx.x % 32;
+  const int n = p.num_splits;
+  const float* lse_part = p.workspace + int64_t(n) * rows_total * DIM + row;
+  float m = -INFINITY;
+  bool nan = false;
+  for (int s = lane; s < n; s += 32) {
+    const float x = lse_part[s * rows_total];
+    nan |= x != x;
+    m = fmaxf(m, x);
+  }
+#pragma unroll
+  for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, d));
+  nan = __any_sync(0xffffffff, nan);
+  float o[COLS] = {}, lse = -INFINITY;
+  if (nan) {
+#pragma unroll
+    for (int c = 0; c < COLS; c++) o[c] = NAN;
+    lse = NAN;
+  } else if (m != -INFINITY) {
+    float sum = 0.f;
+    for (int s = lane; s < n; s += 32) sum += expf(lse_part[s * rows_total] - m);  // exp(-inf) = 0
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffff, sum, d);
+    lse = m + logf(sum);
+    const float* O_part = p.workspace + row * DIM + lane * COLS;
+    for (int s0 = 0; s0 < n; s0 += 32) {
+      const float weight = s0 + lane < n ? expf(lse_part[(s0 + lane) * rows_total] - lse) : 0.f;
+      const int count = min(32, n - s0);
+#pragma unroll 8
+      for (int j = 0; j < count; j++) {
+        const float f = __shfl_sync(0xffffffff, weight, j);
+        const float* src = O_part + (s0 + j) * rows_total * DIM;
+#pragma unroll
+        for (int c = 0; c < COLS; c += 2) {
+          const float2 v = *reinterpret_cast<const float2*>(src + c);
+          o[c] += f * v.x, o[c + 1] += f * v.y;
+        }
+      }
+    }
+  }
+  // row = (batch * heads_q + head) * seqlen_q + query; out is (batch, seqlen_q, heads_q, DIM).
+  const int query = int(row % p.seqlen_q), head = int(row / p.seqlen_q % p.heads_q);
+  const int64_t batch = row / (int64_t(p.seqlen_q) * p.heads_q);
+  T* dst = static_cast<T*>(p.out) + ((batch * p.seqlen_q + query) * p.heads_q + head) * DIM + lane * COLS;
+#pragma unroll
+  for (int c = 0; c < COLS; c += 2) *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(o[c], o[c + 1]);
+  if (lane == 0) p.lse[row] = lse;
+}
+
+// Calls launcher.template operator()<T, KV, DIM>() for the runtime dtypes and head_dim.
+template <typename Launcher>
+int decode_dispatch(int dtype, int kv_dtype, int head_dim, char* err, int err_len, Launcher&& launcher) {
+  auto by_dim = [&]<typename T, typename KV>() {
+    if (head_dim == 64) return launcher.template operator()<T, KV, 64>();
+    if (head_dim == 128) return launcher.template operator()<T, KV, 128>();
+    if (head_dim == 256) return launcher.template operator()<T, KV, 256>();
+    return report(err, err_len, "head_dim", "supported: 64, 128, 256");
+  };
+  if (dtype != FA_DTYPE_BF16 && dtype != FA_DTYPE_FP16) return report(err, err_len, "dtype", "q: bfloat16, float16");
+  if (kv_dtype != dtype && kv_dtype != KV_E4M3)
+    return report(err, err_len, "dtype", "K/V: q's dtype or float8_e4m3fn");
+  if (dtype == FA_DTYPE_BF16)
+    return kv_dtype == KV_E4M3 ? by_dim.template operator()<__nv_bfloat16, __nv_fp8_e4m3>()
+                               : by_dim.template operator()<__nv_bfloat16, __nv_bfloat16>();
+  return kv_dtype == KV_E4M3 ? by_dim.template operator()<__half, __nv_fp8_e4m3>()
+                             : by_dim.template operator()<__half, __half>();
+}
+
+inline int check_decode_params(const DecodeParams& p, int block_n, char* err, int err_len) {
+  if (p.batch < 1 || p.seqlen_q < 1 || p.heads_q < 1 || p.heads_kv < 1)
+    return report(err, err_len, "shape", "batch, seqlen_q and heads must be >= 1");
+  if (p.heads_q % p.heads_kv != 0) return report(err, err_len, "heads", "heads_q must be a multiple of heads_kv");
+  if (p.page_size < 1 || p.max_pages < 0 || p.num_pages < 0 || int64_t(p.page_size) * p.max_pages > INT32_MAX)
+    return report(err, err_len, "cache", "page_size >= 1 and a capacity below 2^31 keys");
+  if (p.num_splits < 1 || p.split_keys < block_n || p.split_keys % block_n != 0)
+    return report(err, err_len, "splits", "num_splits >= 1 and split_keys a positive multiple of the key tile");
+  if (p.num_splits > 1 && p.workspace == nullptr)
+    return report(err, err_len, "splits", "more than one split needs the workspace");
+  if (int64_t(p.num_splits) * p.heads_kv > 65535 || p.batch > 65535)
+    return report(err, err_len, "grid", "num_splits * heads_kv and batch must be <= 65535");
+  if ((p.seqlen_q * int64_t(p.heads_q / p.heads_kv) + TILE_ROWS - 1) / TILE_ROWS > INT32_MAX)
+    return report(err, err_len, "grid", "too many query rows");
+  if (p.kv_dtype == KV_E4M3 && (p.k_descale == nullptr || p.v_descale == nullptr))
+    return report(err, err_len, "descale", "e4m3 K/V need k_descale and v_descale");
+  if (!(p.scale > 0.f) || std::isinf(p.scale)) return report(err, err_len, "scale", "must be finite and > 0");
+  return 0;
+}
+
+}  // namespace fa
+
+extern "C" int cuda_fa_decode_params_size() { return static_cast<int>(sizeof(DecodeParams)); }
+
+// Keys of the kernel's tile at (head_dim, kv_dtype): split_keys must be a multiple of it. -1: not supported.
+extern "C" int cuda_fa_decode_block_n(int head_dim, int kv_dtype) {
+  int block_n = -1;
+  const int kv = kv_dtype == fa::KV_E4M3 ? kv_dtype : fa::FA_DTYPE_BF16;
+  fa::decode_dispatch(fa::FA_DTYPE_BF16, kv, head_dim, nullptr, 0, [&]<typename T, typename KV, int DIM>() {
+    block_n = fa::DecodeTiles<DIM, KV>::BLOCK_N;
+    return 0;
+  });
+  return block_n;
+}
+
+// CTAs of the decode kernel that fit on one SM of the current device (the split heuristic's slots), or -1.
+extern "C" int cuda_fa_decode_ctas_per_sm(int dtype, int kv_dtype, int head_dim) {
+  return fa::decode_dispatch(dtype, kv_dtype, head_dim, nullptr, 0, []<typename T, typename KV, int DIM>() {
+    using C = fa::DecodeTiles<DIM, KV>;
+    auto kernel = fa::fwd_decode_kernel<T, KV, DIM>;
+    int blocks = 0;
+    if (fa::prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
+      return -1;
+    return blocks;
+  });
+}
+
+extern "C" int cuda_fa_decode(const DecodeParams* params, cudaStream_t stream, char* err, int err_len) {
+  const DecodeParams& p = *params;
+  return fa::decode_dispatch(p.dtype, p.kv_dtype, p.head_dim, err, err_len, [&]<typename T, typename KV, int DIM>() {
+    using C = fa::DecodeTiles<DIM, KV>;
+    if (int rc = fa::check_decode_params(p, C::BLOCK_N, err, err_len)) return rc;
+    const int rows = p.seqlen_q * (p.heads_q / p.heads_kv);
+    const dim3 grid((rows + fa::TILE_ROWS - 1) / fa::TILE_ROWS, p.heads_kv * p.num_splits, p.batch);
+    const fa::FastDiv page_div(uint32_t(p.page_size));
+    if (int rc = fa::launch_kernel(fa::fwd_decode_kernel<T, KV, DIM>, grid, C::THREADS, C::SMEM_BYTES, stream, err,
+                                   err_len, p, page_div))
+      return rc;
+    if (p.num_splits == 1) return 0;
+    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+    return fa::launch_kernel(fa::fwd_decode_merge_kernel<T, DIM>, dim3(unsigned((rows_total + 3) / 4)), 128, 0, stream,
+                             err, err_len, p);
+  });
+}

@@ -1,0 +1,99 @@
+"""Decode against a KV cache (flash-decoding): the low-level `forward` that cuda_impl's attention_with_kvcache
+calls once it has validated the inputs and appended k_new / v_new, and the split-KV plan it launches with.
+
+The kernel (csrc/fwd_decode.cu): one CTA per (16-row query tile, KV head, sequence, chunk of keys); GQA query
+heads are packed into the tile's rows, four warps split each key tile, K/V stream through a 3-stage cp.async
+ring with per-row page addresses. More than one chunk: fp32 partials merged through their LSE in chunk order
+by a second kernel (deterministic); one chunk writes out directly.
+
+Splits (`plan_splits`): `split_size` fixes the chunk by key positions alone, so a sequence's result has the same
+bits whatever batch it is in; `num_splits` cuts the capacity into that many chunks; neither: a heuristic that
+fills the GPU (below). The grid always covers the capacity (known on the host); chunks past a sequence's length
+exit early, so nothing here reads device data (no host sync: CUDA-graph capturable).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cuda_impl import _lib, ops
+
+MAX_SPLITS = 128  # the heuristic's ceiling: beyond it the merge's reads outgrow what another wave would cost
+_sm_counts: dict[int, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _sm_counts:
+        _sm_counts[index] = torch.cuda.get_device_properties(index).multi_processor_count
+    return _sm_counts[index]
+
+
+def heuristic_splits(ctas: int, capacity: int, block_n: int, slots: int) -> int:
+    """Chunks per sequence when the caller names none. `ctas` = batch * heads_kv * query tiles (the grid of one
+    chunk), `slots` = SMs * decode CTAs resident per SM. Enough CTAs already (>= 80% of the slots): one chunk.
+    Else the fewest chunks whose last wave is nearly full: waves = ctas * n / slots, efficiency = waves /
+    ceil(waves), and the smallest n within 95% of the best efficiency over n <= MAX_SPLITS (and no chunk below
+    one key tile) wins: fewer chunks mean fewer partials to write and merge. (H200, B1 Hkv8 Sk128k, bf16 d128:
+    33 chunks = 264 CTAs, one full wave of two per SM, 136.7 us; 29 chunks (efficiency 0.88) 138.4 us; 66
+    chunks 156 us, measured before the merge read its splits in parallel.)"""
+    if ctas >= 0.8 * slots:
+        return 1
+    most = max(1, min(MAX_SPLITS, math.ceil(capacity / block_n)))
+
+    def efficiency(n: int) -> float:
+        waves = ctas * n / slots
+        return waves / math.ceil(waves)
+
+    best = max(efficiency(n) for n in range(1, most + 1))
+    return next(n for n in range(1, most + 1) if efficiency(n) >= 0.95 * best)
+
+
+def plan_splits(capacity: int, block_n: int, *, ctas: int, slots: int, num_splits: int | None = None,
+                split_size: int | None = None) -> tuple[int, int]:
+    """(chunks of the grid, keys per chunk): the chunk is a multiple of the kernel's key tile `block_n`.
+    split_size: rounded up to the tile; num_splits: ceil(capacity / num_splits) rounded up to the tile (so at most
+    num_splits chunks hold keys; the grid takes only those)."""
+    if num_splits is not None and split_size is not None:
+        raise ValueError("splits: num_splits and split_size are mutually exclusive")
+    if split_size is not None:
+        if int(split_size) < 1:
+            raise ValueError(f"splits: split_size must be >= 1, got {split_size}")
+        chunk = -(-int(split_size) // block_n) * block_n
+    else:
+        if num_splits is None:
+            num_splits = heuristic_splits(ctas, capacity, block_n, slots)
+        elif int(num_splits) < 1:
+            raise ValueError(f"splits: num_splits must be >= 1, got {num_splits}")
+        chunk = -(-max(1, -(-capacity // int(num_splits))) // block_n) * block_n
+    return max(1, -(-capacity // chunk)), chunk
+
+
+def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float, k_descale=None,
+            v_descale=None, num_splits: int | None = None, split_size: int | None = None):
+    """(out (B, Sq, Hq, D) in q's dtype, contiguous; lse (B, Hq, Sq) float32, natural log) of softmax(scale q k^T) v
+    over each sequence's first cache_seqlens[b] keys (None: the whole capacity), causal bottom-right aligned.
+    q (B, Sq, Hq, D), stride(-1) == 1; paged cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages)
+    int32, or contiguous (B, S_max, Hkv, D) with block_table None; K/V in q's dtype, or float8_e4m3fn with
+    k_descale / v_descale (B, Hkv) float32. Inputs are validated by the caller. A used block-table entry outside
+    the cache, or a length outside [0, capacity], makes that sequence's rows NaN (nothing outside is read)."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    block_n = _lib.decode_block_n(head_dim, fp8)
+    if block_n < 0:
+        raise ValueError(f"head_dim: cuda_impl decode runs 64, 128 and 256, got {head_dim}")
+    ctas = batch * heads_kv * -(-seqlen_q * (heads_q // heads_kv) // 16)
+    slots = 0
+    if num_splits is None and split_size is None:
+        slots = _sm_count(q.device) * _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device)
+    splits, split_keys = plan_splits(capacity, block_n, ctas=ctas, slots=slots, num_splits=num_splits,
+                                     split_size=split_size)
+    if splits * heads_kv > 65535:
+        raise ValueError(f"splits: {splits} chunks x {heads_kv} KV heads exceed the grid (65535); "
+                         "pass a larger split_size or fewer num_splits")
+    return ops.decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, bool(causal),
+                      float(scale), splits, split_keys)

@@ -1,0 +1,309 @@
+"""cuda_impl.decode (csrc/fwd_decode.cu): split-KV decode against a paged or contiguous KV cache.
+
+CPU part: the library exports the decode entry points, DecodeParams in _lib.py matches the C struct, every decode
+kernel is built for every target without spills and its machine code holds mma.sync (HMMA), ldmatrix (LDSM) and
+cp.async (LDGSTS) and no local memory; bad parameters come back as messages; the split plan (pure Python).
+GPU part (skipped without one): compare.oracle.check_kvcache over query lengths, GQA groups, head dims, page sizes
+and the contiguous cache, odd and empty lengths, causal with L < Sq, hostile block tables, e4m3 K/V, forced and
+heuristic splits; poison of a bad sequence only; batch invariance under split_size; determinism; CUDA graphs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import pytest
+import torch
+
+from cuda_impl import _lib, decode, sass, toolchain
+
+MANGLED_DTYPE = {"bf16": "I13__nv_bfloat16", "fp16": "I6__half"}
+HMMA = {"bf16": "HMMA.16816.F32.BF16", "fp16": "HMMA.16816.F32"}
+HEAD_DIMS = (64, 128, 256)
+
+
+# --- build and machine code (CPU) ----------------------------------------------------------
+
+
+def test_library_exports_decode_and_its_params_block(fa_library):
+    lib = _lib.load()
+    for name in ("cuda_fa_decode", "cuda_fa_decode_params_size", "cuda_fa_decode_block_n",
+                 "cuda_fa_decode_ctas_per_sm"):
+        assert hasattr(lib, name), name
+    size = lib.cuda_fa_decode_params_size
+    size.restype = ctypes.c_int
+    assert size() == ctypes.sizeof(_lib.DecodeParams)
+    assert _lib.decode_block_n(64, False) == 128 and _lib.decode_block_n(128, False) == 64
+    assert _lib.decode_block_n(256, False) == 64 and _lib.decode_block_n(128, True) == 64
+    assert _lib.decode_block_n(96, False) == -1
+
+
+def _decode_rows():
+    return [r for r in toolchain.ptxas_report(_lib.library_spec()) if r["kernel"].startswith("fwd_decode")]
+
+
+def test_every_decode_kernel_builds_for_every_target_without_spills(fa_library):
+    rows = _decode_rows()
+    archs: dict[str, set] = {}
+    for r in rows:
+        archs.setdefault(r["kernel"], set()).add(r["arch"])
+        assert max(r["stack"], r["spill_stores"], r["spill_loads"]) == 0, r
+    expected = {f"sm_{t}" for t in toolchain.ARCH_TARGETS}
+    for fmt in ("bf16", "fp16"):
+        for d in HEAD_DIMS:
+            for name in (f"fwd_decode_kernel<{fmt},{d}>", f"fwd_decode_kernel<{fmt},{d},kv-fp8>",
+                         f"fwd_decode_merge_kernel<{fmt},{d}>"):
+                assert archs.get(name) == expected, name
+
+
+@pytest.fixture(scope="module")
+def decode_sass(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    return {key: ins for key, ins in sass.dump_sass(fa_library).items() if "fwd_decode_kernel" in key[1]}
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("kv", ["same", "fp8"])
+def test_decode_kernel_uses_intended_instructions(decode_sass, fmt, head_dim, kv):
+    kv_tag = "13__nv_fp8_e4m3" if kv == "fp8" else "S1_"
+    tag = f"fwd_decode_kernel{MANGLED_DTYPE[fmt]}{kv_tag}Li{head_dim}E"
+    per_arch = {arch: ins for (arch, fn), ins in decode_sass.items() if tag in fn}
+    assert len(per_arch) == len(toolchain.ARCH_TARGETS), tag
+    for arch, instructions in per_arch.items():
+        ops = sass.opcode_counts(instructions)
+        assert ops[HMMA[fmt]] > 0, f"{arch}: no {HMMA[fmt]}"
+        assert any(op.startswith("LDGSTS") for op in ops), f"{arch}: no cp.async (LDGSTS)"
+        assert ops["LDSM.16.M88.4"] > 0 and ops["LDSM.16.MT88.4"] > 0, f"{arch}: K via ldmatrix.x4, V via .trans"
+        assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
+        if kv == "fp8" and arch == "sm_90":  # e4m3 -> f16 in hardware on sm_90 (cuobjdump names sm_90a sm_90)
+            assert any("E4M3" in op for op in ops), f"{arch}: no e4m3 unpack"
+
+
+def test_bad_parameters_come_back_as_messages(fa_library):
+    lib = _lib.load()
+    fn = _lib._typed_entry(lib, "cuda_fa_decode", _lib.DecodeParams)
+    err = ctypes.create_string_buffer(256)
+    good = dict(batch=1, seqlen_q=1, heads_q=8, heads_kv=2, head_dim=128, page_size=16, num_pages=4, max_pages=4,
+                num_splits=1, split_keys=64, scale=0.1, dtype=0, kv_dtype=0)
+    for change, word in ((dict(head_dim=96), b"head_dim"), (dict(heads_q=7), b"heads"),
+                         (dict(split_keys=100), b"splits"), (dict(num_splits=2), b"workspace"),
+                         (dict(scale=-1.0), b"scale"), (dict(kv_dtype=1), b"dtype"),
+                         (dict(kv_dtype=2), b"descale"), (dict(page_size=0), b"cache")):
+        params = _lib.DecodeParams(**{**good, **change})
+        assert fn(ctypes.byref(params), None, err, 256) != 0, change
+        assert word in err.value, (change, err.value)
+
+
+# --- the split plan (pure Python) ------------------------------------------------------------
+
+
+def test_split_plan():
+    # Enough CTAs for the slots: one chunk over the whole capacity.
+    assert decode.plan_splits(8192, 64, ctas=256, slots=264) == (1, 8192)
+    # Few CTAs: enough chunks for a nearly full last wave, each a multiple of the tile.
+    n, chunk = decode.plan_splits(131072, 64, ctas=8, slots=264)
+    assert 20 <= n <= decode.MAX_SPLITS and chunk % 64 == 0 and (n - 1) * chunk < 131072 <= n * chunk
+    assert decode.plan_splits(32768, 64, ctas=64, slots=264)[0] >= 4
+    # num_splits: ceil(capacity / n) rounded up to the tile; no more chunks than hold keys.
+    assert decode.plan_splits(1000, 64, ctas=8, slots=264, num_splits=3) == (3, 384)
+    assert decode.plan_splits(100, 64, ctas=8, slots=264, num_splits=5) == (2, 64)
+    # split_size: rounded up to the tile, independent of the batch around a sequence.
+    assert decode.plan_splits(1000, 64, ctas=8, slots=264, split_size=100) == (8, 128)
+    assert decode.plan_splits(0, 64, ctas=1, slots=264) == (1, 64)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        decode.plan_splits(100, 64, ctas=1, slots=1, num_splits=2, split_size=64)
+    with pytest.raises(ValueError, match="num_splits"):
+        decode.plan_splits(100, 64, ctas=1, slots=1, num_splits=0)
+
+
+def test_fake_op_shapes():
+    q = torch.empty(2, 3, 8, 64, device="meta", dtype=torch.bfloat16)
+    k = torch.empty(5, 16, 2, 64, device="meta", dtype=torch.bfloat16)
+    out, lse = decode.ops._decode_fake(q, k, k, None, None, None, None, False, 0.1, 1, 64)
+    assert out.shape == (2, 3, 8, 64) and out.dtype == torch.bfloat16
+    assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
+
+
+# --- GPU: the oracle -------------------------------------------------------------------------
+
+gpu = pytest.mark.gpu
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU")
+
+
+def _oracle():
+    from compare import oracle
+
+    return oracle
+
+
+def run_forward(**fixed):
+    """fn(q, k_cache, v_cache, **kwargs) for compare.oracle.check_kvcache: decode.forward with `fixed` options."""
+
+    def fn(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, scale, return_lse, k_descale=None,
+           v_descale=None):
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
+                                  k_descale=k_descale, v_descale=v_descale, **fixed)
+        return (out, lse) if return_lse else out
+
+    return fn
+
+
+def _case(**kw):
+    oracle = _oracle()
+    base = dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, cache_seqlens=(300, 77), head_dim=128, page_size=16)
+    return oracle.KVCase(**{**base, **kw})
+
+
+# (case overrides, forward options)
+CASES = [
+    # query lengths x GQA groups, both head dims
+    *[(dict(seqlen_q=sq, heads_q=2 * g, heads_kv=2, head_dim=d), {})
+      for sq in (1, 3, 16, 64) for g in (1, 4, 8, 16) for d in (64, 128)
+      if not (sq == 64 and g == 16 and d == 64)],
+    # page sizes and the contiguous cache, odd lengths with 0 and 1
+    *[(dict(page_size=p, batch=4, cache_seqlens=(0, 1, 333, 1025)), {}) for p in (16, 64, 256, None)],
+    *[(dict(page_size=p, batch=3, cache_seqlens=(513, 0, 1), seqlen_q=3, head_dim=64), {}) for p in (32, 128)],
+    # causal, also with L < Sq (rows that see no key)
+    *[(dict(causal=True, seqlen_q=sq, batch=4, cache_seqlens=(5, 0, 16, 700)), {}) for sq in (1, 3, 16, 64)],
+    (dict(causal=True, seqlen_q=16, heads_q=16, heads_kv=1, cache_seqlens=(9, 2000), page_size=None), {}),
+    # hostile tables (entries past the needed pages -1 / huge)
+    (dict(hostile=True, batch=3, cache_seqlens=(17, 0, 300), capacity=1024), {}),
+    (dict(hostile=True, batch=3, cache_seqlens=(17, 0, 300), capacity=1024, page_size=64, causal=True, seqlen_q=4),
+     dict(num_splits=3)),
+    # splits: one, three, the heuristic, a split size
+    *[(dict(batch=3, cache_seqlens=(1000, 3, 4097), page_size=64), opt)
+      for opt in (dict(num_splits=1), dict(num_splits=3), {}, dict(split_size=256))],
+    (dict(batch=1, cache_seqlens=(20000,), heads_q=32, heads_kv=8, page_size=None), {}),
+    # dtypes, distributions, d256
+    (dict(fmt="fp16", dist="large", cache_seqlens=(1500, 640)), {}),
+    (dict(dist="shifted", cache_seqlens=(1500, 640), head_dim=64), dict(num_splits=4)),
+    (dict(head_dim=256, cache_seqlens=(700, 1), seqlen_q=3), {}),
+    (dict(head_dim=256, fmt="fp16", page_size=None, causal=True, seqlen_q=5, cache_seqlens=(3, 900)),
+     dict(num_splits=2)),
+    # e4m3 K/V with per-(batch, KV head) descales
+    *[(dict(kv_fmt="fp8", head_dim=d, fmt=f, page_size=p, cache_seqlens=(900, 33)), opt)
+      for d, f, p, opt in ((128, "bf16", 16, {}), (64, "fp16", None, dict(num_splits=3)),
+                           (256, "bf16", 64, {}), (128, "fp16", 256, dict(split_size=128)))],
+    (dict(kv_fmt="fp8", causal=True, seqlen_q=8, heads_q=16, heads_kv=2, cache_seqlens=(5, 400)), {}),
+]
+
+
+def _id(entry):
+    over, opt = entry
+    return "-".join(f"{k}{v}" for k, v in {**over, **opt}.items()).replace(" ", "").replace("(", "").replace(")", "")
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("entry", CASES, ids=[_id(e) for e in CASES])
+def test_decode_matches_the_oracle(entry):
+    over, opt = entry
+    case = _case(**over)
+    verdict = _oracle().check_kvcache(run_forward(**opt), case, device="cuda")
+    assert verdict.passed, f"{case.shape_str()} {opt}: {verdict.reason}"
+
+
+@gpu
+@needs_gpu
+def test_q_as_a_permuted_view():
+    """attention() routes small-Sq calls here as a (B, Sq, Hq, D) view of (B, Hq, Sq, D) storage."""
+    case = _case(seqlen_q=5, cache_seqlens=(200, 31))
+    plain = run_forward()
+
+    def fn(q, *args, **kw):
+        return plain(q.transpose(1, 2).contiguous().transpose(1, 2), *args, **kw)
+
+    verdict = _oracle().check_kvcache(fn, case, device="cuda")
+    assert verdict.passed, verdict.reason
+
+
+def _inputs(case):
+    return _oracle().make_kvcache_inputs(case, "cuda")
+
+
+def _call(inputs, case, **opt):
+    return run_forward(**opt)(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("opt", [dict(num_splits=1), dict(num_splits=3), {}])
+@pytest.mark.parametrize("page_size", [16, None])
+def test_bad_sequence_is_poisoned_alone(opt, page_size):
+    """A used block-table entry outside the cache, or a length outside [0, capacity], makes that sequence's rows
+    NaN; the other sequences' results are the same bits as without it."""
+    case = _case(batch=4, cache_seqlens=(300, 500, 77, 1000), page_size=page_size, seqlen_q=2)
+    inputs = _inputs(case)
+    clean_out, clean_lse = _call(inputs, case, **opt)
+    bad = {1, 3} if page_size else {3}
+    if page_size:
+        inputs.block_table[1, 5] = inputs.k_cache.shape[0] + 3  # in range of sequence 1 (500 keys, 32 pages)
+    lengths = inputs.cache_seqlens.clone()
+    capacity = case.keys_capacity
+    inputs.cache_seqlens[3] = capacity + 1
+    out, lse = _call(inputs, case, **opt)
+    for b in range(case.batch):
+        if b in bad:
+            assert out[b].isnan().all() and lse[b].isnan().all(), b
+        else:
+            assert torch.equal(out[b], clean_out[b]) and torch.equal(lse[b], clean_lse[b]), b
+    inputs.cache_seqlens.copy_(lengths)
+    inputs.cache_seqlens[0] = -1
+    out, lse = _call(inputs, case, **opt)
+    assert out[0].isnan().all() and lse[0].isnan().all()
+    assert torch.equal(out[2], clean_out[2])
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("page_size", [64, None])
+def test_split_size_is_batch_invariant(page_size):
+    """With split_size the chunks follow key positions alone: a sequence alone gives the same bits as inside a
+    batch of other lengths."""
+    case = _case(batch=4, cache_seqlens=(3000, 10, 1777, 4096), page_size=page_size, heads_q=16, heads_kv=4,
+                 seqlen_q=3, capacity=4096)
+    inputs = _inputs(case)
+    out, lse = _call(inputs, case, split_size=512)
+    for b in range(case.batch):
+        k = inputs.k_cache if page_size else inputs.k_cache[b:b + 1]
+        v = inputs.v_cache if page_size else inputs.v_cache[b:b + 1]
+        table = inputs.block_table[b:b + 1] if page_size else None
+        alone = decode.forward(inputs.q[b:b + 1], k, v, inputs.cache_seqlens[b:b + 1], table, causal=False,
+                               scale=case.softmax_scale, split_size=512)
+        assert torch.equal(alone[0][0], out[b]) and torch.equal(alone[1][0], lse[b]), b
+
+
+@gpu
+@needs_gpu
+def test_runs_are_deterministic():
+    case = _case(batch=2, cache_seqlens=(20000, 9000), heads_q=32, heads_kv=8, page_size=64)
+    inputs = _inputs(case)
+    first = _call(inputs, case)
+    for _ in range(3):
+        again = _call(inputs, case)
+        assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1])
+
+
+@gpu
+@needs_gpu
+def test_cuda_graph_replay_matches_eager():
+    case = _case(batch=3, cache_seqlens=(5000, 1, 777), page_size=16)
+    inputs = _inputs(case)
+    eager = _call(inputs, case, num_splits=5)
+    _call(inputs, case, num_splits=5)  # warm: library loaded, attributes set
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _call(inputs, case, num_splits=5)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
+    # A new (shorter: the cache past each length is NaN) length on the device, no new capture: the replay follows it.
+    inputs.cache_seqlens[2] = 500
+    graph.replay()
+    fresh = _call(inputs, case, num_splits=5)
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], fresh[0])

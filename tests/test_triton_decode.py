@@ -1,0 +1,318 @@
+"""triton_impl.decode.forward (flash-decoding against a KV cache) held to compare.oracle.check_kvcache.
+
+Interpreter tests: as in test_triton_interpret.py, TRITON_INTERPRET must be set before any @triton.jit runs, so
+`test_decode_interpreter_suite` runs this file in a subprocess with TRITON_INTERPRET=1, where the `interpreted`
+tests run on the CPU (fp16/fp32 queries, tiny shapes; the interpreter uses 16-key tiles, query tiles of at most 32
+rows and 3 splits by default, so these shapes span several tiles, splits and pages). GPU tests (bf16, realistic
+sizes) are marked `gpu` and skip cleanly without one.
+"""
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compare import oracle
+
+INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[1]
+interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+
+
+def test_decode_interpreter_suite():
+    if INSIDE:
+        pytest.skip("this is the subprocess")
+    pytest.importorskip("triton")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu",
+                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    assert " passed" in run.stdout  # the inner tests really ran
+
+
+def _public():
+    import triton_impl
+    return triton_impl
+
+
+def _forward(**split):
+    """forward() with check_kvcache's calling convention."""
+    from triton_impl.decode import forward
+
+    def run(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, scale, return_lse, k_descale=None,
+            v_descale=None):
+        assert return_lse
+        scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+        return forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
+                       k_descale=k_descale, v_descale=v_descale, **split)
+    return run
+
+
+def _inputs(case, device="cpu"):
+    return oracle.make_kvcache_inputs(case, device)
+
+
+def _call(inputs, case, **split):
+    return _forward(**split)(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
+
+
+def _check(case, device="cpu", **split):
+    verdict = oracle.check_kvcache(_forward(**split), case, device=device, inputs=_inputs(case, device))
+    assert verdict.passed, f"{case.shape_str()} {split}: {verdict.summary()}"
+
+
+KV = oracle.KVCase
+# (heads_q / heads_kv = g) x Sq x paging x lengths (0, 1, odd) x causal with L < Sq
+CASES = [
+    KV(3, 2, 2, 1, (0, 1, 37), 64, page_size=16, fmt="fp16"),                       # g1, lengths 0 and 1
+    KV(2, 8, 2, 1, (130, 5), 64, page_size=64, fmt="fp16", hostile=True),           # g4, hostile table tail
+    KV(3, 8, 1, 1, (17, 0, 64), 64, fmt="fp16"),                                    # g8, contiguous
+    KV(2, 8, 2, 3, (2, 50), 64, page_size=16, causal=True, fmt="fp16", hostile=True),  # Sq3, causal L < Sq
+    KV(2, 2, 2, 16, (7, 41), 64, page_size=16, causal=True, fmt="fp16"),            # Sq16, causal L < Sq
+    KV(1, 8, 2, 16, (45,), 64, causal=True, fmt="fp16"),                            # 64 rows: two query tiles
+    KV(2, 8, 1, 3, (33, 20), 128, page_size=16, causal=True, fmt="fp16"),           # D128, g8 x Sq3 = 24 rows
+    KV(2, 4, 1, 1, (50, 19), 64, page_size=64, fmt="fp32", dist="large"),           # fp32, peaky softmax
+    KV(2, 8, 2, 3, (2, 50), 64, page_size=16, causal=True, fmt="fp16", kv_fmt="fp8"),  # e4m3 cache
+    KV(1, 4, 1, 1, (77,), 64, page_size=32, capacity=128, fmt="fp16", scale=0.3, dist="shifted"),
+]
+
+
+@interpreted
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
+def test_matches_the_oracle(case):
+    _check(case)
+
+
+@interpreted
+@pytest.mark.parametrize("split", [dict(num_splits=1), dict(num_splits=2), dict(num_splits=3),
+                                   dict(num_splits=100), dict(split_size=16), dict(split_size=40)],
+                         ids=lambda s: "-".join(f"{k}{v}" for k, v in s.items()))
+def test_split_choices_match_the_oracle(split):
+    _check(KV(2, 8, 2, 2, (61, 33), 64, page_size=16, causal=True, fmt="fp16", hostile=True), **split)
+
+
+@interpreted
+def test_plan_chunks_to_the_key_tile():
+    from triton_impl.decode import plan
+    # interpreter tiles: 16 keys; 100 keys -> 7 key tiles
+    assert plan(1, 1, 4, 100, 64)[1:] == (48, 3)                  # auto: 3 splits of 3 tiles
+    assert plan(1, 1, 4, 100, 64, num_splits=1)[1:] == (112, 1)
+    assert plan(1, 1, 4, 100, 64, num_splits=4)[1:] == (32, 4)
+    assert plan(1, 1, 4, 100, 64, num_splits=50)[1:] == (16, 7)   # at most one chunk per key tile
+    assert plan(1, 1, 4, 100, 64, split_size=20)[1:] == (32, 4)   # rounded up to the tile
+    assert plan(1, 1, 40, 100, 64)[0][0] == 32 and plan(1, 1, 3, 100, 64)[0][0] == 16  # query tile
+
+
+@interpreted
+@pytest.mark.parametrize("paged", [True, False])
+def test_split_size_is_batch_invariant(paged):
+    """With split_size, a sequence gives the same bits alone, inside a batch, in another order, and with a
+    cache only as large as it needs (one chunk: the direct path without a merge)."""
+    case = KV(3, 8, 2, 2, (70, 9, 33), 64, page_size=16 if paged else None, causal=True, fmt="fp16")
+    inputs = _inputs(case)
+    out, lse = _call(inputs, case, split_size=32)
+    from triton_impl.decode import forward
+    for b in range(case.batch):
+        sub = slice(b, b + 1)
+        table = inputs.block_table[sub] if paged else None
+        k_cache, v_cache = (inputs.k_cache, inputs.v_cache) if paged else (inputs.k_cache[sub], inputs.v_cache[sub])
+        alone = forward(inputs.q[sub], k_cache, v_cache, inputs.cache_seqlens[sub], table, causal=True,
+                        scale=1 / 8, split_size=32)
+        assert torch.equal(alone[0], out[sub]) and torch.equal(alone[1], lse[sub]), b
+    order = torch.tensor([2, 0, 1])
+    table = inputs.block_table[order] if paged else None
+    k_cache, v_cache = (inputs.k_cache, inputs.v_cache) if paged else (inputs.k_cache[order], inputs.v_cache[order])
+    shuffled = forward(inputs.q[order], k_cache, v_cache, inputs.cache_seqlens[order], table, causal=True,
+                       scale=1 / 8, split_size=32)
+    assert torch.equal(shuffled[0], out[order]) and torch.equal(shuffled[1], lse[order])
+    if paged:  # sequence 1 (9 keys) with a one-page table: capacity 16 <= 32, one chunk, no merge
+        short = forward(inputs.q[1:2], inputs.k_cache, inputs.v_cache, inputs.cache_seqlens[1:2],
+                        inputs.block_table[1:2, :1], causal=True, scale=1 / 8, split_size=32)
+        assert torch.equal(short[0], out[1:2]) and torch.equal(short[1], lse[1:2])
+
+
+@interpreted
+def test_repeated_calls_give_the_same_bits():
+    case = KV(2, 8, 2, 1, (70, 41), 64, page_size=16, fmt="fp16")
+    inputs = _inputs(case)
+    first, second = _call(inputs, case, num_splits=3), _call(inputs, case, num_splits=3)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+
+
+def _poison_cases():
+    def bad_page(inputs):
+        inputs.block_table[1, 1] = inputs.k_cache.shape[0]       # needed page, one past the last
+    def negative_page(inputs):
+        inputs.block_table[1, 0] = -1
+    def too_long(inputs):
+        inputs.cache_seqlens[1] = inputs.block_table.shape[1] * inputs.k_cache.shape[1] + 1
+    def negative_length(inputs):
+        inputs.cache_seqlens[1] = -3
+    return [bad_page, negative_page, too_long, negative_length]
+
+
+@interpreted
+@pytest.mark.parametrize("split", [dict(num_splits=1), dict(num_splits=3)], ids=["one-split", "three-splits"])
+@pytest.mark.parametrize("spoil", _poison_cases(), ids=lambda f: f.__name__)
+def test_a_bad_table_entry_or_length_poisons_that_batch_only(spoil, split):
+    """NaN in every out and lse element of the spoiled sequence; the others give the same bits as before.
+    The bad page itself is NaN in the cache (oracle), so a kernel that read it could not tell either way;
+    out-of-range page numbers would fault or read outside the cache."""
+    case = KV(3, 8, 2, 2, (40, 37, 20), 64, page_size=16, fmt="fp16", hostile=True)
+    inputs = _inputs(case)
+    clean = _call(inputs, case, **split)
+    spoil(inputs)
+    out, lse = _call(inputs, case, **split)
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    keep = torch.tensor([0, 2])
+    assert torch.equal(out[keep], clean[0][keep]) and torch.equal(lse[keep], clean[1][keep])
+
+
+@interpreted
+def test_strided_query_view():
+    """q as a (B, Sq, Hq, D) view of (B, Hq, Sq, D) storage, as attention() routes small-Sq calls."""
+    case = KV(2, 8, 2, 3, (29, 50), 64, page_size=16, causal=True, fmt="fp16")
+    inputs = _inputs(case)
+    q_view = inputs.q.transpose(1, 2).contiguous().transpose(1, 2)
+    assert not q_view.is_contiguous()
+    from triton_impl.decode import forward
+    got = forward(q_view, inputs.k_cache, inputs.v_cache, inputs.cache_seqlens, inputs.block_table, causal=True,
+                  scale=1 / 8)
+    want = _call(inputs, case)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+
+
+@interpreted
+def test_custom_op_fake_and_opcheck():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from triton_impl import decode
+    case = KV(1, 4, 1, 1, (20,), 64, page_size=16, fmt="fp16")
+    inputs = _inputs(case)
+    args = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.cache_seqlens, inputs.block_table, None, None,
+            False, 0.125, 2, 0)
+    torch.library.opcheck(decode._decode_op, args, test_utils=("test_schema", "test_faketensor"))
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in args]
+        out, lse = decode._decode_op(*fake)
+    assert out.shape == (1, 1, 4, 64) and out.dtype == torch.float16
+    assert lse.shape == (1, 4, 1) and lse.dtype == torch.float32
+
+
+@interpreted
+def test_bad_arguments_are_refused():
+    from triton_impl.decode import forward
+    case = KV(1, 4, 1, 1, (20,), 64, page_size=16, fmt="fp16")
+    inputs = _inputs(case)
+    args = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.cache_seqlens, inputs.block_table)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        forward(*args, causal=False, scale=0.1, num_splits=2, split_size=32)
+    with pytest.raises(ValueError, match="num_splits"):
+        forward(*args, causal=False, scale=0.1, num_splits=0)
+    with pytest.raises(ValueError, match="scale"):
+        forward(*args, causal=False, scale=-1.0)
+
+
+# ---------------------------------------------------------------- GPU (bf16, realistic sizes)
+
+gpu = pytest.mark.gpu
+
+
+def _needs_gpu():
+    if INSIDE:
+        pytest.skip("GPU tests do not run under the interpreter")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    pytest.importorskip("triton")
+
+
+GPU_CASES = [
+    KV(4, 32, 8, 1, (4096, 1, 2777, 0), 128, page_size=64),
+    KV(3, 32, 8, 1, (3001, 517, 4096), 128),
+    KV(2, 32, 8, 4, (1500, 3), 128, page_size=16, causal=True, hostile=True),
+    KV(2, 16, 1, 8, (999, 2048), 128, page_size=256, causal=True),                  # MQA, 128 rows
+    KV(3, 8, 8, 1, (5000, 77, 1), 64, page_size=32),
+    KV(2, 32, 4, 2, (2000, 33), 256, page_size=128, causal=True),
+    KV(2, 32, 8, 1, (4000, 2500), 128, page_size=64, kv_fmt="fp8"),
+    KV(2, 16, 2, 3, (1200, 700), 128, causal=True, fmt="fp16", kv_fmt="fp8"),
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
+def test_gpu_matches_the_oracle(case):
+    _needs_gpu()
+    _check(case, "cuda")
+
+
+@gpu
+@pytest.mark.parametrize("split", [dict(num_splits=1), dict(num_splits=7), dict(split_size=512)],
+                         ids=["one", "seven", "size512"])
+def test_gpu_split_choices_match_the_oracle(split):
+    _needs_gpu()
+    _check(KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64), "cuda", **split)
+
+
+@gpu
+def test_gpu_deterministic_batch_invariant_and_capturable():
+    _needs_gpu()
+    from triton_impl.decode import forward
+    case = KV(4, 32, 8, 1, (8000, 100, 4097, 3000), 128, page_size=64)
+    inputs = _inputs(case, "cuda")
+    first, second = _call(inputs, case), _call(inputs, case)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    batch = _call(inputs, case, split_size=1024)
+    alone = forward(inputs.q[2:3], inputs.k_cache, inputs.v_cache, inputs.cache_seqlens[2:3],
+                    inputs.block_table[2:3], causal=False, scale=1 / math.sqrt(128), split_size=1024)
+    assert torch.equal(alone[0], batch[0][2:3]) and torch.equal(alone[1], batch[1][2:3])
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _call(inputs, case)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], first[0]) and torch.equal(captured[1], first[1])
+
+
+@gpu
+def test_gpu_bad_page_poisons_that_batch_only():
+    _needs_gpu()
+    case = KV(3, 32, 8, 1, (3000, 2000, 1000), 128, page_size=64, hostile=True)
+    inputs = _inputs(case, "cuda")
+    clean = _call(inputs, case)
+    inputs.block_table[1, 20] = 1 << 30
+    out, lse = _call(inputs, case)
+    assert torch.isnan(out[1]).all() and torch.isnan(lse[1]).all()
+    keep = torch.tensor([0, 2], device="cuda")
+    assert torch.equal(out[keep], clean[0][keep]) and torch.equal(lse[keep], clean[1][keep])
+
+
+# ---- the public entry point, triton_impl.attention_with_kvcache (checks and append: compare.kvcache)
+
+@pytest.mark.parametrize("case", [
+    oracle.KVCase(2, 8, 2, 1, (37, 0), 64, page_size=16, hostile=True, fmt="fp16"),
+    oracle.KVCase(2, 4, 4, 3, (70, 2), 64, causal=True, fmt="fp32"),
+], ids=lambda c: c.shape_str())
+@interpreted
+def test_attention_with_kvcache_entry_point(case):
+    verdict = oracle.check_kvcache(_public().attention_with_kvcache, case)
+    assert verdict.passed, verdict.summary()
+
+
+@interpreted
+def test_attention_with_kvcache_appends_then_attends():
+    """k_new / v_new land at each sequence's end and are attended to: the same result as a cache that held them."""
+    case = oracle.KVCase(2, 4, 2, 2, (20, 9), 64, page_size=16, fmt="fp16", capacity=48)
+    full = oracle.make_kvcache_inputs(case)
+    short = [n - 2 for n in case.cache_seqlens]
+    k_cache, v_cache = full.k_cache.clone(), full.v_cache.clone()
+    k_new = torch.stack([full.k_dense[b, :, n:n + 2].transpose(0, 1) for b, n in enumerate(short)])
+    v_new = torch.stack([full.v_dense[b, :, n:n + 2].transpose(0, 1) for b, n in enumerate(short)])
+    out, lse = _public().attention_with_kvcache(
+        full.q, k_cache, v_cache, cache_seqlens=torch.tensor(short, dtype=torch.int32), block_table=full.block_table,
+        k_new=k_new, v_new=v_new, return_lse=True)
+    ref_out, ref_lse = _public().attention_with_kvcache(full.q, full.k_cache, full.v_cache,
+                                                          **full.kwargs(case), return_lse=True)
+    assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse)

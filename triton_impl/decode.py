@@ -1,0 +1,153 @@
+"""Decode against a KV cache (flash-decoding): the low-level `forward` that `attention_with_kvcache` calls.
+
+`forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal, scale, k_descale=None, v_descale=None,
+num_splits=None, split_size=None) -> (out, lse)`; the caller has validated shapes, dtypes and devices
+(the decode contract). q (B, Sq, Hq, D), out (B, Sq, Hq, D) in q's dtype, lse (B, Hq, Sq) fp32, natural log.
+Kernels: triton_impl/kernels/decode.py. The work runs behind the custom op `triton_fa::decode` (with a fake
+implementation for torch.compile), called directly in plain eager use (frontend._eager).
+
+Split-KV: the key range [0, capacity) is cut into chunks of `split_keys` keys (a multiple of the key tile)
+processed by different programs, merged through their LSE in split order (deterministic).
+  * num_splits=None: about _PROGRAMS_PER_SM programs per SM over batch x KV heads x query tiles x splits, but
+    no more programs than the SMs hold at once (kernels.decode.programs_per_sm, from the tile's shared memory):
+    a partial second wave costs more than splitting gains. At least _MIN_SPLIT_TILES key tiles per chunk, at
+    most _MAX_SPLITS chunks; under TRITON_INTERPRET=1 a fixed 3.
+  * num_splits=n: chunks of ceil(capacity / n) keys rounded up to the key tile (so possibly fewer chunks).
+  * split_size=s: chunks of s keys rounded up to the key tile; a sequence's result then depends only on its
+    own positions, not on the batch around it (batch-invariant, same bits).
+No host sync: the grid is sized from the capacity; chunks past a sequence's length exit at once.
+"""
+import functools
+import math
+from typing import Optional
+
+import torch
+
+from triton_impl.frontend import _check_devices, _device_scope, _interpreting, _run, unavailable_reason
+from triton_impl.variants import VARIANTS
+
+# split heuristic (num_splits=None) on a GPU
+_PROGRAMS_PER_SM = 2      # aim: this many main-kernel programs per SM (batch x KV heads x query tiles x splits)
+_MIN_SPLIT_TILES = 4      # at least this many key tiles per chunk
+_MAX_SPLITS = 128
+_INTERPRETER_SPLITS = 3
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=None, device=None, config=None,
+         kv_element_size=2):
+    """(tile, split_keys, n_splits): the kernel's tile (kernels.decode.tiles) and the chunking of [0, capacity)."""
+    from triton_impl.kernels import decode as kernels
+    tile = kernels.tiles(head_dim, rows, kv_element_size, config)
+    block_m, block_n = tile[0], tile[1]
+    capacity = max(int(capacity), 1)
+    key_tiles = _cdiv(capacity, block_n)
+    if split_size is not None:
+        tiles_per_split = _cdiv(int(split_size), block_n)
+    else:
+        if num_splits is None:
+            if _interpreting() or device is None or device.type != "cuda":
+                want = _INTERPRETER_SPLITS
+            else:
+                # about _PROGRAMS_PER_SM programs per SM, but never more than the SMs hold at once: a second,
+                # partial wave costs more than the split gains (H200: 512 programs of 3 per SM ran 290 us at
+                # B32 Sk8k where 256 ran 248 us; 640 programs 284 us at B8 Sk32k where 320 ran 261 us)
+                units = batch * heads_kv * _cdiv(rows, block_m)
+                sms = _sm_count(device.index or 0)
+                one_wave = max(1, sms * kernels.programs_per_sm(tile, head_dim, kv_element_size) // units)
+                want = min(_cdiv(_PROGRAMS_PER_SM * sms, units), one_wave, max(1, key_tiles // _MIN_SPLIT_TILES),
+                           _MAX_SPLITS)
+        else:
+            want = int(num_splits)
+        tiles_per_split = _cdiv(key_tiles, max(1, min(want, key_tiles)))
+    split_keys = tiles_per_split * block_n
+    return tile, split_keys, _cdiv(capacity, split_keys)
+
+
+def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
+                 num_splits, split_size, config=None):
+    tensors = [t for t in (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale) if t is not None]
+    # the portable pointer kernels' needs: triton, sm_80+ or the interpreter
+    reason = unavailable_reason("decode" if "decode" in VARIANTS else "fa2")
+    if reason is not None:
+        raise RuntimeError(reason)
+    _check_devices(tensors)
+    from triton_impl.kernels import decode as kernels
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    rows = seqlen_q * (heads_q // heads_kv)
+    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    tile, split_keys, n_splits = plan(batch, heads_kv, rows, capacity, head_dim, num_splits or None,
+                                      split_size or None, q.device, config, k_cache.element_size())
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    ws_o = ws_lse = None
+    if n_splits > 1:
+        ws_o = torch.empty((batch, heads_kv, n_splits, rows, head_dim), dtype=torch.float32, device=q.device)
+        ws_lse = torch.empty((batch, heads_kv, n_splits, rows), dtype=torch.float32, device=q.device)
+    with _device_scope(q):
+        kernels.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse,
+                       ws_o, ws_lse, causal, scale, split_keys, n_splits, tile)
+    return out, lse
+
+
+def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
+            block_table: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
+            v_descale: Optional[torch.Tensor], causal: bool, scale: float, num_splits: int,
+            split_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op's implementation; num_splits / split_size 0 mean None."""
+    return _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
+                        num_splits, split_size)
+
+
+_decode_op = torch.library.custom_op("triton_fa::decode", mutates_args=())(_decode)
+
+
+@_decode_op.register_fake
+def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
+                 num_splits, split_size):
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    return (q.new_empty((batch, seqlen_q, heads_q, head_dim)),
+            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
+
+
+def _split_arg(name, value):
+    if value is None:
+        return 0
+    if isinstance(value, bool) or int(value) != value or int(value) < 1:
+        raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
+    return int(value)
+
+
+def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float,
+            k_descale=None, v_descale=None, num_splits: Optional[int] = None, split_size: Optional[int] = None):
+    """Decode attention of q (B, Sq, Hq, D) against the cache; returns (out (B, Sq, Hq, D), lse (B, Hq, Sq)).
+
+    Paged cache (block_table (B, max_blocks) int32): k_cache/v_cache (num_blocks, page_size, Hkv, D);
+    contiguous (block_table None): (B, S_max, Hkv, D). cache_seqlens (B,) int32 or None (full capacity).
+    fp8 e4m3 K/V with k_descale/v_descale (B, Hkv) fp32. causal is bottom-right aligned. See the module
+    docstring for num_splits / split_size."""
+    if num_splits is not None and split_size is not None:
+        raise ValueError("num_splits and split_size are mutually exclusive")
+    if q.stride(-1) != 1 or k_cache.stride(-1) != 1 or v_cache.stride(-1) != 1:
+        raise ValueError("q, k_cache and v_cache need a unit stride along head_dim")
+    scale = float(scale)
+    if not (math.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a positive finite number, got {scale}")
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    if fp8 and (k_descale is None or v_descale is None):
+        raise ValueError("fp8 k_cache/v_cache need k_descale and v_descale of shape (batch, heads_kv)")
+    if not fp8:
+        k_descale = v_descale = None
+    else:
+        k_descale, v_descale = k_descale.float().contiguous(), v_descale.float().contiguous()
+    return _run(_decode_op, _decode, (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale),
+                bool(causal), scale, _split_arg("num_splits", num_splits), _split_arg("split_size", split_size))

@@ -1,0 +1,330 @@
+"""Decode (flash-decoding): a few query rows against a long, optionally paged, KV cache.
+
+Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
+
+* Grid of the main kernel: (split * m_tiles + m_tile, KV head, batch). A program owns one query tile of one
+  KV head and one chunk of keys (a split). GQA packing: the tile's rows are the Sq * g (query position,
+  query head) pairs of that KV head, row r = query head hk * g + r % g at query position r // g, padded to
+  BLOCK_M >= 16 for tl.dot; each K/V tile is read once for all g query heads.
+* K/V rows are gathered through the block table: key j lives in page block_table[b, j // PAGE_SIZE], row
+  j % PAGE_SIZE. When a page holds whole key tiles (PAGE_SIZE % BLOCK_N == 0) one table entry serves the
+  tile; smaller pages are gathered per key. A contiguous cache is the page of index b, PAGE_SIZE = capacity.
+  Table entries past the pages that cache_seqlens[b] needs are never loaded; a needed entry outside
+  [0, num_blocks) is never dereferenced and poisons (NaN) every row of that batch, as do L < 0 or
+  L > capacity.
+* Online softmax in exp2 with the scale (and fp8's K descale) folded into one multiplier; every tile is
+  masked (key tail, page validity, bottom-right causal per row): decode is memory-bound.
+* One split: the program writes out and lse directly. Several: it writes its normalised partial output and
+  its LSE (log2 units) in fp32 to a workspace, and `_decode_merge` combines the splits of a row in split
+  order (fixed order: the same bits on every run). Chunks past a sequence's length do no work and write
+  nothing; the merge reads only the chunks the length covers, so a row's result depends only on its own
+  sequence and the chunk size (batch-invariant with a fixed split_size).
+* fp8 e4m3 K/V (FP8): tiles are loaded as fp8 and converted to q's dtype in registers; the per-(batch, KV
+  head) K descale is folded into the softmax multiplier and the V descale into the output.
+"""
+import triton
+import triton.language as tl
+
+from triton_impl.kernels import interpreter_compat
+
+LOG2E = 1.4426950408889634
+LN2 = tl.constexpr(0.6931471805599453)
+
+# (head_dim, bytes per K/V element) -> (BLOCK_N, num_warps, num_stages) of the main kernel on a GPU. One fixed
+# entry each, no autotuning (decode runs at the user's size; autotuning on the first call is a known bug here).
+# Memory-bound: what decides it is the K/V bytes in flight per SM (programs per SM x buffered stages x tile).
+# H200 probe (scripts/triton_decode_probe.py, bf16 d128 Sq1 Hq32/Hk8, page 64, 2026-12-01): 64 keys x 4 warps x
+# 3 stages (two 32 KB K+V tiles buffered, ~72 KB shared memory, three programs per SM) ran B8 Sk32k in 261 us
+# (4.12 TB/s) and B1 Sk128k in 136 us (3.94), the best of nine configs there; B32 Sk8k ran 248 us (4.33) with 4
+# stages and one split. d64, d256 and the fp8 rows are set from their sm_90 compiles (shared memory, registers,
+# no spills), not timed.
+CONFIGS = {
+    (64, 2): (64, 4, 4),
+    (128, 2): (64, 4, 3),
+    (256, 2): (32, 4, 3),
+    (64, 1): (128, 4, 4),
+    (128, 1): (64, 4, 4),
+    (256, 1): (32, 4, 4),
+}
+# pages smaller than the key tile: K/V rows gathered through per-key table entries, which Triton's pipeliner
+# places one stage later; two more stages give the same number of buffered tiles (sm_90 compile: 2 buffers
+# at 3 + 2 stages for d128, 1 at 3 or 4)
+GATHER_EXTRA_STAGES = 2
+# largest query tile per head_dim (accumulator registers: BLOCK_M * HEAD_DIM fp32)
+MAX_BLOCK_M = {64: 64, 128: 64, 256: 32}
+MERGE_BLOCK_M, MERGE_WARPS, MERGE_STAGES = 16, 4, 2
+SMEM_PER_SM = 232448  # sm_90: the most shared memory one SM gives its blocks
+# under TRITON_INTERPRET=1: small tiles so that tiny test shapes span several tiles and splits
+INTERPRETER_CONFIG = dict(BLOCK_N=16, MAX_BLOCK_M=32)
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys"])
+def _decode_split(
+    Q, K, V, O, LSE, WS_O, WS_LSE, SEQLENS, BT, KDS, VDS,
+    qk_scale, seqlen_q, group, capacity, num_blocks, split_keys,
+    sqb, sqs, sqh, skp, sks, skh, svp, svs, svh, sob, sos, soh, slb, slh, sbt,
+    swb, swh, sws, swr, slwb, slwh, slws,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_TILES: tl.constexpr,
+    PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr,
+    SPLIT: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    split = pid // M_TILES
+    m_tile = pid % M_TILES
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
+    b64 = b.to(tl.int64)
+    hk64 = hk.to(tl.int64)
+
+    rows = seqlen_q * group
+    offs_r = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_r < rows
+    q_pos = offs_r // group
+    q_head = hk * group + offs_r % group
+    offs_d = tl.arange(0, HEAD_DIM)
+    offs_n = tl.arange(0, BLOCK_N)
+
+    q = tl.load(Q + b64 * sqb + q_pos[:, None].to(tl.int64) * sqs + q_head[:, None].to(tl.int64) * sqh
+                + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+
+    if HAS_SEQLENS:
+        seqlen = tl.load(SEQLENS + b)
+    else:
+        seqlen = capacity
+    bad = (seqlen < 0) | (seqlen > capacity)
+    seqlen = tl.where(bad, 0, seqlen)  # a bad length reads nothing
+    lo = split * split_keys
+    hi = tl.minimum(seqlen, lo + split_keys)
+    diagonal = seqlen - seqlen_q  # causal, bottom-right: row at q_pos sees keys j <= q_pos + diagonal
+
+    scale = qk_scale
+    if FP8:
+        scale = scale * tl.load(KDS + b64 * tl.num_programs(1) + hk64)
+
+    k_base = K + hk64 * skh
+    v_base = V + hk64 * svh
+    if not PAGED:
+        k_base += b64 * skp
+        v_base += b64 * svp
+    bt_row = BT + b64 * sbt
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    n_bad = tl.zeros([BLOCK_N], tl.int32)
+
+    for start in range(lo, hi, BLOCK_N):
+        pos = start + offs_n
+        key_ok = pos < hi
+        if PAGED:
+            if PAGE_SIZE % BLOCK_N == 0:
+                # the whole tile is in one page: one table entry
+                page = tl.load(bt_row + start // PAGE_SIZE)
+                page_ok = (page >= 0) & (page < num_blocks)
+                n_bad += (key_ok & (page_ok == 0)).to(tl.int32)
+                key_ok = key_ok & page_ok
+                row_off = page.to(tl.int64) * skp + (pos % PAGE_SIZE).to(tl.int64) * sks
+                vrow_off = page.to(tl.int64) * svp + (pos % PAGE_SIZE).to(tl.int64) * svs
+            else:
+                page = tl.load(bt_row + pos // PAGE_SIZE, mask=key_ok, other=0)
+                page_ok = (page >= 0) & (page < num_blocks)
+                n_bad += (key_ok & (page_ok == 0)).to(tl.int32)
+                key_ok = key_ok & page_ok
+                row_off = page.to(tl.int64) * skp + (pos % PAGE_SIZE).to(tl.int64) * sks
+                vrow_off = page.to(tl.int64) * svp + (pos % PAGE_SIZE).to(tl.int64) * svs
+        else:
+            row_off = pos.to(tl.int64) * sks
+            vrow_off = pos.to(tl.int64) * svs
+        k = tl.load(k_base + row_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if FP8:
+            k = k.to(Q.dtype.element_ty)
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        visible = key_ok[None, :]
+        if CAUSAL:
+            visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal)
+        s = tl.where(visible, qk * scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        # a row that has seen no key keeps max -inf; shifting by 0 makes its p and alpha 0, not NaN
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        p = tl.math.exp2(s - m_shift[:, None])
+        alpha = tl.math.exp2(m_i - m_shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + vrow_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+        if FP8:
+            v = v.to(Q.dtype.element_ty)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        m_i = m_new
+
+    bad = bad | (tl.sum(n_bad, 0) > 0)
+    empty = l_i == 0.0
+    safe_l = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / safe_l)[:, None]
+    lse2 = tl.where(empty, float("-inf"), m_i + tl.math.log2(safe_l))  # log2 units
+    nan = float("nan")
+    if SPLIT:
+        lse2 = tl.where(bad, nan, lse2)
+        ws = b64 * swb + hk64 * swh + split.to(tl.int64) * sws + offs_r.to(tl.int64) * swr
+        active = lo < seqlen
+        tl.store(WS_LSE + b64 * slwb + hk64 * slwh + split.to(tl.int64) * slws + offs_r, lse2,
+                 mask=row_ok & active)
+        tl.store(WS_O + ws[:, None] + offs_d[None, :], out, mask=(row_ok & active)[:, None])
+    else:
+        if FP8:
+            out = out * tl.load(VDS + b64 * tl.num_programs(1) + hk64)
+        out = tl.where(bad, nan, out)
+        lse = tl.where(bad, nan, lse2 * LN2)
+        tl.store(O + b64 * sob + q_pos[:, None].to(tl.int64) * sos + q_head[:, None].to(tl.int64) * soh
+                 + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "split_keys"])
+def _decode_merge(
+    WS_O, WS_LSE, O, LSE, SEQLENS, VDS,
+    seqlen_q, group, capacity, split_keys,
+    sob, sos, soh, slb, slh, swb, swh, sws, swr, slwb, slwh, slws,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr,
+):
+    m_tile = tl.program_id(0)
+    hk = tl.program_id(1)
+    b = tl.program_id(2)
+    b64 = b.to(tl.int64)
+    hk64 = hk.to(tl.int64)
+    rows = seqlen_q * group
+    offs_r = m_tile * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = offs_r < rows
+    q_pos = offs_r // group
+    q_head = hk * group + offs_r % group
+    offs_d = tl.arange(0, HEAD_DIM)
+
+    if HAS_SEQLENS:
+        seqlen = tl.load(SEQLENS + b)
+    else:
+        seqlen = capacity
+    bad = (seqlen < 0) | (seqlen > capacity)
+    seqlen = tl.where(bad, 0, seqlen)
+    n_active = tl.cdiv(seqlen, split_keys)
+
+    ws = b64 * swb + hk64 * swh + offs_r.to(tl.int64) * swr
+    wl = b64 * slwb + hk64 * slwh + offs_r
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    n_nan = tl.zeros([BLOCK_M], tl.int32)
+    # splits in order 0, 1, ...: the same sums in the same order on every run
+    for split in range(0, n_active):
+        lse_s = tl.load(WS_LSE + wl, mask=row_ok, other=float("-inf"))
+        o_s = tl.load(WS_O + ws[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+        ws += sws
+        wl += slws
+        n_nan += (lse_s != lse_s).to(tl.int32)
+        m_new = tl.maximum(m_i, lse_s)
+        m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.math.exp2(m_i - m_shift)
+        w = tl.math.exp2(lse_s - m_shift)
+        acc = acc * alpha[:, None] + w[:, None] * o_s
+        l_i = l_i * alpha + w
+        m_i = m_new
+
+    bad = bad | (tl.sum(n_nan, 0) > 0)
+    empty = l_i == 0.0
+    safe_l = tl.where(empty, 1.0, l_i)
+    out = acc * (1.0 / safe_l)[:, None]
+    lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(safe_l)) * LN2)
+    if FP8:
+        out = out * tl.load(VDS + b64 * tl.num_programs(1) + hk64)
+    nan = float("nan")
+    out = tl.where(bad, nan, out)
+    lse = tl.where(bad, nan, lse)
+    tl.store(O + b64 * sob + q_pos[:, None].to(tl.int64) * sos + q_head[:, None].to(tl.int64) * soh
+             + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok)
+
+
+def interpreting():
+    return triton.knobs.runtime.interpret
+
+
+def tiles(head_dim, rows, kv_element_size=2, config=None):
+    """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a query tile of `rows` packed rows; config overrides
+    BLOCK_N / num_warps / num_stages / MAX_BLOCK_M."""
+    if interpreting():
+        block_n, warps, stages = INTERPRETER_CONFIG["BLOCK_N"], 1, 1
+        max_m = INTERPRETER_CONFIG["MAX_BLOCK_M"]
+    else:
+        block_n, warps, stages = CONFIGS[(head_dim, kv_element_size)]
+        max_m = MAX_BLOCK_M[head_dim]
+    if config:
+        block_n = config.get("BLOCK_N", block_n)
+        warps = config.get("num_warps", warps)
+        stages = config.get("num_stages", stages)
+        max_m = config.get("MAX_BLOCK_M", max_m)
+    block_m = min(max(16, triton.next_power_of_2(rows)), max_m)
+    return block_m, block_n, warps, stages
+
+
+def programs_per_sm(tile, head_dim, kv_element_size):
+    """About how many main-kernel programs one SM holds: shared memory of the buffered K/V tiles
+    ((stages - 1) x BLOCK_N x D x 2 tensors) plus the query tile, as the sm_90 compiles measure it within a
+    few KB; fp8 tiles are capped by the registers their conversions take."""
+    block_m, block_n, warps, stages = tile
+    smem = max(stages - 1, 1) * block_n * head_dim * 2 * kv_element_size + block_m * head_dim * 2 + 2048
+    per_sm = max(1, SMEM_PER_SM // smem)
+    if kv_element_size == 1:  # registers: ~145 a thread at BLOCK_N 64, ~210 at 128 (sm_90 compiles)
+        per_sm = min(per_sm, 3 if block_n <= 64 else 2)
+    return min(per_sm, 64 // warps)
+
+
+def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
+           causal, scale, split_keys, n_splits, tile):
+    """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, D)
+    and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, D) and ws_lse (B, Hkv, n_splits, R) fp32
+    contiguous (None with one split); tile from tiles()."""
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    heads_kv = k_cache.shape[2]
+    group = heads_q // heads_kv
+    rows = seqlen_q * group
+    block_m, block_n, warps, stages = tile
+    m_tiles = triton.cdiv(rows, block_m)
+    paged = block_table is not None
+    if paged:
+        num_blocks, page_size = k_cache.shape[0], k_cache.shape[1]
+        capacity = block_table.shape[1] * page_size
+    else:
+        num_blocks, page_size = batch, 1
+        capacity = k_cache.shape[1]
+    split = n_splits > 1
+    fp8 = k_cache.dtype != q.dtype
+    if paged and page_size % block_n and not interpreting():
+        stages += GATHER_EXTRA_STAGES
+    if interpreting():
+        interpreter_compat.apply()
+    dummy = lse
+    ws_strides = (*ws_o.stride()[:4], *ws_lse.stride()[:3]) if split else (0,) * 7
+    _decode_split[(n_splits * m_tiles, heads_kv, batch)](
+        q, k_cache, v_cache, out, lse, ws_o if split else dummy, ws_lse if split else dummy,
+        cache_seqlens if cache_seqlens is not None else dummy, block_table if paged else dummy,
+        k_descale if fp8 else dummy, v_descale if fp8 else dummy,
+        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys,
+        q.stride(0), q.stride(1), q.stride(2),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
+        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
+        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+        block_table.stride(0) if paged else 0,
+        *ws_strides,
+        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, M_TILES=m_tiles,
+        PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal,
+        SPLIT=split, FP8=fp8, DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32",
+        num_warps=warps, num_stages=stages,
+    )
+    if split:
+        merge_m = MERGE_BLOCK_M
+        _decode_merge[(triton.cdiv(rows, merge_m), heads_kv, batch)](
+            ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
+            v_descale if fp8 else dummy,
+            seqlen_q, group, capacity, split_keys,
+            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
+            *ws_strides,
+            HEAD_DIM=head_dim, BLOCK_M=merge_m, HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
+            num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1 if interpreting() else MERGE_STAGES,
+        )
