@@ -376,6 +376,56 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
     return out
 
 
+DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
+
+
+def _decode_ratio(rows: pd.DataFrame, top: str, bottom: str) -> pd.Series:
+    """`bottom`'s median time over `top`'s per single-token decode case (above 1: `top` is faster), both from the
+    same run (one decode sweep)."""
+    times = rows[rows["seqlen_q"] == 1].pivot_table(index=DECODE_CASE, columns="label", values="ms_p50", aggfunc="min")
+    if top not in times or bottom not in times:
+        return pd.Series(dtype=float)
+    return (times[bottom] / times[top]).dropna()
+
+
+def _decode_where(key: tuple) -> str:
+    batch, heads_q, heads_kv, seqlen_k = (int(x) for x in key)
+    return f"b{batch} h{heads_q}/{heads_kv} k{_seq(seqlen_k)}"
+
+
+def _decode_tally(ratio: pd.Series, rival: str) -> str:
+    wins, losses = int((ratio > 1).sum()), ratio[ratio < 1]
+    if losses.empty:
+        return f"ahead in all {len(ratio)} cases"
+    return (f"ahead in {wins} of {len(ratio)}; {rival} is ahead in {len(losses)}, most at "
+            f"{_decode_where(losses.idxmin())}: {losses.min():.2f}×")
+
+
+def decode_findings(df: pd.DataFrame) -> list[str]:
+    """The README's decode finding: the decode kernels against cuDNN and against the prefill kernels they replace,
+    single-token decode (Sq = 1) of one decode sweep, every number computed here."""
+    rows = passed(df)
+    cuda = _decode_ratio(rows, "cuda:decode", "sdpa:cudnn")
+    if cuda.empty:
+        return []
+    triton = _decode_ratio(rows, "triton:decode", "sdpa:cudnn")
+    before = _decode_ratio(rows, "cuda:decode", "cuda:hopper")
+    one = rows[(rows["seqlen_q"] == 1) & (rows["label"] == "cuda:decode")]
+    kv = 2 * one["batch"] * one["heads_kv"] * one["seqlen_k"] * one["head_dim"] * 2
+    peak = (kv / (one["ms_p50"] * 1e-3) / 1e12).max()
+    dims = "/".join(str(int(d)) for d in sorted(one["head_dim"].unique()))
+    text = (f"**Decode** (bf16 d{dims}, one query token against a contiguous cache of "
+            f"{_seq(one['seqlen_k'].min())}–{_seq(one['seqlen_k'].max())} keys, batch {int(one['batch'].min())}–"
+            f"{int(one['batch'].max())}, {len(cuda)} cases of one run): the split-KV `cuda:decode` runs at "
+            f"{_span(cuda)} cuDNN's speed ({_decode_tally(cuda, 'cuDNN')}) and reads K and V at up to "
+            f"{peak:.2f} TB/s")
+    if not triton.empty:
+        text += f"; `triton:decode` at {_span(triton)} ({_decode_tally(triton, 'cuDNN')})"
+    if not before.empty:
+        text += f". Against the prefill kernel `cuda:hopper` on the same calls it is {_span(before)} faster"
+    return [text + "."]
+
+
 def readme_findings(data_dir: Path) -> str:
     groups = by_gpu(load_results(data_dir))
     if not groups:
@@ -385,7 +435,12 @@ def readme_findings(data_dir: Path) -> str:
     head = (f"Measured on {gpu} ({_environments(rows)}), "
             f"16k tokens per batch, every number passed the oracle"
             + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
-    return "\n".join([head, ""] + [f"{i}. {text}" for i, text in enumerate(findings(rows, Path(data_dir) / "paired"), 1)])
+    items = findings(rows, Path(data_dir) / "paired")
+    decode_dir = Path(data_dir) / "decode"
+    if decode_dir.is_dir():
+        decode = load_results(decode_dir)
+        items += decode_findings(decode[decode["gpu"] == gpu])
+    return "\n".join([head, ""] + [f"{i}. {text}" for i, text in enumerate(items, 1)])
 
 
 def readme_headline(data_dir: Path) -> str:

@@ -14,6 +14,7 @@ exit early, so nothing here reads device data (no host sync: CUDA-graph capturab
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -31,7 +32,8 @@ def _sm_count(device: torch.device) -> int:
     return _sm_counts[index]
 
 
-def heuristic_splits(ctas: int, capacity: int, block_n: int, slots: int) -> int:
+@functools.lru_cache(maxsize=4096)  # a pure function of four ints, asked on every call: the search is most of
+def heuristic_splits(ctas: int, capacity: int, block_n: int, slots: int) -> int:  # the host time otherwise
     """Chunks per sequence when the caller names none. `ctas` = batch * heads_kv * query tiles (the grid of one
     chunk), `slots` = SMs * decode CTAs resident per SM. Enough CTAs already (>= 80% of the slots): one chunk.
     Else the fewest chunks whose last wave is nearly full: waves = ctas * n / slots, efficiency = waves /
