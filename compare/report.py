@@ -353,14 +353,16 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
                      f"FlashAttention-2 (`sdpa:flash`; {_tally(ladder, 'FA2')})" + _runs(ladder))
         out.append(text + ".")
 
+    low_precision = []  # fp8 and the block-scaled formats: one finding
     fp8 = _grid_ratio(rows, ["cuda:hopper-fp8"], "fp8", TRITON_FP8, "fp8")
     if not fp8.empty:
         mine = grid_rows(rows)
         mine = mine[mine["label"] == "cuda:hopper-fp8"]
         peak = mine.loc[mine["tflops"].idxmax()]
         key = (peak["head_dim"], peak["seqlen_q"], peak["seqlen_k"], peak["causal"])
-        out.append(f"**fp8 (e4m3)** ({_head_dims(fp8)}): `cuda:hopper-fp8` is {_span(fp8)} the best Triton fp8 "
-                   f"kernel ({_tally(fp8, 'Triton')}){_runs(fp8)} and peaks at {peak['tflops']:.0f} TFLOP/s ({_where(key)}).")
+        low_precision.append(f"**fp8 (e4m3)** ({_head_dims(fp8)}): `cuda:hopper-fp8` is {_span(fp8)} the best Triton "
+                             f"fp8 kernel ({_tally(fp8, 'Triton')}){_runs(fp8)} and peaks at {peak['tflops']:.0f} "
+                             f"TFLOP/s ({_where(key)}).")
 
     mx = _grid_ratio(rows, ["cuda:hopper-mxfp8"], "mxfp8", TRITON_MXFP8, "mxfp8")
     nv = _grid_ratio(rows, ["cuda:hopper-nvfp4"], "nvfp4", TRITON_NVFP4, "nvfp4")
@@ -372,7 +374,9 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
         if not mx_fp8.empty:
             text += (f". sm_90 has no block-scaled MMA, so MXFP8 runs at {_span(mx_fp8)} the speed of plain fp8 "
                      f"(`cuda:hopper-fp8`)" + _runs(mx_fp8))
-        out.append(text + ".")
+        low_precision.append(text + ".")
+    if low_precision:
+        out.append(" ".join(low_precision))
     return out
 
 

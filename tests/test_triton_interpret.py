@@ -231,8 +231,9 @@ def test_variant_table_follows_the_contract():
     import triton_impl
     for name, spec in triton_impl.VARIANTS.items():
         assert {"formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op"} <= set(spec) <= {
-            "formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op", "tma", "gluon"}
-        assert spec["op"] in ("fwd", "fwd_fp8", "fwd_blocked")
+            "formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op", "tma", "gluon", "max_seqlen_q"}
+        assert spec["op"] in ("fwd", "fwd_fp8", "fwd_blocked", "decode")
+        assert (spec["op"] == "decode") == ("max_seqlen_q" in spec), name
         assert importlib.util.find_spec(spec["kernels"]) is not None, spec["kernels"]
         reason = triton_impl.unavailable_reason(name)
         if "Gluon" in spec["description"]:  # Gluon kernels need a GPU: the interpreter refuses them by name
