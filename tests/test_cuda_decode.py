@@ -307,3 +307,35 @@ def test_cuda_graph_replay_matches_eager():
     fresh = _call(inputs, case, num_splits=5)
     torch.cuda.synchronize()
     assert torch.equal(captured[0], fresh[0])
+
+
+def test_decode_params_are_packed_field_for_field(monkeypatch):
+    """launch_decode packs DecodeParams with struct_packer (the host-time path): the bytes equal a Structure built
+    from keywords, field by field, for a paged fp8 call and a contiguous 16-bit one."""
+    from cuda_impl import _lib
+
+    captured = []
+    monkeypatch.setattr(_lib, "load", lambda extra_flags=(): None)
+    monkeypatch.setattr(_lib, "_call", lambda lib, name, struct, params, device, what: captured.append(params))
+    q = torch.empty(3, 2, 8, 128, dtype=torch.bfloat16)[:, :, :, :]
+    out = torch.empty_like(q)
+    lse = torch.empty(3, 8, 2)
+    for paged in (True, False):
+        cache = torch.empty((7, 64, 2, 128) if paged else (3, 300, 2, 128),
+                            dtype=torch.float8_e4m3fn if paged else torch.bfloat16)
+        table = torch.zeros(3, 5, dtype=torch.int32) if paged else None
+        lengths = torch.zeros(3, dtype=torch.int32)
+        descale = torch.ones(3, 2) if paged else None
+        work = torch.empty(10) if paged else None
+        _lib.launch_decode(q, cache, cache, out, lse, lengths, table, descale, descale, work, causal=paged,
+                           scale=0.125, num_splits=4 if paged else 1, split_keys=128)
+        expected = _lib.DecodeParams(
+            q=q.data_ptr(), k=cache.data_ptr(), v=cache.data_ptr(), out=out.data_ptr(), lse=lse.data_ptr(),
+            block_table=table.data_ptr() if paged else None, seqlens=lengths.data_ptr(),
+            k_descale=descale.data_ptr() if paged else None, v_descale=descale.data_ptr() if paged else None,
+            workspace=work.data_ptr() if paged else None, q_stride=_lib._strides(q), k_stride=_lib._strides(cache),
+            v_stride=_lib._strides(cache), block_table_stride=5 if paged else 0, batch=3, seqlen_q=2, heads_q=8,
+            heads_kv=2, head_dim=128, page_size=64 if paged else 300, num_pages=7 if paged else 3,
+            max_pages=5 if paged else 1, num_splits=4 if paged else 1, split_keys=128, scale=0.125,
+            causal=int(paged), dtype=0, kv_dtype=_lib.E4M3_CODE if paged else 0)
+        assert bytes(captured[-1]) == bytes(expected)

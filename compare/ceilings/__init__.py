@@ -117,6 +117,17 @@ def copy_bandwidth_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
     return 2 * nbytes / (best_ms * 1e-3) / 1e12
 
 
+def read_bandwidth_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
+    """Device memory read rate, TB/s: torch.sum over `nbytes` of float32 (a reduction reads every byte once and
+    writes one number), best of `repeats`. The ceiling of a decode kernel, which reads the KV cache and writes
+    little; the copy ceiling counts a write for every byte read."""
+    import torch
+
+    src = torch.zeros(nbytes // 4, dtype=torch.float32, device="cuda")
+    best_ms = timing.best_ms(lambda: torch.sum(src), repeats)
+    return nbytes / (best_ms * 1e-3) / 1e12
+
+
 # name -> (what it measures, unit); the names are what compare.backends.Backend.ceiling_for returns.
 CEILINGS = {
     "mma.sync.bf16": ("mma.sync m16n8k16 bf16, fp32 accumulate, 8 chains (SASS-checked)", "TFLOP/s"),
@@ -126,6 +137,7 @@ CEILINGS = {
     "gemm.bf16": ("cuBLAS bf16 GEMM 8192^3 (wgmma on sm_90)", "TFLOP/s"),
     "gemm.fp8": ("cuBLAS e4m3 GEMM 8192^3 via torch._scaled_mm (wgmma on sm_90)", "TFLOP/s"),
     "dram": ("device-to-device copy, bytes read + written", "TB/s"),
+    "dram.read": ("device memory read: torch.sum over 2 GiB of float32", "TB/s"),
 }
 
 
@@ -142,6 +154,7 @@ def measure_all(log=print) -> dict[str, float]:
         "gemm.bf16": gemm.gemm_bf16_tflops,
         "gemm.fp8": gemm.gemm_fp8_tflops,
         "dram": copy_bandwidth_tbps,
+        "dram.read": read_bandwidth_tbps,
     }
     values = {}
     for name, measure in measures.items():
