@@ -245,6 +245,57 @@ def cmd_env(args) -> int:
     return 0
 
 
+def _interpreter_for_triton(patterns: list[str] | None) -> None:
+    """Without a GPU, Triton backends run under TRITON_INTERPRET=1 (as the cpu sweep of `run` does): switched on
+    here, before any kernel is imported, when the patterns can select one."""
+    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        return
+    names = [n for n, b in backends.registry().items() if b.family == "triton"]
+    if not any(fnmatch.fnmatchcase(n, p) for n in names for p in (patterns or ["*"])):
+        return
+    if any(m.startswith("triton_impl.kernels.") for m in sys.modules):  # decorated before the switch
+        raise ValueError("set TRITON_INTERPRET=1 before the Triton kernels are imported")
+    os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter: the kernels run on the CPU
+    backends._REGISTRY = None  # availability is decided anew, with the interpreter on
+
+
+def cmd_fuzz(args) -> int:
+    try:
+        from . import fuzz
+    except ImportError as exc:
+        raise ValueError(f"fuzz needs hypothesis ({exc}): pip install hypothesis, or the test extra "
+                         "(pip install -e '.[test]')") from None
+    if args.budget_s <= 0:
+        raise ValueError(f"--budget-s must be a positive number of seconds, got {args.budget_s:g}")
+    if args.max_examples is not None and args.max_examples < 1:
+        raise ValueError(f"--max-examples must be >= 1, got {args.max_examples}")
+    if args.example_timeout_s is not None and args.example_timeout_s <= 0:
+        raise ValueError(f"--example-timeout-s must be positive, got {args.example_timeout_s:g}")
+    if args.replay:
+        entries = fuzz.load_failures(args.replay)
+        _interpreter_for_triton(sorted({e["backend"] for e in entries}))
+        still = fuzz.replay(entries, example_timeout_s=args.example_timeout_s)
+        print(f"replayed {len(entries)} recorded examples: {still} still fail")
+        return 1 if still else 0
+    _interpreter_for_triton(args.backends)
+    chosen, skipped = backends.select(args.backends)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    modes = fuzz.MODES if args.mode == "all" else (args.mode,)
+    targets, left_out = fuzz.targets_for(chosen, device, modes)
+    skipped = {**skipped, **left_out}
+    for name, reason in skipped.items():
+        print(f"skip {name}: {reason}")
+    if not targets:
+        raise ValueError(f"nothing to fuzz here: --backends {' '.join(args.backends or ['*'])} gives no runnable "
+                         f"backend in mode {args.mode}" + (f" ({'; '.join(f'{k}: {v}' for k, v in skipped.items())})"
+                                                           if skipped else ""))
+    report = fuzz.fuzz(targets, budget_s=args.budget_s, seed=args.seed, out=args.out, device=device,
+                       max_examples=args.max_examples, example_timeout_s=args.example_timeout_s,
+                       log=lambda line: print(line, flush=True), hard_exit=True, skipped=skipped)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with a one-line error (no usage block): 'error: ...  (see: <prog> --help)', status 2."""
 
@@ -316,6 +367,36 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--rep-ms", type=int, default=100, metavar="MS",
                     help="timing budget per measurement, milliseconds (default 100)")
 
+    z = _sub(sub, "fuzz", "property-based fuzzing of backends against the oracle (hypothesis), with shrinking",
+             "Draw random cases within what each chosen backend declares (batch, GQA, Sq/Sk with tails, head_dim, "
+             "causal, input distribution, format incl. fp8/mxfp8/nvfp4; q/k/v as (B,S,H,D)-storage views, sliced "
+             "and misaligned views; KV-cache cases with pages, lengths incl. 0, hostile block tables for backends "
+             "with attention_with_kvcache) and hold each to the oracle. A ValueError/TypeError/NotImplementedError "
+             "naming the constraint counts as refused; a crash, CUDA error, NaN, wrong answer or a call past the "
+             "per-example limit is a failure, shrunk to a minimal case and written to --out (log.txt, "
+             "failures.json). On a CPU machine the Triton kernels run under TRITON_INTERPRET=1. Exit status 1 if "
+             "anything failed.")
+    z.add_argument("--backends", nargs="+", metavar="PATTERN",
+                   help="registry names or shell patterns such as 'triton:*' (default: all that run here)")
+    z.add_argument("--budget-s", type=float, default=60.0, metavar="N",
+                   help="seconds of fuzzing, shared among the targets in turn (default 60); shrinking a failure "
+                        "found late may run past it by the target's share")
+    z.add_argument("--seed", type=int, default=0, help="seed of the example generator (default 0): same seed, same "
+                                                       "examples in the same order")
+    z.add_argument("--out", type=Path, metavar="DIR",
+                   help="directory for log.txt and failures.json (default: runs/fuzz-<time>, see "
+                        "compare.bench.scratch_dir)")
+    z.add_argument("--mode", choices=("all",) + ("dense", "kvcache"), default="all",
+                   help="dense attention(), KV-cache attention_with_kvcache(), or both where a backend has it "
+                        "(default all)")
+    z.add_argument("--max-examples", type=int, metavar="N",
+                   help="at most N examples per target (with a fixed --seed: a reproducible run whatever the speed)")
+    z.add_argument("--example-timeout-s", type=float, metavar="S",
+                   help="limit of one backend call (default 180 on a GPU, 120 under the Triton interpreter, 60 on "
+                        "CPU); past it the example fails as a timeout")
+    z.add_argument("--replay", type=Path, metavar="FAILURES_JSON",
+                   help="run the examples recorded in a failures.json once each instead of fuzzing")
+
     m = _sub(sub, "merge", "join the part CSVs of a sharded run into one",
              "Join the CSVs written by the parts of a sharded run (--shard, torchrun, a Slurm array) into one; "
              "rows measured twice keep the first. Refuses a missing file, a part of a <stem>.part<i>of<N>.csv "
@@ -333,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 COMMANDS = {"list": cmd_list, "check": cmd_check, "run": cmd_run, "paired": cmd_paired, "merge": cmd_merge,
-            "env": cmd_env, "figures": figures.run, "report": report.run}
+            "env": cmd_env, "fuzz": cmd_fuzz, "figures": figures.run, "report": report.run}
 
 
 def _one_line(exc: BaseException) -> str:

@@ -13,6 +13,9 @@ PACKAGES = ("compare", "cuda_impl", "triton_impl")
 DISTRIBUTION = {"yaml": "pyyaml", "PIL": "pillow", "sklearn": "scikit-learn"}
 # modules the code finds at run time with importlib and does without (declared nowhere on purpose)
 OPTIONAL = {"flash_attn"}
+# import name -> (the optional extra that declares it, the only files that may import it: each says how to install
+# it when it is missing)
+EXTRAS = {"hypothesis": ("test", {"compare/fuzz.py"})}
 # standard-library modules newer than Python 3.10, by the version that added them
 NEWER_STDLIB = {"tomllib": (3, 11)}
 
@@ -48,8 +51,14 @@ def test_every_imported_third_party_package_is_declared():
     third_party = {name: files for name, files in _imports().items()
                    if name not in sys.stdlib_module_names and name not in PACKAGES and name not in OPTIONAL}
     assert {"torch", "triton", "matplotlib"} <= set(third_party)  # the scan sees what it must
+    extras = _project().get("optional-dependencies", {})
+
+    def in_extra(name, files):
+        extra, allowed = EXTRAS.get(name, (None, set()))
+        return extra is not None and files <= allowed and name in _requirement_names(extras.get(extra, []))
+
     missing = {name: sorted(files) for name, files in third_party.items()
-               if DISTRIBUTION.get(name, name).lower().replace("_", "-") not in declared}
+               if DISTRIBUTION.get(name, name).lower().replace("_", "-") not in declared and not in_extra(name, files)}
     assert not missing, f"imported but not in [project] dependencies: {missing}"
 
 

@@ -13,6 +13,20 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
+def program_tile(seqlen_q, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr):
+    """(query block, batch * head) of this program in the flattened grid of tuning.forward_grid: program i is
+    block i % m_tiles of slice i // m_tiles (the blocks of one head side by side, so its K/V stay in L2);
+    causal grids run each head's last (heaviest) blocks first."""
+    pid = tl.program_id(0)
+    m_tiles = tl.cdiv(seqlen_q, BLOCK_M)
+    bh = pid // m_tiles
+    start_m = pid % m_tiles
+    if CAUSAL:
+        start_m = m_tiles - 1 - start_m
+    return start_m, bh
+
+
+@triton.jit
 def key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr):
     """Return (full_end, end): blocks below full_end need no mask, blocks in [full_end, end) do."""

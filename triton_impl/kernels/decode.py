@@ -2,7 +2,8 @@
 
 Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
 
-* Grid of the main kernel: (split * m_tiles + m_tile, KV head, batch). A program owns one query tile of one
+* Grid of the main kernel: ((batch * KV heads + KV head) * splits + split) * m_tiles + m_tile, one dimension
+  (gridDim.y/z stop at 65535, which batch passes; `program` takes it apart). A program owns one query tile of one
   KV head and one chunk of keys (a split). GQA packing: the tile's rows are the Sq * g (query position,
   query head) pairs of that KV head, row r = query head hk * g + r % g at query position r // g, padded to
   BLOCK_M >= 16 for tl.dot; each K/V tile is read once for all g query heads.
@@ -25,7 +26,7 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
 import triton
 import triton.language as tl
 
-from triton_impl.kernels import interpreter_compat
+from triton_impl.kernels import interpreter_compat, tuning
 
 LOG2E = 1.4426950408889634
 LN2 = tl.constexpr(0.6931471805599453)
@@ -58,21 +59,29 @@ SMEM_PER_SM = 232448  # sm_90: the most shared memory one SM gives its blocks
 INTERPRETER_CONFIG = dict(BLOCK_N=16, MAX_BLOCK_M=32)
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys"])
+@triton.jit
+def _program(heads_kv, tiles):
+    """(tile, KV head, batch) of this program in the flattened grid of `grid`: `tiles` programs per (batch, KV
+    head), side by side."""
+    pid = tl.program_id(0)
+    tile = pid % tiles
+    bh = pid // tiles
+    return tile, bh % heads_kv, bh // heads_kv
+
+
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys", "heads_kv", "n_splits"])
 def _decode_split(
     Q, K, V, O, LSE, WS_O, WS_LSE, SEQLENS, BT, KDS, VDS,
-    qk_scale, seqlen_q, group, capacity, num_blocks, split_keys,
+    qk_scale, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits,
     sqb, sqs, sqh, skp, sks, skh, svp, svs, svh, sob, sos, soh, slb, slh, sbt,
     swb, swh, sws, swr, slwb, slwh, slws,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_TILES: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr,
     SPLIT: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    pid, hk, b = _program(heads_kv, n_splits * M_TILES)
     split = pid // M_TILES
     m_tile = pid % M_TILES
-    hk = tl.program_id(1)
-    b = tl.program_id(2)
     b64 = b.to(tl.int64)
     hk64 = hk.to(tl.int64)
 
@@ -99,7 +108,7 @@ def _decode_split(
 
     scale = qk_scale
     if FP8:
-        scale = scale * tl.load(KDS + b64 * tl.num_programs(1) + hk64)
+        scale = scale * tl.load(KDS + b64 * heads_kv + hk64)
 
     k_base = K + hk64 * skh
     v_base = V + hk64 * svh
@@ -170,7 +179,7 @@ def _decode_split(
         tl.store(WS_O + ws[:, None] + offs_d[None, :], out, mask=(row_ok & active)[:, None])
     else:
         if FP8:
-            out = out * tl.load(VDS + b64 * tl.num_programs(1) + hk64)
+            out = out * tl.load(VDS + b64 * heads_kv + hk64)
         out = tl.where(bad, nan, out)
         lse = tl.where(bad, nan, lse2 * LN2)
         tl.store(O + b64 * sob + q_pos[:, None].to(tl.int64) * sos + q_head[:, None].to(tl.int64) * soh
@@ -178,16 +187,14 @@ def _decode_split(
         tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "split_keys"])
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "split_keys", "heads_kv", "m_tiles"])
 def _decode_merge(
     WS_O, WS_LSE, O, LSE, SEQLENS, VDS,
-    seqlen_q, group, capacity, split_keys,
+    seqlen_q, group, capacity, split_keys, heads_kv, m_tiles,
     sob, sos, soh, slb, slh, swb, swh, sws, swr, slwb, slwh, slws,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr,
 ):
-    m_tile = tl.program_id(0)
-    hk = tl.program_id(1)
-    b = tl.program_id(2)
+    m_tile, hk, b = _program(heads_kv, m_tiles)
     b64 = b.to(tl.int64)
     hk64 = hk.to(tl.int64)
     rows = seqlen_q * group
@@ -232,7 +239,7 @@ def _decode_merge(
     out = acc * (1.0 / safe_l)[:, None]
     lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(safe_l)) * LN2)
     if FP8:
-        out = out * tl.load(VDS + b64 * tl.num_programs(1) + hk64)
+        out = out * tl.load(VDS + b64 * heads_kv + hk64)
     nan = float("nan")
     out = tl.where(bad, nan, out)
     lse = tl.where(bad, nan, lse)
@@ -243,6 +250,11 @@ def _decode_merge(
 
 def interpreting():
     return triton.knobs.runtime.interpret
+
+
+def grid(tiles, heads_kv, batch):
+    """The one-dimensional grid of `tiles` programs per (batch, KV head) (_program takes it apart)."""
+    return tuning.flat_grid(tiles, heads_kv, batch)
 
 
 def tiles(head_dim, rows, kv_element_size=2, config=None):
@@ -301,11 +313,11 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         interpreter_compat.apply()
     dummy = lse
     ws_strides = (*ws_o.stride()[:4], *ws_lse.stride()[:3]) if split else (0,) * 7
-    _decode_split[(n_splits * m_tiles, heads_kv, batch)](
+    _decode_split[grid(n_splits * m_tiles, heads_kv, batch)](
         q, k_cache, v_cache, out, lse, ws_o if split else dummy, ws_lse if split else dummy,
         cache_seqlens if cache_seqlens is not None else dummy, block_table if paged else dummy,
         k_descale if fp8 else dummy, v_descale if fp8 else dummy,
-        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys,
+        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -319,10 +331,10 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
     )
     if split:
         merge_m = MERGE_BLOCK_M
-        _decode_merge[(triton.cdiv(rows, merge_m), heads_kv, batch)](
+        _decode_merge[grid(triton.cdiv(rows, merge_m), heads_kv, batch)](
             ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
             v_descale if fp8 else dummy,
-            seqlen_q, group, capacity, split_keys,
+            seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             *ws_strides,
             HEAD_DIM=head_dim, BLOCK_M=merge_m, HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,

@@ -10,25 +10,20 @@ import torch
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
+from triton_impl.kernels.common import finish_rows, program_tile, softmax_step, start_rows
 from triton_impl.kernels import tuning
 
 
 # integers that only bound loops or index heads: one binary for all their values
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size", "tune_bucket"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size"])
 def _fa2_fwd_tma(
     Q, K, V, O, LSE,
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svs,
-    tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        # the last query blocks see the most keys: start them first so the grid drains evenly
-        start_m = tl.num_programs(0) - 1 - start_m
-    bh = tl.program_id(1)
+    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)
     batch = (bh // heads_q).to(tl.int64)
     head = bh % heads_q
     head_kv = (head // group_size).to(tl.int64)
@@ -84,16 +79,25 @@ def set_descriptor_allocator():
         triton.set_allocator(_scratch)
 
 
+def _launch_args(q, k, v, out, lse, causal, scale):
+    """(kernel args, meta, grid rows, grid slices, shape) of a launch."""
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    args = (q, k, v, out, lse,
+            scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
+            *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(v)[:3])
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal)
+    return args, meta, seqlen_q, batch * heads_q, (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
 def launch(q, k, v, out, lse, causal, scale, config=None):
     """Run the kernel; q/k/v need unit last stride and 16-byte aligned base and strides (checked by
     the caller), out/lse are fresh contiguous tensors."""
-    batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
     set_descriptor_allocator()
-    args = (q, k, v, out, lse,
-            scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
-            *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(v)[:3],
-            tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal)
-    return tuning.run(_fa2_fwd_tma, _fa2_fwd_tma_tuned, args, meta, config,
-                      grid_rows=seqlen_q, grid_heads=batch * heads_q)
+    args, meta, rows, slices, shape = _launch_args(q, k, v, out, lse, causal, scale)
+
+    def proxy_args(proxy):
+        return _launch_args(*tuning.proxy_16bit(q, proxy), causal, scale)[0], proxy[2], proxy[0] * proxy[1]
+
+    return tuning.run(_fa2_fwd_tma, _fa2_fwd_tma_tuned, args, meta, config, rows, slices,
+                      shape=shape, dtypes=(q.dtype,), proxy_args=proxy_args)

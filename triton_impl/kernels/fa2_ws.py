@@ -36,7 +36,7 @@ LN2 = gl.constexpr(0.6931471805599453)
 def _producer(loads, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, FP8: gl.constexpr,
               PERMUTED_K: gl.constexpr):
     """The TMA warp: Q once, then K and V of each key tile into the ring; `loads`: its runtime values."""
-    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, batch, head, head_kv, k_row0,
+    (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, batch, head, head_kv, k_group0,
      q_row0, n_tiles) = loads
     mbarrier.expect(q_ready, CONSUMERS * q_desc.block_type.nbytes)
     for c in gl.static_range(CONSUMERS):
@@ -46,8 +46,8 @@ def _producer(loads, CONSUMERS: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.
         # a fresh barrier counts as having completed the phase before its first: round 0 passes
         mbarrier.wait(kv_empty.index(stage), ((j // STAGES) & 1) ^ 1)
         mbarrier.expect(k_ready.index(stage), k_desc.block_type.nbytes)
-        if PERMUTED_K:  # 16-key groups of the flattened rows: k_row0 = this head's first row
-            tma.async_copy_global_to_shared(k_desc, [(k_row0 + j * BLOCK_N) // 16, 0, 0, 0, 0], k_ready.index(stage),
+        if PERMUTED_K:  # 16-key groups of the flattened rows: k_group0 = this head's first group (rows / 16)
+            tma.async_copy_global_to_shared(k_desc, [k_group0 + j * (BLOCK_N // 16), 0, 0, 0, 0], k_ready.index(stage),
                                             k_smem.index(stage))
         else:
             tma.async_copy_global_to_shared(k_desc, [batch, head_kv, j * BLOCK_N, 0], k_ready.index(stage),
@@ -246,15 +246,12 @@ def _consumer(cid: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.const
 
 
 @gluon.jit
-def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, batch, head, head_kv, bh,
-             k_row0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q, seqlen_k, pid_m, batch, head, head_kv,
+             bh, k_group0, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
              FP8: gl.constexpr, OVERLAP: gl.constexpr, PERMUTED_K: gl.constexpr, CONSUMERS: gl.constexpr,
              CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
-    """One program: shared memory and barriers, then the producer and the CONSUMERS (2 or 3) consumers."""
-    pid_m = gl.program_id(0)
-    if CAUSAL:
-        # the last query blocks see the most keys: start them first so the grid drains evenly
-        pid_m = gl.num_programs(0) - 1 - pid_m
+    """One program (query block pid_m of one (batch, head)): shared memory and barriers, then the producer and
+    the CONSUMERS (2 or 3) consumers."""
     q_row0 = pid_m * (CONSUMERS * ROWS)
     if CAUSAL:
         end = gl.minimum(seqlen_k, q_row0 + CONSUMERS * ROWS + seqlen_k - seqlen_q)
@@ -283,7 +280,7 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
     args = (o_desc, q_smem, k_smem, v_smem, o_smem, q_ready, k_ready, v_ready, kv_empty, LSE, qk_scale, v_descale, batch,
             head, bh, q_row0, seqlen_q, seqlen_k, n_tiles)
     loads = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, k_ready, v_ready, kv_empty, batch, head, head_kv,
-             k_row0, q_row0, n_tiles)
+             k_group0, q_row0, n_tiles)
     if CONSUMERS == 3:  # (d64: three 64-row consumers, as cuda:hopper runs it)
         gl.warp_specialize([
             (_consumer, (0, args, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, FP8, OVERLAP, PERMUTED_K)),
@@ -299,6 +296,19 @@ def _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, v_descale, seqlen_q,
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
+@gluon.jit
+def _program_tile(seqlen_q, CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
+    """(query block, batch * head) of this program in the flattened grid of launch_grid: program i is block
+    i % m_tiles of slice i // m_tiles; causal grids start each head's last (heaviest) blocks first."""
+    pid = gl.program_id(0)
+    m_tiles = gl.cdiv(seqlen_q, CONSUMERS * ROWS)
+    bh = pid // m_tiles
+    pid_m = pid % m_tiles
+    if CAUSAL:
+        pid_m = m_tiles - 1 - pid_m
+    return pid_m, bh
+
+
 # integers that only bound loops or index heads: one binary for all their values
 @gluon.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size"])
 def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
@@ -306,9 +316,9 @@ def _fa2_fwd_ws(q_desc, k_desc, v_desc, o_desc, LSE,
                 HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                 OVERLAP: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
                 PRODUCER_REGS: gl.constexpr):
-    bh = gl.program_id(1)
+    pid_m, bh = _program_tile(seqlen_q, CAUSAL, CONSUMERS)
     head = bh % heads_q
-    _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, bh // heads_q, head,
+    _forward(q_desc, k_desc, v_desc, o_desc, LSE, qk_scale, 1.0, seqlen_q, seqlen_k, pid_m, bh // heads_q, head,
              head // group_size, bh, 0, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, False, OVERLAP, False, CONSUMERS,
              CONSUMER_REGS, PRODUCER_REGS)
 
@@ -321,14 +331,16 @@ def _fp8_fwd_ws(q_desc, k_desc, vt_desc, o_desc, Q_DESCALE, K_DESCALE, V_DESCALE
                 CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """e4m3 Q, K and V^T (B, Hkv, D, Sk) with one fp32 descale per (batch, head): Q's and K's fold into the
     softmax scale, V's into the final normalisation; bf16 output."""
-    bh = gl.program_id(1)
+    pid_m, bh = _program_tile(seqlen_q, CAUSAL, CONSUMERS)
     batch = bh // heads_q
     head = bh % heads_q
     head_kv = head // group_size
     bh_kv = batch * heads_kv + head_kv
     qk_scale = softmax_scale_log2 * gl.load(Q_DESCALE + bh) * gl.load(K_DESCALE + bh_kv)
+    # the key-permuted K descriptor's first coordinate counts 16-row groups of K flattened over (batch, head)
+    # (Sk % 16 == 0 there): bh_kv * (Sk / 16) stays in 32 bits where bh_kv * Sk rows may not
     _forward(q_desc, k_desc, vt_desc, o_desc, LSE, qk_scale, gl.load(V_DESCALE + bh_kv), seqlen_q, seqlen_k,
-             batch, head, head_kv, bh, bh_kv * seqlen_k, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, PERMUTED_K,
+             pid_m, batch, head, head_kv, bh, bh_kv * (seqlen_k // 16), HEAD_DIM, BLOCK_N, STAGES, CAUSAL, True, OVERLAP, PERMUTED_K,
              CONSUMERS, CONSUMER_REGS, PRODUCER_REGS)
 
 
@@ -410,7 +422,14 @@ def descriptor(t, box_rows, box_cols, shape=None):
 
 
 def grid(seqlen_q, batch, heads_q, config):
+    """(query blocks per head, batch * heads): the programs of a launch; launch_grid flattens them."""
     return (triton.cdiv(seqlen_q, consumers(config) * ROWS.value), batch * heads_q)
+
+
+def launch_grid(seqlen_q, batch, heads_q, config):
+    """The one-dimensional grid the kernels run on (_program_tile takes it apart): gridDim.y's 65535 would
+    bound batch * heads."""
+    return tuning.flat_grid(*grid(seqlen_q, batch, heads_q, config))
 
 
 def launch(q, k, v, out, lse, causal, scale, config=None):
@@ -421,7 +440,7 @@ def launch(q, k, v, out, lse, causal, scale, config=None):
     config = config or config_for(head_dim, q.element_size(), causal, seqlen_q)
     rows, block_n = ROWS.value, config["BLOCK_N"]
     record_launch("fa2-ws", config)
-    return _fa2_fwd_ws[grid(seqlen_q, batch, heads_q, config)](
+    return _fa2_fwd_ws[launch_grid(seqlen_q, batch, heads_q, config)](
         descriptor(q, rows, head_dim), descriptor(k, block_n, head_dim), descriptor(v, block_n, head_dim),
         descriptor(out, rows, head_dim), lse, scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
         HEAD_DIM=head_dim, BLOCK_N=block_n, STAGES=config["STAGES"], CAUSAL=causal, OVERLAP=config["OVERLAP"],

@@ -20,10 +20,11 @@ so the scores, and with them the LSE, carry an error of about 2e-4 for N(0, 1) i
 partial sums to fp32 every 64 (32) products, Triton's max_num_imprecise_acc, halves (quarters) that
 error but costs 12% of the speed at 64 and spills registers at 32, so it is not used.
 """
+import torch
 import triton
 import triton.language as tl
 
-from triton_impl.kernels.common import finish_rows, round_to_e4m3_grid, softmax_step, start_rows
+from triton_impl.kernels.common import finish_rows, program_tile, round_to_e4m3_grid, softmax_step, start_rows
 from triton_impl.kernels import tuning
 from triton_impl.kernels.fa2_tma import set_descriptor_allocator
 
@@ -72,20 +73,16 @@ def _keys_in_order(p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PERMUTED_K: 
 
 
 # integers that only bound loops or index heads: one binary for all their values
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size", "tune_bucket"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _fp8_fwd(
     Q, K, VT, Q_DESCALE, K_DESCALE, V_DESCALE, O, LSE,
     softmax_scale_log2, seqlen_q, seqlen_k, heads_q, heads_kv, group_size,
     sqb, sqh, sqs, skb, skh, sks, svb, svh, svd, svs,
-    tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, VT_VIA_TMA: tl.constexpr, PERMUTED_K: tl.constexpr,
     EXACT_P_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m
-    bh = tl.program_id(1)
+    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)
     batch = bh // heads_q
     head = bh % heads_q
     head_kv = head // group_size
@@ -164,17 +161,37 @@ def vt_via_tma(vt):
     return strides[3] == 1 and all(s % 16 == 0 for s in strides[:3]) and vt.data_ptr() % 16 == 0
 
 
+def _launch_args(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale):
+    """(kernel args, meta, grid rows, grid slices, shape) of a launch."""
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    args = (q, k, vt, q_descale, k_descale, v_descale, out, lse,
+            scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
+            *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(vt))
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt), PERMUTED_K=seqlen_k % 16 == 0,
+                EXACT_P_ROUNDING=tuning.interpreting())
+    return args, meta, seqlen_q, batch * heads_q, (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
+def _proxy_inputs(q, proxy):
+    """Zero e4m3 q, k, vt, unit descales, out and lse of the autotuner's proxy (tuning.proxy_shape)."""
+    slices, group, seqlen_q, seqlen_k = proxy
+    head_dim, heads = q.shape[-1], slices * group
+    zeros = tuning.proxy_zeros
+    ones = [zeros(q, 1, h, dtype=torch.float32) + 1 for h in (heads, slices, slices)]
+    return (zeros(q, 1, heads, seqlen_q, head_dim), zeros(q, 1, slices, seqlen_k, head_dim),
+            zeros(q, 1, slices, head_dim, seqlen_k), *ones,
+            zeros(q, 1, heads, seqlen_q, head_dim, dtype=torch.bfloat16), zeros(q, 1, heads, seqlen_q, dtype=torch.float32))
+
+
 def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, config=None):
     """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk) e4m3; descales (B, H) fp32 contiguous;
     out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous."""
-    batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
     set_descriptor_allocator()
-    args = (q, k, vt, q_descale, k_descale, v_descale, out, lse,
-            scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_kv, heads_q // heads_kv,
-            *tuning.strides(q)[:3], *tuning.strides(k)[:3], *tuning.strides(vt),
-            tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, VT_VIA_TMA=vt_via_tma(vt), PERMUTED_K=seqlen_k % 16 == 0,
-                EXACT_P_ROUNDING=tuning.interpreting())
-    return tuning.run(_fp8_fwd, _fp8_fwd_tuned, args, meta, config,
-                      grid_rows=seqlen_q, grid_heads=batch * heads_q)
+    args, meta, rows, slices, shape = _launch_args(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale)
+
+    def proxy_args(proxy):  # run with this launch's flags (VT_VIA_TMA, PERMUTED_K); both hold for the proxy
+        return _launch_args(*_proxy_inputs(q, proxy), causal, scale)[0], proxy[2], proxy[0] * proxy[1]
+
+    return tuning.run(_fp8_fwd, _fp8_fwd_tuned, args, meta, config, rows, slices,
+                      shape=shape, dtypes=(q.dtype,), proxy_args=proxy_args)

@@ -55,7 +55,7 @@ def launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale, c
         padded[..., :seqlen_k] = vt
         vt = padded
     fa2_ws.record_launch("fp8-ws", config, " k-permuted" if permuted else "")
-    return fa2_ws._fp8_fwd_ws[fa2_ws.grid(seqlen_q, batch, heads_q, config)](
+    return fa2_ws._fp8_fwd_ws[fa2_ws.launch_grid(seqlen_q, batch, heads_q, config)](
         fa2_ws.descriptor(q, rows, head_dim), k_descriptor(k, block_n, permuted),
         fa2_ws.descriptor(vt, head_dim, block_n, shape=vt_shape), fa2_ws.descriptor(out, rows, head_dim),
         q_descale, k_descale, v_descale, lse,

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from triton_impl.kernels import tuning
-from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
+from triton_impl.kernels.common import finish_rows, program_tile, softmax_step, start_rows
 from triton_impl.kernels.mx_blocks import (INTERPRETER_CONFIG, load_blocked_tile, quantize_p_mxfp8, quantize_p_nvfp4,
                                             scaled_scores)
 
@@ -48,19 +48,15 @@ def _attend_keys(acc, m_i, l_i, q, k_data, k_scales, vt_data, vt_scales, start_n
 
 # integers that only bound loops or index heads: one binary for all their values. keys_stored (V^T's
 # padded row length, a multiple of 16) stays specialised: its divisibility lets V^T loads vectorise.
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size", "tune_bucket"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _blocked_dequant_fwd(
     Q, QS, K, KS, VT, VS, Q_TS, K_TS, V_TS, O, LSE,
     softmax_scale_log2, seqlen_q, seqlen_k, keys_stored, heads_q, heads_kv, group_size,
-    tune_bucket,  # only part of the autotuning key (short vs long sequences)
     FORMAT: tl.constexpr, HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, TILE: tl.constexpr,
     DOT_PRECISION: tl.constexpr, EMULATED_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m  # heaviest query blocks first
-    bh = tl.program_id(1)
+    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)  # heaviest query blocks first
     bh_kv = ((bh // heads_q) * heads_kv + (bh % heads_q) // group_size).to(tl.int64)
     bh = bh.to(tl.int64)
     PACK: tl.constexpr = 2 if FORMAT == "nvfp4" else 1
@@ -106,25 +102,53 @@ def _blocked_dequant_fwd(
 _TUNED = {fmt: tuning.autotuned(_blocked_dequant_fwd, f"{fmt}-dequant") for fmt in SCALE_BLOCK}
 
 
+def proxy_inputs(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, proxy):
+    """Zero block-scaled inputs (zero codes and scales), out and lse of the autotuner's proxy (tuning.proxy_shape)
+    in the layouts of compare.formats, V^T's rows padded to the scale block; the tensor scales as given."""
+    import torch
+    slices, group, seqlen_q, seqlen_k = proxy
+    head_dim, heads, block = q_scale.shape[-1] * SCALE_BLOCK[fmt], slices * group, SCALE_BLOCK[fmt]
+    per_byte = head_dim // q.shape[-1]
+    padded = -(-seqlen_k // block) * block
+    zeros = tuning.proxy_zeros
+    return (zeros(q, 1, heads, seqlen_q, head_dim // per_byte), zeros(q_scale, 1, heads, seqlen_q, head_dim // block),
+            zeros(k, 1, slices, seqlen_k, head_dim // per_byte), zeros(k_scale, 1, slices, seqlen_k, head_dim // block),
+            zeros(vt, 1, slices, head_dim, padded // per_byte), zeros(vt_scale, 1, slices, head_dim, padded // block),
+            tensor_scales, zeros(q, 1, heads, seqlen_q, head_dim, dtype=torch.bfloat16),
+            zeros(q, 1, heads, seqlen_q, dtype=torch.float32))
+
+
+def _launch_args(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out, lse, causal, scale, tile_dtype):
+    """(kernel args, meta, grid rows, grid slices, shape) of a launch."""
+    import torch
+    batch, heads_q, seqlen_q, head_dim = out.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    keys_stored = vt_scale.shape[-1] * SCALE_BLOCK[fmt]
+    tuning.check_int32_rows(f"{fmt}-dequant", max(seqlen_q, keys_stored), head_dim)
+    interpreting = tuning.interpreting()
+    tile = tile_dtype or (torch.float32 if interpreting else torch.bfloat16)
+    tile = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[tile]
+    args = (q, q_scale, k, k_scale, vt, vt_scale, *tensor_scales, out, lse,
+            scale * tuning.LOG2E, seqlen_q, seqlen_k, keys_stored, heads_q, heads_kv, heads_q // heads_kv)
+    meta = dict(FORMAT=fmt, HEAD_DIM=head_dim, CAUSAL=causal, TILE=tile,
+                DOT_PRECISION="ieee" if tile == tl.float32 else "tf32", EMULATED_ROUNDING=interpreting)
+    return args, meta, seqlen_q, batch * heads_q, (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
 def launch(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out, lse, causal, scale, config=None,
            tile_dtype=None):
     """Block-scaled q (B, Hq, Sq, D*), k (B, Hkv, Sk, D*), vt (B, Hkv, D, Sk_padded*) and their block
     scales, all contiguous (* = D/2 bytes for nvfp4); tensor_scales (q, k, v) 0-dim fp32 for nvfp4,
     else None. out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous. tile_dtype:
     the dot operands' dtype, bf16 by default (fp32 under the interpreter, whose bf16 dots are wrong)."""
-    import torch
-    batch, heads_q, seqlen_q, head_dim = out.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    keys_stored = vt_scale.shape[-1] * SCALE_BLOCK[fmt]
-    interpreting = tuning.interpreting()
-    tile = tile_dtype or (torch.float32 if interpreting else torch.bfloat16)
-    tile = {torch.float32: tl.float32, torch.float16: tl.float16, torch.bfloat16: tl.bfloat16}[tile]
-    args = (q, q_scale, k, k_scale, vt, vt_scale, *tensor_scales, out, lse,
-            scale * tuning.LOG2E, seqlen_q, seqlen_k, keys_stored, heads_q, heads_kv, heads_q // heads_kv,
-            tuning.seq_bucket(seqlen_k))
-    meta = dict(FORMAT=fmt, HEAD_DIM=head_dim, CAUSAL=causal, TILE=tile,
-                DOT_PRECISION="ieee" if tile == tl.float32 else "tf32", EMULATED_ROUNDING=interpreting)
-    if interpreting and config is None:
+    args, meta, rows, slices, shape = _launch_args(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out,
+                                                   lse, causal, scale, tile_dtype)
+    if tuning.interpreting() and config is None:
         config = INTERPRETER_CONFIG
-    return tuning.run(_blocked_dequant_fwd, _TUNED[fmt], args, meta, config,
-                      grid_rows=seqlen_q, grid_heads=batch * heads_q)
+
+    def proxy_args(proxy):
+        inputs = proxy_inputs(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, proxy)
+        return _launch_args(fmt, *inputs, causal, scale, tile_dtype)[0], proxy[2], proxy[0] * proxy[1]
+
+    return tuning.run(_blocked_dequant_fwd, _TUNED[fmt], args, meta, config, rows, slices,
+                      shape=shape, dtypes=(q.dtype, q_scale.dtype), proxy_args=proxy_args)

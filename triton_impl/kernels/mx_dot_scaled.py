@@ -17,7 +17,7 @@ import triton
 import triton.language as tl
 
 from triton_impl.kernels import tuning
-from triton_impl.kernels.common import finish_rows, softmax_step, start_rows
+from triton_impl.kernels.common import finish_rows, program_tile, softmax_step, start_rows
 from triton_impl.kernels.mx_blocks import INTERPRETER_CONFIG, quantize_p_mxfp8_codes, scaled_scores
 
 # a constexpr rather than a literal: the interpreter hands literals to dot_scaled as plain str
@@ -56,18 +56,14 @@ def _attend_keys(acc, m_i, l_i, q, q_codes, k_data, k_scales, vt_data, vt_scales
 
 # integers that only bound loops or index heads: one binary for all their values. keys_stored (V^T's
 # padded row length, a multiple of 16) stays specialised: its divisibility lets V^T loads vectorise.
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size", "tune_bucket"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "heads_kv", "group_size"])
 def _mxfp8_dot_scaled_fwd(
     Q, QS, K, KS, VT, VS, O, LSE,
     softmax_scale_log2, seqlen_q, seqlen_k, keys_stored, heads_q, heads_kv, group_size,
-    tune_bucket,  # only part of the autotuning key (short vs long sequences)
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, EMULATED_ROUNDING: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    start_m = tl.program_id(0)
-    if CAUSAL:
-        start_m = tl.num_programs(0) - 1 - start_m  # heaviest query blocks first
-    bh = tl.program_id(1)
+    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)  # heaviest query blocks first
     bh_kv = ((bh // heads_q) * heads_kv + (bh % heads_q) // group_size).to(tl.int64)
     bh = bh.to(tl.int64)
     k_data = K + bh_kv * seqlen_k * HEAD_DIM
@@ -113,6 +109,17 @@ def _interpreter_has_dot_scaled():
     return hasattr(InterpreterBuilder, "create_dot_scaled")
 
 
+def _launch_args(q, q_scale, k, k_scale, vt, vt_scale, out, lse, causal, scale):
+    """(kernel args, meta, grid rows, grid slices, shape) of a launch."""
+    batch, heads_q, seqlen_q, head_dim = q.shape
+    heads_kv, seqlen_k = k.shape[1], k.shape[2]
+    tuning.check_int32_rows("mxfp8-dot-scaled", max(seqlen_q, vt.shape[-1]), head_dim)
+    args = (q, q_scale, k, k_scale, vt, vt_scale, out, lse,
+            scale * tuning.LOG2E, seqlen_q, seqlen_k, vt.shape[-1], heads_q, heads_kv, heads_q // heads_kv)
+    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, EMULATED_ROUNDING=tuning.interpreting())
+    return args, meta, seqlen_q, batch * heads_q, (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
+
+
 def launch(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out, lse, causal, scale, config=None):
     """MXFP8 q (B, Hq, Sq, D), k (B, Hkv, Sk, D), vt (B, Hkv, D, Sk padded to 32) e4m3 with their uint8
     E8M0 codes, all contiguous; out (B, Hq, Sq, D) bf16 and lse (B, Hq, Sq) fp32, fresh and contiguous.
@@ -123,13 +130,14 @@ def launch(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, out, lse, c
     if interpreting and not _interpreter_has_dot_scaled():
         raise NotImplementedError("variant 'mxfp8-dot-scaled' needs tl.dot_scaled, which Triton 3.6's "
                                   "interpreter (TRITON_INTERPRET=1) does not implement; run it on a GPU")
-    batch, heads_q, seqlen_q, head_dim = q.shape
-    heads_kv, seqlen_k = k.shape[1], k.shape[2]
-    args = (q, q_scale, k, k_scale, vt, vt_scale, out, lse,
-            scale * tuning.LOG2E, seqlen_q, seqlen_k, vt.shape[-1], heads_q, heads_kv, heads_q // heads_kv,
-            tuning.seq_bucket(seqlen_k))
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal, EMULATED_ROUNDING=interpreting)
+    args, meta, rows, slices, shape = _launch_args(q, q_scale, k, k_scale, vt, vt_scale, out, lse, causal, scale)
     if interpreting and config is None:
         config = INTERPRETER_CONFIG
-    return tuning.run(_mxfp8_dot_scaled_fwd, _mxfp8_dot_scaled_fwd_tuned, args, meta, config,
-                      grid_rows=seqlen_q, grid_heads=batch * heads_q)
+
+    def proxy_args(proxy):
+        from triton_impl.kernels.mx_dequant import proxy_inputs
+        inputs = proxy_inputs(fmt, q, q_scale, k, k_scale, vt, vt_scale, tensor_scales, proxy)
+        return _launch_args(*inputs[:6], *inputs[7:], causal, scale)[0], proxy[2], proxy[0] * proxy[1]
+
+    return tuning.run(_mxfp8_dot_scaled_fwd, _mxfp8_dot_scaled_fwd_tuned, args, meta, config, rows, slices,
+                      shape=shape, dtypes=(q.dtype, q_scale.dtype), proxy_args=proxy_args)

@@ -50,12 +50,12 @@ def _signature(kernel, variant, dtype):
 
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>;
-    for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
+    for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
-        constexprs["DOT_PRECISION"] = "tf32"
+        constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False))
     if variant == "fp8":
         constexprs.update(VT_VIA_TMA=True, PERMUTED_K=config.get("PERMUTED_K", True), EXACT_P_ROUNDING=False)
     constexprs.update({name: 1 for name in _UNIT_STRIDES[variant]})

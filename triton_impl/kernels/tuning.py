@@ -1,12 +1,20 @@
-"""Launch plumbing shared by the variants: autotuning tables, stride handling, the launch itself.
+"""Launch plumbing shared by the variants: autotuning tables, stride handling, grids, the launch itself.
 
-Candidate configs are kept per (variant, head_dim, causal, element size) and pruned to that key
-before timing, so a launch only benchmarks the few configs that matter for its shape. The tuning key
-also holds a coarse bucket of seqlen_k (short sequences prefer other tiles than long ones) and,
-automatically, the tensor dtypes.
+Candidate configs are kept per (variant, head_dim, causal, element size), so a launch only times the few
+configs that matter for its shape. Autotuning never times the user's problem: a tuning miss times the
+candidates on a bounded proxy problem (`proxy_shape`: the same head_dim, dtypes, causal flag, GQA group and
+kernel flags; sequence lengths rounded up to a power of two and clipped at PROXY_MAX_LEN, (batch, heads) and
+lengths clipped so that the proxy holds at most SCORE_BUDGET padded score elements), and the choice is
+cached per proxy (`tune_key`), so one first call costs a few short proxy launches per candidate whatever
+its size (a 1M-token causal call had timed every candidate at full size: minutes).
+
+Grids are one-dimensional (`flat_grid`): program i is query block i % m_tiles of (batch, head) i // m_tiles,
+the order the former (query block, batch * head) grid ran in, so batch * heads is bounded by 2**31 - 1
+programs instead of gridDim.y's 65535.
 """
 import math
 
+import torch
 import triton
 
 from triton_impl.kernels import interpreter_compat
@@ -102,45 +110,9 @@ def _entry(config):
     return entry + ((config.maxnreg,) if config.maxnreg else ())
 
 
-_TUNERS = {}  # variant -> its autotuner, for last_config
-
-
-def autotuned(kernel, variant):
-    """Wrap `kernel` in an autotuner over the variant's candidates, pruned per launch to its key."""
-    table = _CANDIDATES[variant]
-    entries = sorted({entry for entries in table.values() for entry in entries})
-
-    def prune(configs, named_args, **meta):
-        wanted = table[(meta["HEAD_DIM"], meta["CAUSAL"], named_args["Q"].element_size())]
-        return [c for c in configs if _entry(c) in wanted]
-
-    tuner = triton.autotune(configs=[_config(e) for e in entries],
-                            key=["tune_bucket", "HEAD_DIM", "CAUSAL"],
-                            prune_configs_by={"early_config_prune": prune})(kernel)
-    _TUNERS[variant] = tuner
-    return tuner
-
-
-def last_config(variant):
-    """The config the autotuner of `variant` chose for its latest launch, e.g. '64x128 w4 s3 r168'
-    (BLOCK_M x BLOCK_N, warps, stages, maxnreg); None before its first autotuned launch."""
-    best = getattr(_TUNERS.get(variant), "best_config", None)
-    if best is None:
-        return None
-    block_m, block_n, warps, stages, *maxnreg = _entry(best)
-    return f"{block_m}x{block_n} w{warps} s{stages}" + (f" r{maxnreg[0]}" if maxnreg else "")
-
-
 def candidates(variant, head_dim, causal, element_size):
     """The configs the autotuner would try, as launch dicts (for sweeps in dev scripts)."""
     return [_launch_dict(entry) for entry in _CANDIDATES[variant][(head_dim, causal, element_size)]]
-
-
-def seq_bucket(seqlen_k):
-    """Coarse length class for the tuning key: <=1k, <=4k, <=8k, longer. The autotuner times a bucket at
-    the first length it meets in it; 8k and 16k prefer different tiles for bf16 d128 (paper sweep at
-    6e059c1: the 8k pick ran at 16k, not the 16k dev-sweep best), so they get a bucket each."""
-    return 0 if seqlen_k <= 1024 else 1 if seqlen_k <= 4096 else 2 if seqlen_k <= 8192 else 3
 
 
 def strides(t):
@@ -159,15 +131,170 @@ def interpreting():
     return triton.knobs.runtime.interpret
 
 
-def run(kernel, tuned, args, meta, config, grid_rows, grid_heads):
-    """Launch with an explicit config, the interpreter's small config, or the autotuner; returns
-    what the launch returns (the compiled kernel on a GPU)."""
-    def grid(launch_meta):
-        return (triton.cdiv(grid_rows, launch_meta["BLOCK_M"]), grid_heads)
+# ---------------------------------------------------------------- grids
 
+# CUDA's grid limits: gridDim.x up to 2**31 - 1, gridDim.y and gridDim.z up to 65535
+MAX_GRID_X, MAX_GRID_YZ = 2 ** 31 - 1, 65535
+
+
+def flat_grid(*dims):
+    """The one-dimensional grid of prod(dims) programs (first dim fastest, as a grid of those dims would run);
+    ValueError past gridDim.x's limit."""
+    programs = math.prod(dims)
+    if programs > MAX_GRID_X:
+        raise ValueError(f"{' x '.join(map(str, dims))} = {programs} programs exceed the CUDA grid limit "
+                         f"of {MAX_GRID_X}")
+    return (programs,)
+
+
+def forward_grid(seqlen_q, batch_heads, block_m):
+    """The forward kernels' grid: cdiv(seqlen_q, block_m) query blocks of each of batch_heads (batch, head)
+    slices, flattened (common.program_tile takes it apart)."""
+    return flat_grid(triton.cdiv(seqlen_q, block_m), batch_heads)
+
+
+def check_int32_rows(name, rows, row_elements):
+    """Kernels that address a (batch, head) slice's rows with 32-bit offsets (rows x row_elements, the
+    slice's base in 64 bits) need the slice under 2**31 elements."""
+    if rows * row_elements >= 2 ** 31:
+        raise ValueError(f"{name}: {rows} rows of {row_elements} elements per (batch, head) exceed the 32-bit "
+                         f"offsets of this kernel (2**31 elements)")
+
+
+# ---------------------------------------------------------------- autotuning on a proxy
+
+SCORE_BUDGET = 2 ** 30   # padded score elements of a proxy: 4 heads of 16k x 16k (512 programs of 128 rows)
+PROXY_MAX_LEN = 16384    # longest proxy sequence: 16k is still tuned at 16k (docs/design/triton.md)
+PROXY_KV_ELEMENTS = 2 ** 26  # elements of the proxy's K (and V): bounds its memory when Sq is short
+PADDED = 128             # a program pads its rows and keys to its tile: work counts at least this many
+
+
+def _pow2_floor(n):
+    return 1 << (max(int(n), 1).bit_length() - 1)
+
+
+def seq_bucket(seqlen):
+    """A sequence length's tuning bucket and proxy length: the next power of two, at most PROXY_MAX_LEN."""
+    return min(triton.next_power_of_2(max(int(seqlen), 1)), PROXY_MAX_LEN)
+
+
+def proxy_shape(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim):
+    """(slices, group, seqlen_q', seqlen_k'): the problem the autotuner times for this one. `slices` KV heads of
+    `group` query heads each (batch 1): the GQA group kept, batch x heads_kv rounded up to a power of two and
+    clipped so that slices x group x max(Sq', 128) x max(Sk', 128) <= SCORE_BUDGET and slices x Sk' x head_dim
+    <= PROXY_KV_ELEMENTS; lengths seq_bucket's, halved (the longer first) where one slice alone is over the
+    budget (large groups)."""
+    group = heads_q // heads_kv
+    sq, sk = seq_bucket(seqlen_q), seq_bucket(seqlen_k)
+
+    def work(slices):
+        return slices * group * max(sq, PADDED) * max(sk, PADDED)
+
+    while work(1) > SCORE_BUDGET and max(sq, sk) > PADDED:
+        if sq >= sk:
+            sq //= 2
+        else:
+            sk //= 2
+    slices = min(triton.next_power_of_2(batch * heads_kv), _pow2_floor(SCORE_BUDGET // work(1)),
+                 _pow2_floor(PROXY_KV_ELEMENTS // (sk * head_dim)))
+    return slices, group, sq, sk
+
+
+def tune_key(variant, shape, meta, dtypes):
+    """What a choice is cached under: the variant, the proxy (proxy_shape of shape = (batch, heads_q,
+    heads_kv, seqlen_q, seqlen_k, head_dim)), the head_dim, the kernel's flags (meta: causal, head_dim, ...)
+    and the tensors' dtypes."""
+    flags = tuple(sorted((name, str(value)) for name, value in meta.items()))
+    return (variant, proxy_shape(*shape), shape[-1], flags, tuple(str(d) for d in dtypes))
+
+
+def proxy_zeros(like, *shape, dtype=None):
+    """A zero tensor of `shape` in like's dtype (or dtype) on like's device (1-byte formats through uint8)."""
+    dtype = dtype or like.dtype
+    if dtype.itemsize == 1 and dtype != torch.uint8:
+        return torch.zeros(shape, dtype=torch.uint8, device=like.device).view(dtype)
+    return torch.zeros(shape, dtype=dtype, device=like.device)
+
+
+def proxy_16bit(q, proxy):
+    """Zero q, k, v, out (B, H, S, D) and lse of the proxy (proxy_shape's) of a 16-bit forward, contiguous."""
+    slices, group, seqlen_q, seqlen_k = proxy
+    head_dim = q.shape[-1]
+    return (proxy_zeros(q, 1, slices * group, seqlen_q, head_dim), proxy_zeros(q, 1, slices, seqlen_k, head_dim),
+            proxy_zeros(q, 1, slices, seqlen_k, head_dim), proxy_zeros(q, 1, slices * group, seqlen_q, head_dim),
+            proxy_zeros(q, 1, slices * group, seqlen_q, dtype=torch.float32))
+
+
+class Tuner:
+    """A variant's autotuner: the candidates of _CANDIDATES timed on a proxy problem (proxy_shape) the first
+    time a key (tune_key) is met, the fastest cached for the key. `best_config` is the choice of the latest
+    tuned launch (last_config), `choices` every key's (config, proxy, seconds spent tuning)."""
+
+    def __init__(self, kernel, variant):
+        self.kernel, self.variant = kernel, variant
+        self.table = _CANDIDATES[variant]
+        self.best_config = None
+        self.choices = {}
+
+    def config_for(self, shape, meta, dtypes, element_size, proxy_args):
+        """The launch dict for a problem of `shape` (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim);
+        on a miss, proxy_args(proxy) gives (args, grid dims) of the proxy launch."""
+        import time
+        key = tune_key(self.variant, shape, meta, dtypes)
+        if key not in self.choices:
+            started = time.perf_counter()
+            entries = self.table[(shape[-1], meta["CAUSAL"], element_size)]
+            proxy = proxy_shape(*shape)
+            best = entries[0] if len(entries) == 1 else self._fastest(entries, meta, *proxy_args(proxy))
+            self.choices[key] = (_config(best), proxy, time.perf_counter() - started)
+        self.best_config = self.choices[key][0]
+        return _launch_dict(_entry(self.best_config))
+
+    def _fastest(self, entries, meta, args, grid_rows, grid_heads):
+        from triton.compiler.errors import CompileTimeAssertionFailure
+        from triton.runtime.errors import OutOfResources, PTXASError
+        from triton.testing import do_bench
+        timings = {}
+        for entry in entries:
+            config = _launch_dict(entry)
+            grid = forward_grid(grid_rows, grid_heads, config["BLOCK_M"])
+            try:
+                timings[entry] = do_bench(lambda: self.kernel[grid](*args, **meta, **config), return_mode="median")
+            except (OutOfResources, CompileTimeAssertionFailure, PTXASError):
+                continue
+        if not timings:
+            raise RuntimeError(f"no {self.variant} candidate runs {meta}: {entries}")
+        return min(entries, key=lambda e: timings.get(e, math.inf))  # ties: the table's order
+
+
+def autotuned(kernel, variant):
+    """The autotuner of `kernel` over the variant's candidates (see Tuner)."""
+    tuner = Tuner(kernel, variant)
+    _TUNERS[variant] = tuner
+    return tuner
+
+
+_TUNERS = {}  # variant -> its Tuner, for last_config
+
+
+def last_config(variant):
+    """The config the autotuner of `variant` chose for its latest launch, e.g. '64x128 w4 s3 r168'
+    (BLOCK_M x BLOCK_N, warps, stages, maxnreg); None before its first autotuned launch."""
+    best = getattr(_TUNERS.get(variant), "best_config", None)
+    if best is None:
+        return None
+    block_m, block_n, warps, stages, *maxnreg = _entry(best)
+    return f"{block_m}x{block_n} w{warps} s{stages}" + (f" r{maxnreg[0]}" if maxnreg else "")
+
+
+def run(kernel, tuner, args, meta, config, grid_rows, grid_heads, shape=None, dtypes=(), proxy_args=None):
+    """Launch with an explicit config, the interpreter's small config, or the tuner's choice for `shape`
+    (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim) (proxy_args: see Tuner.config_for); returns
+    what the launch returns (the compiled kernel on a GPU)."""
     if interpreting():
         interpreter_compat.apply()
-        return kernel[grid](*args, **meta, **(config or INTERPRETER_CONFIG))
-    if config is not None:
-        return kernel[grid](*args, **meta, **config)
-    return tuned[grid](*args, **meta)
+        config = config or INTERPRETER_CONFIG
+    elif config is None:
+        config = tuner.config_for(shape, meta, dtypes, args[0].element_size(), proxy_args)
+    grid = forward_grid(grid_rows, grid_heads, config["BLOCK_M"])
+    return kernel[grid](*args, **meta, **config)
