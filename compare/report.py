@@ -520,7 +520,11 @@ def replace_block(text: str, name: str, body: str) -> str:
     block(text, name)  # raises without the markers
     begin, end = markers(name)
     head, rest = text.split(begin, 1)
-    return head + begin + "\n" + body + "\n" + end + rest.split(end, 1)[1]
+    # A markdown table runs until a blank line: without one, the end marker's line (and whatever follows it)
+    # would render as one more row of a body that ends with a table.
+    body = body.rstrip("\n")
+    closing = "\n\n" if body.rsplit("\n", 1)[-1].startswith("|") else "\n"
+    return head + begin + "\n" + body + closing + end + rest.split(end, 1)[1]
 
 
 def outside_blocks(text: str, names) -> str:

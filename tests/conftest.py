@@ -22,3 +22,29 @@ def build_or_skip():
 def fa_library():
     """The kernels' library (cuda_impl._lib.library_spec())."""
     return _built(_lib.library_spec())
+
+
+# Variants that must run on an sm_90 GPU (an H100/H200): there a skip of one of them means a broken availability
+# check (or build) that would empty the GPU matrix silently, so it fails instead.
+SM90_MUST_RUN = {
+    "cuda": {"v1", "v2", "v3", "v4", "v5", "decode", "hopper", "hopper-fp8", "hopper-mxfp8", "hopper-nvfp4"},
+    "triton": {"fa2", "fa2-tma", "fa2-ws", "fp8", "fp8-ws", "decode", "mxfp8-dequant", "mxfp8-dot-scaled",
+               "nvfp4-dequant"},
+}
+
+
+def must_run_here(backend: str, variant: str) -> bool:
+    """Whether `backend`'s `variant` must run on this machine (an sm_90 GPU is present and it is listed)."""
+    import torch
+    return (variant in SM90_MUST_RUN.get(backend, ()) and torch.cuda.is_available()
+            and torch.cuda.get_device_capability() == (9, 0))
+
+
+def skip_unless_required(backend: str, variant: str, reason: str | None) -> None:
+    """Skip with `reason` (unavailable_reason()'s answer) when there is one; on an sm_90 GPU a variant of
+    SM90_MUST_RUN that reports itself unavailable fails the test instead."""
+    if not reason:
+        return
+    if must_run_here(backend, variant):
+        pytest.fail(f"{backend}:{variant} must run on this sm_90 GPU, but unavailable_reason() says: {reason}")
+    pytest.skip(reason)

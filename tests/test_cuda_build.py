@@ -58,20 +58,42 @@ def test_every_kernel_compiles_for_every_target(fa_library):
                 assert names and all(archs[n] == expected for n in names), base
 
 
-# Spills accepted on purpose, with the most bytes each may store or load: v5's d128 48-key tiles spill up to
-# 80 bytes of row state and loop constants on both archs (about 10 L1-resident local accesses per tile) and
-# are still faster than the spill-free 32-key tiles (docs/journal/2026-11-29_ladder.md, "Longer KV tiles"); its d64
-# 64-key tiles spill 28 bytes on sm_90a and are 13-14% faster than the spill-free 32-key ones (session 17).
-KNOWN_SPILLS = {"fwd_v5_kernel<bf16,128>": 80, "fwd_v5_kernel<fp16,128>": 80,
-                "fwd_v5_kernel<bf16,64>": 28, "fwd_v5_kernel<fp16,64>": 28}
+# Spills accepted on purpose, per (arch, kernel) as ptxas -v reports them (bytes: stack frame, spill stores,
+# spill loads), each an upper bound: v5's d128 48-key tiles spill row state and loop constants on both archs
+# (about 10 L1-resident local accesses per tile) and are still faster than the spill-free 32-key tiles
+# (docs/journal/2026-11-29_ladder.md, "Longer KV tiles"); its d64 64-key tiles spill on sm_90a and are 13-14%
+# faster than the spill-free 32-key ones. Every other kernel: no stack frame and no spill at all.
+KNOWN_SPILLS = {
+    ("sm_80", "fwd_v5_kernel<bf16,128>"): (32, 80, 64), ("sm_80", "fwd_v5_kernel<fp16,128>"): (32, 80, 64),
+    ("sm_90a", "fwd_v5_kernel<bf16,128>"): (24, 60, 64), ("sm_90a", "fwd_v5_kernel<fp16,128>"): (24, 60, 64),
+    ("sm_90a", "fwd_v5_kernel<bf16,64>"): (16, 12, 28), ("sm_90a", "fwd_v5_kernel<fp16,64>"): (16, 12, 28),
+}
+
+
+def spills_beyond_the_known_ones(report: list[dict]) -> list[dict]:
+    return [r for r in report
+            if any(got > allowed for got, allowed in zip((r["stack"], r["spill_stores"], r["spill_loads"]),
+                                                         KNOWN_SPILLS.get((r["arch"], r["kernel"]), (0, 0, 0))))]
 
 
 def test_no_register_spills_beyond_the_known_ones(fa_library):
     report = toolchain.ptxas_report(_lib.library_spec())
     assert report
-    spilling = [r for r in report if (r["spill_stores"] or r["spill_loads"] or r["stack"])
-                and max(r["spill_stores"], r["spill_loads"]) > KNOWN_SPILLS.get(r["kernel"], 0)]
+    spilling = spills_beyond_the_known_ones(report)
     assert not spilling, toolchain.format_report(spilling)
+    # the allowances are still needed: a kernel that stopped spilling takes its entry out
+    reported = {(r["arch"], r["kernel"]) for r in report if r["stack"] or r["spill_stores"] or r["spill_loads"]}
+    assert reported == set(KNOWN_SPILLS), sorted(reported ^ set(KNOWN_SPILLS))
+
+
+def test_spill_check_counts_a_stack_frame_and_each_arch():
+    row = dict(arch="sm_90a", kernel="fwd_hopper_kernel<bf16,128,176>", stack=0, spill_stores=0, spill_loads=0)
+    assert spills_beyond_the_known_ones([row]) == []
+    assert spills_beyond_the_known_ones([{**row, "stack": 8}])  # a local array without spills
+    v5 = dict(arch="sm_90a", kernel="fwd_v5_kernel<bf16,64>", stack=16, spill_stores=12, spill_loads=28)
+    assert spills_beyond_the_known_ones([v5]) == []
+    assert spills_beyond_the_known_ones([{**v5, "spill_loads": 32}])
+    assert spills_beyond_the_known_ones([{**v5, "arch": "sm_80"}])  # sm_80's d64 build does not spill
 
 
 def test_build_is_cached_by_content(fa_library):
@@ -120,7 +142,7 @@ def test_kernel_uses_intended_instructions(fa_sass, variant, fmt, head_dim):
         else:
             assert ops["LDSM.16.MT88.4"] > 0, f"{arch}: V via ldmatrix.x4.trans"
             assert ops["LDSM.16.M88.2"] == 0 and ops["LDSM.16.MT88.2"] == 0
-        if f"fwd_{variant}_kernel<{fmt},{head_dim}>" not in KNOWN_SPILLS:
+        if ({"sm_90": "sm_90a"}.get(arch, arch), f"fwd_{variant}_kernel<{fmt},{head_dim}>") not in KNOWN_SPILLS:
             assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
 
 
@@ -376,3 +398,77 @@ def test_default_variant_sends_short_query_blocks_to_decode(monkeypatch, cc, seq
             cuda_impl.select_variant(q)
     else:
         assert cuda_impl.select_variant(q) == expected
+
+
+# --- the build cache: content digest and lock (CPU, no compiler) --------------------------------------------
+
+def _spec_over(csrc: Path) -> toolchain.LibrarySpec:
+    return toolchain.LibrarySpec(name="cuda_fa", sources=tuple(sorted(csrc.glob("*.cu"))), include_dirs=(csrc,))
+
+
+def test_digest_follows_every_source_and_header_and_not_the_path(tmp_path):
+    """The cache key (toolchain.LibrarySpec.digest) of a copy of csrc/: the same as the real one's wherever
+    the copy lives; one byte more in a nested header, a top-level header, a .cu file or a flag changes it,
+    and so the build directory (a rebuild); a file that is no source or header does not."""
+    import shutil
+    csrc = tmp_path / "a" / "csrc"
+    shutil.copytree(toolchain.CSRC_DIR, csrc)
+    spec = _spec_over(csrc)
+    assert spec.digest() == _lib.library_spec().digest()
+    seen, first_dir = {spec.digest()}, spec.build_dir
+    for edited in (csrc / "hopper" / "softmax.cuh", next(iter(sorted(csrc.glob("*.cuh")))),
+                   next(iter(sorted(csrc.glob("*.cu"))))):
+        edited.write_text(edited.read_text() + "\n// edited\n")
+        digest = _spec_over(csrc).digest()
+        assert digest not in seen, f"editing {edited.relative_to(csrc)} left the digest at {digest}"
+        seen.add(digest)
+    assert _spec_over(csrc).build_dir != first_dir
+    (csrc / "NOTES.md").write_text("not an input")
+    assert _spec_over(csrc).digest() in seen
+    flagged = toolchain.LibrarySpec(name="cuda_fa", sources=spec.sources, include_dirs=spec.include_dirs,
+                                    extra_flags=("-DFA_X=1",))
+    assert flagged.digest() not in seen
+    renamed = csrc / "hopper" / "softmax.cuh"
+    renamed.rename(csrc / "hopper" / "softmax2.cuh")  # a header's name is part of the key (#include "...")
+    assert _spec_over(csrc).digest() not in seen
+
+
+def test_concurrent_builds_of_one_library_serialise_and_build_once(tmp_path, monkeypatch):
+    """Two threads asking for the same uncached library at once: the lock (one file lock per library name)
+    makes the second wait, find the first one's library in the cache and not build again."""
+    import threading
+    import time
+    monkeypatch.setattr(toolchain, "BUILD_ROOT", tmp_path / "_build")
+    monkeypatch.setattr(toolchain, "missing_toolchain", lambda: None)
+    monkeypatch.setattr(toolchain, "find_nvcc", lambda: "nvcc")
+    monkeypatch.setattr(toolchain, "find_ninja", lambda: "ninja")
+    (tmp_path / "k.cu").write_text("// a kernel\n")
+    spec = toolchain.LibrarySpec(name="locktest", sources=(tmp_path / "k.cu",))
+    inside, builds, overlapped = [], [], []
+
+    def fake_ninja(command, **kwargs):  # stands in for `ninja -C build_dir`: slow, writes the library
+        if inside:
+            overlapped.append(True)
+        inside.append(1)
+        builds.append(command)
+        time.sleep(0.3)
+        spec.library_path.write_bytes(b"\x7fELF")
+        inside.pop()
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(toolchain.subprocess, "run", fake_ninja)
+    results, start = [], threading.Barrier(2)
+
+    def ask():
+        start.wait()
+        results.append(toolchain.build_library(spec))
+
+    threads = [threading.Thread(target=ask) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert results == [spec.library_path] * 2
+    assert not overlapped, "two builds of one library ran at the same time"
+    assert len(builds) == 1, f"built {len(builds)} times"
+    assert (tmp_path / "_build" / "locktest.lock").exists()

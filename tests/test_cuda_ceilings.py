@@ -52,7 +52,20 @@ def test_built_benchmark_passes_its_sass_check():
 def test_mma_ceiling_runs():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    assert ceilings.mma_sync_tflops("bf16", iters=2_000, repeats=2) > 10
+    rate = ceilings.mma_sync_tflops("bf16", iters=2_000, repeats=2)
+    assert rate > minimum_rate("mma.sync.bf16"), rate
+
+
+# What an H200 measured (../shared/anchors/h200-2026-11-29-mma.txt: mma.sync bf16 642; the committed paper CSVs'
+# ceiling rows: mma.sync.bf16 612-616, wgmma.bf16 923-943, wgmma.e4m3 1729-1783 TFLOP/s); an H200 must reach
+# about 85% of the lowest of them even in these short runs. Other GPUs: only that it runs at a real rate.
+H200_MINIMUM_TFLOPS = {"mma.sync.bf16": 500.0, "wgmma.bf16": 800.0, "wgmma.e4m3": 1500.0}
+OTHER_GPU_MINIMUM_TFLOPS = {"mma.sync.bf16": 10.0, "wgmma.bf16": 100.0, "wgmma.e4m3": 100.0}
+
+
+def minimum_rate(ceiling: str) -> float:
+    on_h200 = "H200" in torch.cuda.get_device_name()
+    return (H200_MINIMUM_TFLOPS if on_h200 else OTHER_GPU_MINIMUM_TFLOPS)[ceiling]
 
 
 # --- wgmma (sm_90a) ------------------------------------------------------------------------------
@@ -118,4 +131,5 @@ def test_wgmma_ceiling_runs(dtype):
         pytest.skip("no CUDA GPU")
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma ceilings need an sm_90 GPU")
-    assert wgmma.wgmma_tflops(dtype, iters=2_000, repeats=2) > 100
+    rate = wgmma.wgmma_tflops(dtype, iters=2_000, repeats=2)
+    assert rate > minimum_rate(f"wgmma.{dtype}"), rate

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 import cuda_impl
+from conftest import skip_unless_required
 from compare import bench
 from cuda_impl import _lib, toolchain, sass, validate
 
@@ -425,8 +426,7 @@ GPU_SHAPES = [
 def test_matches_float64_reference(fmt, head_dim, causal, shape):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    if reason := cuda_impl.unavailable_reason("hopper"):
-        pytest.skip(reason)
+    skip_unless_required("cuda", "hopper", cuda_impl.unavailable_reason("hopper"))
     from test_cuda_gpu import check_against_reference, make_inputs
 
     b, hq, hkv, sq, sk = shape
@@ -439,8 +439,7 @@ def test_matches_float64_reference(fmt, head_dim, causal, shape):
 def test_public_api_custom_scale_and_strided_inputs(d):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    if reason := cuda_impl.unavailable_reason("hopper"):
-        pytest.skip(reason)
+    skip_unless_required("cuda", "hopper", cuda_impl.unavailable_reason("hopper"))
     from test_cuda_gpu import attention_reference, check_against_reference
 
     # (B, S, H, D) storage viewed as (B, H, S, D): the 4-D tensor map takes any 16-byte strides.
@@ -465,8 +464,7 @@ def test_dynamic_causal_scheduler_under_repeats_and_graph_replays(head_dim, seql
     their first item and leave the NaN poison in place. (d64 with 1000 query rows: the two-consumer kernel.)"""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    if reason := cuda_impl.unavailable_reason("hopper"):
-        pytest.skip(reason)
+    skip_unless_required("cuda", "hopper", cuda_impl.unavailable_reason("hopper"))
     from test_cuda_gpu import check_against_reference, make_inputs
 
     # 4 x 8 heads x 7-10 query tiles = 224-320 items, more than the 132 SMs: CTAs take 1-3 items each
@@ -497,8 +495,7 @@ def test_split_last_round_gives_the_same_bits_on_every_call(head_dim, shape):
     Shapes from GPU_SHAPES whose tails split over 66 clusters, 132 single CTAs and (d64) 132 CTAs."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    if reason := cuda_impl.unavailable_reason("hopper"):
-        pytest.skip(reason)
+    skip_unless_required("cuda", "hopper", cuda_impl.unavailable_reason("hopper"))
     from test_cuda_gpu import make_inputs
 
     b, hq, hkv, sq, sk = shape
@@ -537,8 +534,7 @@ def test_staged_epilogue_refuses_unaligned_output_rows_and_register_stores_take_
     raw launch takes any output, and d256, which stores 4 bytes per thread, takes such a one and matches the reference."""
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
-    if reason := cuda_impl.unavailable_reason("hopper"):
-        pytest.skip(reason)
+    skip_unless_required("cuda", "hopper", cuda_impl.unavailable_reason("hopper"))
     from test_cuda_gpu import attention_reference, make_inputs
 
     q, k, v = make_inputs(1, 4, 4, 300, 4200, 128, torch.bfloat16, seed=5)

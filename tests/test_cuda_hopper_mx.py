@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 import torch
 
 import cuda_impl
+from conftest import skip_unless_required
 from compare import backends, formats, oracle
 from cuda_impl import _lib, toolchain, sass
 
@@ -30,14 +33,6 @@ TILE_DTYPE = {"mxfp8": torch.bfloat16, "nvfp4": torch.float16}
 
 
 # --- the scheme, emulated (CPU, no kernel) ---------------------------------------------------
-
-
-def _as_bits(x: torch.Tensor) -> torch.Tensor:
-    return x.float().view(torch.int32)
-
-
-def _from_bits(b: torch.Tensor) -> torch.Tensor:
-    return b.to(torch.int32).view(torch.float32)
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -62,34 +57,135 @@ def test_block_scaled_values_are_exact_in_the_tile_type(fmt):
     assert torch.allclose(tile[..., : x.shape[-1]], expected, rtol=2**-22, atol=0)
 
 
+# The P quantizers and the exact softmax step are read from the kernel's own headers: each statement that
+# decides a rounding is taken out of the C++ source, translated to torch (or to exact fractions) and
+# evaluated, so an edit to a header is an edit to what these tests check, never a drifted copy.
+HOPPER_CSRC = Path(cuda_impl.__file__).resolve().parent / "csrc" / "hopper"
+QUANTIZE_P_CUH = HOPPER_CSRC / "quantize_p.cuh"
+SOFTMAX_CUH = HOPPER_CSRC / "softmax.cuh"
+SM90_CUH = HOPPER_CSRC / "sm90.cuh"
+
+
+def _source(path: Path) -> str:
+    """The header without comments."""
+    return re.sub(r"//[^\n]*", "", path.read_text())
+
+
+def _function(path: Path, name: str) -> str:
+    """The body of the (device) function `name` in `path`, braces matched."""
+    text = _source(path)
+
+    def closing(i: int, pair: str) -> int:  # index after the bracket that closes the one at text[i]
+        depth = 0
+        while True:
+            depth += {pair[0]: 1, pair[1]: -1}.get(text[i], 0)
+            i += 1
+            if depth == 0:
+                return i
+
+    for found in re.finditer(rf"\b{re.escape(name)}\s*\(", text):
+        after = closing(found.end() - 1, "()")
+        brace = re.match(r"\s*\{", text[after:])
+        if brace:  # a definition, not a call
+            start = after + brace.end() - 1
+            return text[start + 1: closing(start, "{}") - 1]
+    raise AssertionError(f"{name} not defined in {path.name}")
+
+
+def _statement(body: str, variable: str) -> str:
+    """The right-hand side of `const <type> variable = ...;` in `body` (whitespace folded)."""
+    found = re.findall(rf"const\s+\w+\s+{re.escape(variable)}\s*=\s*(.*?);", body, flags=re.S)
+    assert len(found) == 1, f"expected one definition of {variable}, found {found}"
+    return " ".join(found[0].split())
+
+
+_C_TO_PY = [(r"\b__float_as_int\(", "_as_bits("), (r"\b__int_as_float\(", "_from_bits("), (r"\bmax\(", "_imax("),
+            (r"\bfminf\(", "_fmin("), (r"\b__fadd_rn\(", "_add("), (r"\b__fsub_rn\(", "_sub("),
+            (r"\b__fmul_rn\(", "_mul("), (r"\b__fmaf_rn\(", "_fma("), (r"\b__frcp_rn\(", "_rcp("),
+            (r"\b__fdiv_rn\(", "_div("), (r"(\d+)\.f\b", r"\1.0"), (r"(\d+\.\d+)f\b", r"\1")]
+
+
+def _py(expression: str) -> str:
+    """A C expression of the headers in Python: the intrinsics by name, `c ? a : b` as _select(c, a, b)."""
+    for pattern, replacement in _C_TO_PY:
+        expression = re.sub(pattern, replacement, expression)
+    ternary = re.fullmatch(r"(.+?)\?(.+?):(.+)", expression)
+    if ternary:
+        expression = "_select({}, {}, {})".format(*(part.strip() for part in ternary.groups()))
+    assert not re.search(r"\b__\w+\(|[?:]", expression), f"no translation for {expression!r}"
+    return expression
+
+
+def _int(x):
+    return x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=torch.int32)
+
+
+TORCH_FP32 = {  # the intrinsics as fp32 torch operations (each one correctly rounded on the CPU)
+    "_as_bits": lambda x: x.float().view(torch.int32),
+    "_from_bits": lambda b: _int(b).to(torch.int32).view(torch.float32),
+    "_imax": lambda a, b: torch.maximum(_int(a), _int(b)),
+    "_fmin": lambda a, b: torch.minimum(a, torch.as_tensor(b, dtype=torch.float32)),
+    "_add": lambda a, b: a + b, "_sub": lambda a, b: a - b, "_mul": lambda a, b: a * b,
+    "_fma": lambda a, b, c: (a.double() * b.double() + c.double()).float(),  # a*b is exact in double
+    "_rcp": lambda a: torch.where(a != 0, 1.0 / a, 0.0).float(), "_div": lambda a, b: a / b,
+    "_select": torch.where,
+}
+
+
+def _eval(expression: str, **values):
+    return eval(_py(expression), {"__builtins__": {}}, {**TORCH_FP32, **values})
+
+
+def _e4m3_satfinite(x: torch.Tensor) -> torch.Tensor:
+    """cvt.rn.satfinite.e4m3x2.f32: round to nearest even, saturating at +-448."""
+    return x.clamp(-448.0, 448.0).to(torch.float8_e4m3fn).float()
+
+
+def test_the_headers_convert_p_as_emulated():
+    """The conversions around the parsed statements: P is rounded to e4m3 by cvt.rn.satfinite (pack_e4m3x2)
+    and packed as bf16 (MXFP8) / fp16 (NVFP4) A fragments."""
+    assert "cvt.rn.satfinite.e4m3x2.f32" in _function(SM90_CUH, "pack_e4m3x2")
+    mx = " ".join(_function(QUANTIZE_P_CUH, "quantize_p_mxfp8").split())
+    assert "sm90::pack_e4m3x2(S[i] * down, S[i + 1] * down)" in mx
+    assert "pack2<__nv_bfloat16>(v.x * up, v.y * up)" in mx
+    nv = " ".join(_function(QUANTIZE_P_CUH, "quantize_p_nvfp4").split())
+    assert "v[2 * j + c] = round_to_e2m1(q) * s;" in nv and nv.count("pack2<__half>(") == 2
+    assert re.search(r"sm90::pack_e4m3x2\(__fdiv_rn\(amax\[0\], 6\.f\), __fdiv_rn\(amax\[1\], 6\.f\)\)", nv)
+
+
 def _kernel_quantize_p_mxfp8(p: torch.Tensor) -> torch.Tensor:
-    """hopper/quantize_p.cuh quantize_p_mxfp8 on (rows, keys) fp32 p in [0, 1]: its exact arithmetic."""
-    blocks = p.reshape(p.shape[0], -1, 32)
+    """hopper/quantize_p.cuh quantize_p_mxfp8 on (rows, keys) fp32 p in [0, 1]: its exponent and scale
+    statements as written there, then its e4m3 round trip and bf16 pack."""
+    body = _function(QUANTIZE_P_CUH, "quantize_p_mxfp8")
+    blocks = p.reshape(p.shape[0], -1, formats.FORMATS["mxfp8"].block)
     amax = blocks.amax(dim=-1)
-    e = (((_as_bits(amax) >> 23) & 0xFF) - 127 - 8).clamp(min=-127)
-    down = _from_bits((127 - e) << 23)
-    up = torch.where(e == -127, _from_bits(torch.full_like(e, 1 << 22)), _from_bits((127 + e) << 23))
-    scaled = blocks * down[..., None]
-    elements = scaled.clamp(max=448.0).to(torch.float8_e4m3fn).float()  # cvt.rn.satfinite
+    e = _eval(_statement(body, "e"), amax=amax)
+    down = _eval(_statement(body, "down"), e=e)
+    up = _eval(_statement(body, "up"), e=e)
+    elements = _e4m3_satfinite(blocks * down[..., None])
     values = (elements * up[..., None]).to(torch.bfloat16)  # pack2<bf16> (round to nearest)
     return values.float().reshape(p.shape)
 
 
 def _round_to_e2m1(x: torch.Tensor) -> torch.Tensor:
-    """hopper/quantize_p.cuh round_to_e2m1: the magic-number rounding in fp32 (RNE adds)."""
-    magic = _from_bits(torch.maximum(_as_bits(x) & 0x7F800000, torch.tensor(0x3F800000)) + (22 << 23))
-    return torch.minimum((x + magic) - magic, torch.tensor(6.0))
+    """hopper/quantize_p.cuh round_to_e2m1, its two statements evaluated in fp32."""
+    body = _function(QUANTIZE_P_CUH, "round_to_e2m1")
+    magic = _eval(_statement(body, "magic"), x=x)
+    (returned,) = re.findall(r"return\s+(.*?);", body, flags=re.S)
+    return _eval(" ".join(returned.split()), x=x, magic=magic)
 
 
 def _kernel_quantize_p_nvfp4(p: torch.Tensor) -> torch.Tensor:
-    """hopper/quantize_p.cuh quantize_p_nvfp4; the quotient is the correctly rounded one (the Markstein test
-    below checks the kernel's reciprocal-and-correction against exact arithmetic)."""
-    blocks = p.reshape(p.shape[0], -1, 16)
-    six = torch.tensor(6.0)
-    scale = (blocks.amax(dim=-1) / six).to(torch.float8_e4m3fn).float()
-    usable = scale > 0
-    quotient = torch.where(usable[..., None], blocks / torch.where(usable, scale, 1.0)[..., None], 0.0)
-    values = (_round_to_e2m1(quotient) * scale[..., None]).to(torch.float16)
+    """hopper/quantize_p.cuh quantize_p_nvfp4: the block scale e4m3(amax / 6), then its reciprocal, quotient
+    and Markstein-correction statements as written there, e2m1 rounding by round_to_e2m1, the fp16 pack."""
+    body = _function(QUANTIZE_P_CUH, "quantize_p_nvfp4")
+    blocks = p.reshape(p.shape[0], -1, formats.FORMATS["nvfp4"].block)
+    (divisor,) = set(re.findall(r"__fdiv_rn\(amax\[\d\], ([\d.]+)f\)", body))
+    s = _e4m3_satfinite(blocks.amax(dim=-1) / torch.tensor(float(divisor)))[..., None].expand_as(blocks)
+    r = _eval(_statement(body, "r"), s=s)
+    q0 = _eval(_statement(body, "q0"), p=blocks, r=r)
+    q = _eval(_statement(body, "q"), p=blocks, r=r, s=s, q0=q0)
+    values = (_round_to_e2m1(q) * s).to(torch.float16)
     return values.float().reshape(p.shape)
 
 
@@ -112,7 +208,7 @@ def test_kernel_p_quantization_matches_quantize_p(fmt):
         expected = formats.quantize_p(p, fmt)
         # MXFP8 values below 2**-126 (bf16 subnormals) may lose bits: none occur for p >= 2**-117
         exact = expected >= 2**-117 if fmt == "mxfp8" else torch.ones_like(p, dtype=torch.bool)
-        assert torch.equal(emulated[exact], expected[exact]), fmt
+        assert torch.equal(emulated[exact], expected[exact]), (fmt, (emulated != expected).sum())
         diff = (emulated[~exact] - expected[~exact]).abs()
         assert diff.numel() == 0 or diff.max() <= 2**-126
 
@@ -124,7 +220,9 @@ def test_round_to_e2m1_matches_formats_on_ties_and_a_dense_grid():
 
 
 def _rn32(x: Fraction) -> Fraction:
-    """Round a non-negative rational to the nearest fp32 (ties to even), normal range."""
+    """Round a rational to the nearest fp32 (ties to even), normal range."""
+    if x < 0:
+        return -_rn32(-x)
     if x == 0:
         return x
     e = x.numerator.bit_length() - x.denominator.bit_length()
@@ -139,33 +237,47 @@ def _rn32(x: Fraction) -> Fraction:
     return n * ulp
 
 
+EXACT = {  # the intrinsics in exact arithmetic, each result rounded once to fp32
+    "_mul": lambda a, b: _rn32(a * b), "_fma": lambda a, b, c: _rn32(a * b + c),
+    "_rcp": lambda a: _rn32(1 / a) if a else Fraction(0), "_select": lambda c, a, b: a if c else b,
+}
+
+
 def test_markstein_quotient_is_correctly_rounded():
-    """q0 = RN(p * RN(1/s)), q = RN(q0 + RN(p - q0 s) RN(1/s)) (both FMAs) equals RN(p / s) for
-    every e4m3 block scale an NVFP4 P can have and p in (0, 1]."""
+    """quantize_p_nvfp4's r, q0 and q statements (parsed from the header, evaluated exactly with one fp32
+    rounding per intrinsic) give RN(p / s) for every e4m3 block scale an NVFP4 P can have and p in (0, 1]."""
+    body = _function(QUANTIZE_P_CUH, "quantize_p_nvfp4")
+    r_expr, q0_expr, q_expr = (_py(_statement(body, name)) for name in ("r", "q0", "q"))
     scales = sorted({float(v) for v in torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
                      if 2**-9 <= v <= 0.171875})
     g = torch.Generator().manual_seed(3)
     ps = torch.cat([torch.rand(60, generator=g), torch.exp2(-20 * torch.rand(60, generator=g)), torch.ones(1)])
     for s in scales:
         fs = Fraction(s)
-        r = _rn32(1 / fs)
+        r = eval(r_expr, {"__builtins__": {}}, {**EXACT, "s": fs})
         for p in ps.tolist():
             fp = Fraction(p)
-            q0 = _rn32(fp * r)
-            residual = fp - q0 * fs
-            residual = -_rn32(-residual) if residual < 0 else _rn32(residual)
-            total = q0 + residual * r
-            q = _rn32(total)
+            q0 = eval(q0_expr, {"__builtins__": {}}, {**EXACT, "p": fp, "r": r})
+            q = eval(q_expr, {"__builtins__": {}}, {**EXACT, "p": fp, "r": r, "s": fs, "q0": q0})
             assert q == _rn32(fp / fs), (p, s)
 
 
 def test_rounded_scaled_scores_give_an_exact_row_max():
-    """softmax_step: x = RN(S * scale_log2) and m = max x, so the max's exponent argument is exactly 0
-    (an FMA-contracted S * scale - m is not, for about half the rows)."""
+    """hopper_mx::softmax_exact rounds the scaled scores once (x = RN(S * scale_log2), a separate multiply),
+    takes the row max m of those x, and exponentiates x - m: so the max's exponent argument is exactly 0 and
+    P's row max exactly 1. Read from the header; an FMA-contracted S * scale - m would not give 0 for about
+    half the rows, which the last line shows."""
+    body = " ".join(_function(SOFTMAX_CUH, "softmax_exact").split())
+    scaled = re.findall(r"S\[([^\]]+)\] = (\w+)\(S\[\1\], scale_log2\);", body)
+    assert [op for _, op in scaled] == ["__fmul_rn", "__fmul_rn"], f"S is scaled by {scaled}"
+    maxima = re.findall(r"(m[01]) = fmaxf\(\1, S\[([^\]]+)\]\);", body)
+    assert sorted(index for _, index in maxima) == sorted(index for index, _ in scaled), "max not over scaled S"
+    (argument,) = re.findall(r"fast_exp2\((S\[[^\]]+\]) - m_sub\)", body)
+    assert "scale_log2" not in argument and "fmaf" not in body
     g = torch.Generator().manual_seed(5)
     s = torch.randn(512, 128, generator=g) * 7
     scale_log2 = torch.tensor(0.08838834764831845 * 1.4426950408889634, dtype=torch.float32)
-    x = s * scale_log2  # one fp32 rounding (torch never contracts on CPU)
+    x = _eval(f"{scaled[0][1]}(s, scale_log2)", s=s, scale_log2=scale_log2)  # one fp32 rounding
     arg = x - x.amax(dim=-1, keepdim=True)
     assert torch.equal(arg.amax(dim=-1), torch.zeros(512))
     fused = (s.double() * scale_log2.double() - x.amax(dim=-1, keepdim=True).double()).float()  # FMA
@@ -332,8 +444,7 @@ GPU_CASES = [  # b, hq, hkv, sq, sk, d, causal, dist
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_oracle_on_gpu(fmt, case):
     variant = f"hopper-{fmt}"
-    if reason := cuda_impl.unavailable_reason(variant):
-        pytest.skip(reason)
+    skip_unless_required("cuda", variant, cuda_impl.unavailable_reason(variant))
     b, hq, hkv, sq, sk, d, causal, dist = case
     c = oracle.Case(b, hq, hkv, sq, sk, d, causal=causal, fmt=fmt, dist=dist, seed=sq + sk)
     verdict = oracle.check(lambda q, k, v, **kw: cuda_impl.attention(q, k, v, variant=variant, **kw), c,

@@ -62,14 +62,118 @@ def test_all_figures_regenerate(drawn_once):
     assert all(p.parent == out and p.stat().st_size > 1000 for p in written)
 
 
-def test_command_line_arguments_reach_the_generator(data_dir, tmp_path, capsys):
-    parser = argparse.ArgumentParser()
-    figures.add_arguments(parser)
-    out = tmp_path / "cli-out"
-    args = parser.parse_args(["--data", str(data_dir), "--out", str(out), "--reference", str(tmp_path / "none")])
-    assert figures.run(args) == 0
+def test_figures_subcommand_of_the_cli_draws_from_the_data_it_is_given(tmp_path, capsys):
+    """`python -m compare figures --data X --out Y` (compare.cli.main, what `python -m compare` runs), on a data
+    folder with only the founding-shape rows: figure 2 (and the figures drawable from those rows) land in Y,
+    the figures that need the grid are skipped with a message, and the ladder's bars are X's numbers."""
+    from compare import cli
+    founding = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False).query("seqlen_k == '8192'")
+    (tmp_path / "x").mkdir()
+    founding.to_csv(tmp_path / "x" / "founding.csv", index=False)
+    out = tmp_path / "y"
+    assert cli.main(["figures", "--data", str(tmp_path / "x"), "--out", str(out),
+                     "--reference", str(tmp_path / "none")]) == 0
     printed = capsys.readouterr().out
-    assert "wrote 12 file(s)" in printed and str(out / "fig2_ladder.png") in printed
+    written = sorted(p.name for p in out.iterdir())
+    assert "fig2_ladder.png" in written and "fig2_ladder.pdf" in written and str(out / "fig2_ladder.png") in printed
+    assert f"wrote {len(written)} file(s)" in printed
+    assert not any(name.startswith(("fig1_", "fig3_", "figA1_")) for name in written)  # no grid rows in X
+    assert "skip fig3_cuda_vs_triton" in printed
+
+
+def _bars(ax) -> dict[str, float]:
+    """label -> bar length of a horizontal bar chart."""
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    return dict(zip(labels, [bar.get_width() for bar in ax.patches]))
+
+
+def test_ladder_draws_one_bar_per_founding_row_with_its_speed(results, tmp_path):
+    """Figure 2's bars: the fixture's bf16 rows at b1 h8 q4096 k8192 d128 (numbers written out here)."""
+    fig = figures.fig_ladder(results, figures.Style(results), tmp_path / "no-reference")
+    assert len(fig.axes) == 1
+    assert _bars(fig.axes[0]) == {"cuda:v1": 250.0, "cuda:v5": 400.0, "triton:fa2": 380.0, "sdpa:cudnn": 633.0,
+                                  "sdpa:flash": 349.0}
+    texts = {t.get_text().split()[0] for t in fig.axes[0].texts}
+    assert texts == {"250", "400", "380", "633", "349"}
+
+
+def _drawn_lines(fig, style) -> dict[tuple[str, str], list[tuple[float, float]]]:
+    """(panel title, label) -> the (x, y) points of the marker line drawn in that colour."""
+    by_colour = {to_rgb(c): label for label, c in style.color.items()}
+    drawn = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if line.get_marker() not in (None, "", "None", "_", "|") and len(line.get_xdata()):  # not error caps
+                key = (ax.get_title(), by_colour[to_rgb(line.get_color())])
+                assert key not in drawn, key
+                drawn[key] = list(zip(map(float, line.get_xdata()), map(float, line.get_ydata())))
+    return drawn
+
+
+def test_headline_lines_are_the_fixture_speeds(results):
+    """Figure 1's lines: per panel the fastest CUDA variant (v5), the fastest Triton one (fa2) and the SDPA peer,
+    TFLOP/s against seqlen, from the fixture (numbers written out here; v5's failed 99999 row is at d64)."""
+    fig = figures.fig_tflops_vs_seqlen(results)
+    labels = figures.headline_data(results)
+    style = figures.Style.qualitative(dict(zip(labels["label"], labels["family"])))
+    want = {
+        ("bf16, head_dim 128, non-causal", "cuda:v5"): [(1024, 378.0), (4096, 420.0)],
+        ("bf16, head_dim 128, non-causal", "triton:fa2"): [(1024, 315.0), (4096, 350.0)],
+        ("bf16, head_dim 128, non-causal", "sdpa:flash"): [(1024, 310.5), (4096, 345.0)],
+        ("bf16, head_dim 128, causal", "cuda:v5"): [(1024, 302.4), (4096, 336.0)],
+        ("bf16, head_dim 128, causal", "triton:fa2"): [(1024, 252.0), (4096, 280.0)],
+        ("bf16, head_dim 128, causal", "sdpa:flash"): [(1024, 248.4), (4096, 276.0)],
+        ("fp8, head_dim 128, non-causal", "cuda:v5"): [(4096, 700.0)],
+        ("fp8, head_dim 128, non-causal", "triton:fa2"): [(4096, 800.0)],
+    }
+    drawn = _drawn_lines(fig, style)
+    assert drawn.keys() == want.keys()
+    for key, points in want.items():
+        assert drawn[key] == pytest.approx(points), key
+    assert "not measured" in {t.get_text() for ax in fig.axes for t in ax.texts}  # fp8 causal: no row
+
+
+def test_accuracy_points_are_medians_over_the_shared_shapes():
+    """Figure 4: one point per (backend, format) at (median TFLOP/s, median rel L2 vs unquantized) over the
+    shapes every backend of the format passed, recomputed here from the CSV."""
+    raw = pd.read_csv(FIXTURE)
+    raw = raw[(raw["oracle"] == "pass") & (raw["tflops"] > 0)].assign(label=lambda d: d["backend"] + ":" + d["variant"])
+    shape = ["batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal", "format"]
+    raw = raw.assign(shape=raw[shape].astype(str).agg(" ".join, axis=1))
+    want = set()
+    for fmt, group in raw.groupby("format"):
+        common = set.intersection(*(set(g["shape"]) for _, g in group.groupby("label")))
+        for label, g in group[group["shape"].isin(common)].groupby("label"):
+            want.add((label, fmt, round(g["tflops"].median(), 6), round(g["rel_l2_unquantized"].median(), 9)))
+    results = figures.load_results(FIXTURE.parent)
+    style = figures.Style(results)
+    fig = figures.fig_accuracy(results, style)
+    by_colour = {to_rgb(c): label for label, c in style.color.items()}
+    by_marker = {m: f for f, m in figures.FORMAT_MARKERS.items()}
+    drawn = set()
+    for line in fig.axes[0].get_lines():
+        if line.get_marker() not in (None, "", "None", "_", "|") and len(line.get_xdata()) == 1:  # not error caps
+            drawn.add((by_colour[to_rgb(line.get_color())], by_marker[line.get_marker()],
+                       round(float(line.get_xdata()[0]), 6), round(float(line.get_ydata()[0]), 9)))
+    assert drawn == want
+    # bf16: sdpa:cudnn ran only the founding shape, so every bf16 point is its row there; fp8: v5 and fa2
+    assert {(label, fmt, x) for label, fmt, x, _ in want} == {
+        ("cuda:v1", "bf16", 250.0), ("cuda:v5", "bf16", 400.0), ("triton:fa2", "bf16", 380.0),
+        ("sdpa:flash", "bf16", 349.0), ("sdpa:cudnn", "bf16", 633.0), ("cuda:v5", "fp8", 700.0),
+        ("triton:fa2", "fp8", 800.0)}
+
+
+def test_roofline_points_and_ceilings_are_the_rows(results):
+    """Figure 5: a point per passing row at (its arithmetic intensity, its TFLOP/s), and a dotted line at each
+    measured compute ceiling of the fixture (mma.sync.bf16 642, gemm.bf16 700, gemm.fp8 1259)."""
+    fig = figures.fig_roofline(results, figures.Style(results))
+    ax = fig.axes[0]
+    points = sorted((round(float(x), 6), float(y)) for c in ax.collections for x, y in c.get_offsets())
+    rows = results[(results["oracle"] == "pass")]
+    want = sorted((round(float(x), 6), float(y)) for x, y in zip(figures.arithmetic_intensity(rows), rows["tflops"]))
+    assert points == want and len(points) == 38 and max(y for _, y in points) == 800.0
+    ceilings = sorted({float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_linestyle() == ":"})
+    assert ceilings == [642.0, 700.0, 1259.0]
 
 
 def test_failed_row_is_loaded_but_never_drawn_as_a_speed(results):

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from compare import backends, cli, oracle
+from conftest import SM90_MUST_RUN, skip_unless_required
 
 pytestmark = pytest.mark.gpu
 
@@ -26,9 +27,8 @@ def test_oracle_matrix(name, case):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     backend = backends.get(name)
-    reason = backend.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
+    family, variant = name.split(":", 1)
+    skip_unless_required(family, variant, backend.unavailable_reason())
     verdict = oracle.check(backend, case, device="cuda", returns_lse=backend.returns_lse)
     assert verdict.passed, verdict.summary()
 
@@ -75,3 +75,26 @@ def test_variant_none_runs_the_selected_variant(backend_name, head_dim):
     verdict = oracle.check(lambda q, k, v, **kw: module.attention(q, k, v, **kw), case, device="cuda",
                            inputs=inputs)
     assert verdict.passed, f"{chosen}: {verdict.summary()}"
+
+
+def test_every_variant_that_must_run_on_sm90_is_in_the_matrix():
+    """The must-run list names registered backends, each with cases in the matrix (CPU: no GPU needed)."""
+    names = {name for name, _ in (p.values for p in _cases())}
+    for family, variants in SM90_MUST_RUN.items():
+        for variant in variants:
+            assert f"{family}:{variant}" in names, f"{family}:{variant} has no case in the GPU oracle matrix"
+
+
+def test_a_must_run_variant_that_says_it_is_unavailable_fails_on_sm90(monkeypatch):
+    """On an sm_90 GPU the skip becomes a failure (faked here: no GPU is needed); elsewhere it stays a skip."""
+    import conftest
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (9, 0))
+    with pytest.raises(pytest.fail.Exception, match="must run on this sm_90 GPU"):
+        conftest.skip_unless_required("cuda", "hopper", "cuda_impl was built without sm_90a")
+    with pytest.raises(pytest.skip.Exception):
+        conftest.skip_unless_required("cuda", "nvfp4-sm120", "needs sm_120")
+    conftest.skip_unless_required("cuda", "hopper", None)  # available: nothing happens
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: (12, 0))
+    with pytest.raises(pytest.skip.Exception):
+        conftest.skip_unless_required("cuda", "hopper", "needs sm_90")

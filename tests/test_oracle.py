@@ -201,8 +201,58 @@ def test_inputs_are_fresh_per_seed_and_never_zero():
     b = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, seed=2))
     assert not torch.equal(a.q, b.q)
     for dist in oracle.DISTRIBUTIONS:
-        x = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, dist=dist)).q_master
-        assert float(x.abs().min()) >= 0 and float(x.abs().mean()) > 0.5
+        for fmt in ("bf16", "fp8"):
+            inputs = oracle.make_inputs(oracle.Case(1, 1, 1, 16, 16, 64, fmt=fmt, dist=dist))
+            for name, x in zip("qkv", inputs.dequantized()):
+                # no element is exactly zero (a zero row or tile would hide an unread or unscaled input)
+                assert int((x == 0).sum()) == 0, (dist, fmt, name, int((x == 0).sum()))
+                assert float(x.abs().mean()) > 0.5, (dist, fmt, name)
+            for name, x in zip("qkv", (inputs.q_master, inputs.k_master, inputs.v_master)):
+                assert float(x.abs().min()) > 0, (dist, name)
+
+
+def _sdpa_reference(q, k, v, *, causal, scale):
+    """torch's own scaled_dot_product_attention in float64 on CPU, an implementation independent of
+    oracle.reference: GQA by repeating K/V heads, the bottom-right causal mask built here as an explicit
+    boolean mask (query i sees key j iff j <= i + Sk - Sq); LSE from torch.logsumexp of the scores."""
+    q, k, v = (x.double() for x in (q, k, v))
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    sq, sk = q.shape[2], k.shape[2]
+    mask = None
+    if causal:
+        mask = torch.ones(sq, sk, dtype=torch.bool).tril(diagonal=sk - sq)
+    scores = torch.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)
+    if mask is not None and not mask.any(dim=-1).all():  # SDPA gives NaN for rows that see no key
+        seen = mask.any(dim=-1)
+        out = torch.zeros(*q.shape[:3], v.shape[-1], dtype=torch.float64)
+        out[:, :, seen] = torch.nn.functional.scaled_dot_product_attention(
+            q[:, :, seen], k, v, attn_mask=mask[seen], scale=scale)
+        return out, lse
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    return out, lse
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2, 37, 53, 64, True), (1, 6, 3, 50, 20, 32, True),
+                                   (2, 2, 1, 17, 17, 128, True), (1, 4, 4, 29, 71, 96, False)],
+                         ids=lambda s: "b{}h{}/{}q{}k{}d{}{}".format(*s[:6], "c" if s[6] else ""))
+def test_reference_matches_torch_sdpa_on_random_inputs(shape):
+    batch, hq, hkv, sq, sk, d, causal = shape
+    g = torch.Generator().manual_seed(sq * 1000 + sk)
+    q = torch.randn(batch, hq, sq, d, generator=g, dtype=torch.float64) * 2
+    k = torch.randn(batch, hkv, sk, d, generator=g, dtype=torch.float64) + 0.5
+    v = torch.randn(batch, hkv, sk, d, generator=g, dtype=torch.float64)
+    scale = 0.7 / math.sqrt(d)
+    out, lse = oracle.reference(q, k, v, causal=causal, scale=scale)
+    want_out, want_lse = _sdpa_reference(q, k, v, causal=causal, scale=scale)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+    if causal and sq > sk:  # rows that see no key: exactly 0 and -inf
+        assert torch.equal(out[:, :, : sq - sk], torch.zeros_like(out[:, :, : sq - sk]))
+        assert torch.isneginf(lse[:, :, : sq - sk]).all()
 
 
 @pytest.mark.parametrize("bad", [dict(heads_q=3, heads_kv=2), dict(fmt="int8"), dict(seqlen_q=0), dict(dist="zeros")])

@@ -1,7 +1,11 @@
 """The README and docs/results.md: their numbers are generated from the committed CSVs, never typed by hand,
 and the README stays a short front door (no history, no commit hashes, every link resolves)."""
 
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -249,3 +253,153 @@ def test_headline_ratio_across_two_runs_is_marked_and_explained():
     assert table.splitlines()[-1].startswith("† The two sides of this ratio come from different runs")
     same_run = df.assign(git_commit="aaa")
     assert "†" not in report.headline_table(same_run)
+
+
+# --- cell values, recomputed from the fixture CSV -------------------------------------------------------------
+
+def _fixture_rows():
+    import csv
+    with (FIXTURE_DIR / "results-h200.csv").open() as f:
+        return list(csv.DictReader(f))
+
+
+def _shape(r) -> str:
+    causal = " causal" if r["causal"] == "True" else ""
+    return (f"{r['format']} b{r['batch']} h{r['heads_q']}/{r['heads_kv']} q{r['seqlen_q']} k{r['seqlen_k']} "
+            f"d{r['head_dim']}{causal}")
+
+
+def _cells(table: str, key_columns: int = 1) -> dict[tuple[str, str], str]:
+    """(row key, column header) -> cell text of a markdown table; the row key is its first `key_columns`
+    cells joined by ' | '."""
+    lines = [line for line in table.splitlines() if line.startswith("|")]
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    cells = {}
+    for line in lines[2:]:
+        values = [c.strip() for c in line.strip("|").split("|")]
+        for column, value in zip(header[key_columns:], values[key_columns:]):
+            cells[(" | ".join(values[:key_columns]), column)] = value
+    return cells
+
+
+def test_every_cell_of_the_tflops_table_is_the_fixtures_number():
+    rows = _fixture_rows()
+    want = {}
+    for r in rows:
+        if r["oracle"] == "pass" and r["family"] != "ceiling":
+            want[(_shape(r), f"`{r['backend']}:{r['variant']}`")] = f"{float(r['tflops']):.0f}"
+    got = _cells(report.report(FIXTURE_DIR).split("Every passing row (TFLOP/s):", 1)[1])
+    assert {key: value for key, value in got.items() if value != "-"} == want
+    # the cell of the row that failed the oracle (cuda:v5, bf16 d64 1k causal: 99999) is empty, not its speed
+    assert got[("bf16 b16 h32/32 q1024 k1024 d64 causal", "`cuda:v5`")] == "-"
+    assert len(got) == len({k for k, _ in want}) * len({c for _, c in want})  # a full grid, '-' where no row
+
+
+def test_headline_cells_are_ratios_and_rates_recomputed_from_the_fixture():
+    rows = [r for r in _fixture_rows() if r["oracle"] == "pass"]
+
+    def tflops(label, head_dim, seqlen_q, seqlen_k, causal):
+        (r,) = [r for r in rows if f"{r['backend']}:{r['variant']}" == label and r["format"] == "bf16"
+                and (int(r["head_dim"]), int(r["seqlen_q"]), int(r["seqlen_k"]), r["causal"] == "True")
+                == (head_dim, seqlen_q, seqlen_k, causal)]
+        return float(r["tflops"])
+
+    df = figures.load_results(FIXTURE_DIR)
+    ratios = {(key.replace("`cuda:v5` / `sdpa:flash` (FA2) | ", "d"), column): value
+              for (key, column), value in _cells(report.headline_table(df), key_columns=2).items()}
+    for d in (64, 128):
+        for s, column in ((1024, "1k"), (4096, "4k")):
+            expect = []
+            for causal in (False, True):
+                try:
+                    expect.append(f"{tflops('cuda:v5', d, s, s, causal) / tflops('sdpa:flash', d, s, s, causal):.2f}†")
+                except ValueError:  # no passing cuda:v5 row (the failed d64 1k causal one)
+                    expect.append("-")
+            assert ratios[(f"d{d}", column)] == " / ".join(expect), (d, s)
+    assert ratios[("d128", "founding shape")] == (
+        f"{tflops('cuda:v5', 128, 4096, 8192, False) / tflops('sdpa:flash', 128, 4096, 8192, False):.2f}†")
+    rates = {(key.replace("bf16 | ", ""), column): value
+             for (key, column), value in _cells(report.headline_tflops_table(df), key_columns=2).items()}
+    for label in ("cuda:v5", "sdpa:flash"):
+        for s, column in ((1024, "1k"), (4096, "4k")):
+            assert rates[(f"`{label}`", column)] == " / ".join(
+                f"{tflops(label, 128, s, s, causal):.0f}" for causal in (False, True))
+        assert rates[(f"`{label}`", "founding shape")] == f"{tflops(label, 128, 4096, 8192, False):.0f}"
+
+
+# --- tables end with a blank line -----------------------------------------------------------------------------
+
+def _rows_run_on(text: str) -> list[str]:
+    """Lines right after a table row that are neither a row nor blank: markdown would render them as a row."""
+    lines = text.splitlines()
+    return [nxt for line, nxt in zip(lines, lines[1:]) if line.startswith("|") and nxt.strip()
+            and not nxt.startswith("|")]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_table_in_the_docs_ends_with_a_blank_line(doc):
+    assert _rows_run_on(doc.read_text()) == [], f"{doc.name}: a table runs on into the next line"
+
+
+def test_a_block_that_ends_with_a_table_gets_its_blank_line():
+    text = "a\n" + "\n".join(report.markers("results")) + "\nafter\n"
+    table = "| x | y |\n|---|---|\n| 1 | 2 |"
+    for body in (table, table + "\n", "words\n\n" + table):
+        updated = report.replace_block(text, "results", body)
+        assert _rows_run_on(updated) == [] and report.block(updated, "results") == body.strip("\n")
+        assert report.replace_block(updated, "results", body) == updated
+    assert report.replace_block(text, "results", "words") == text.replace("-->\n<!--", "-->\nwords\n<!--")
+
+
+def test_the_side_by_side_table_is_closed_by_a_blank_line(tmp_path):
+    """docs/results.md's GPU section with a paired CSV: the side-by-side table and every other one end with
+    a blank line (or the end of the text)."""
+    shutil.copytree(FIXTURE_DIR, tmp_path / "data")
+    (tmp_path / "data" / "paired").mkdir()
+    for csv_path in sorted((DATA / "paired").glob("*.csv"))[:1]:
+        rows = pd.read_csv(csv_path, dtype=str, keep_default_na=False)
+        rows["gpu"] = "NVIDIA H200"
+        rows.to_csv(tmp_path / "data" / "paired" / csv_path.name, index=False)
+    text = report.report(tmp_path / "data")
+    assert "Side by side" in text
+    side = text.split("Side by side", 1)[1]
+    assert side.split("\n\n")[1].startswith("| comparison |") and _rows_run_on(text) == []
+
+
+# --- the CLI --------------------------------------------------------------------------------------------------
+
+def test_update_readme_through_the_cli_rewrites_only_the_generated_blocks(tmp_path):
+    """`python -m compare report --update-readme` on a copy of the repository: stale blocks are regenerated,
+    every line outside them (a hand edit included) is left as it was, and a second run changes nothing."""
+    if not any(DATA.glob("*.csv")):
+        pytest.skip("no committed results")
+    root = tmp_path / "repo"
+    shutil.copytree(figures.REPO_ROOT / "compare", root / "compare", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(DATA, root / "figures" / "data")
+    (root / "docs").mkdir()
+    before = {}
+    for doc in DOCS:
+        text = doc.read_text()
+        for name in report.BLOCKS[doc]:
+            text = report.replace_block(text, name, "stale")
+        text = text.replace("\n## ", "\nA hand-written line the generator must keep.\n\n## ", 1)
+        before[doc] = text
+        (root / doc.relative_to(figures.REPO_ROOT)).write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(root))
+    run = subprocess.run([sys.executable, "-m", "compare", "report", "--update-readme"], cwd=root, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.split() == ["updated", "README.md", "updated", "docs/results.md"], run.stdout
+    for doc in DOCS:
+        after = (root / doc.relative_to(figures.REPO_ROOT)).read_text()
+        assert "A hand-written line the generator must keep." in after
+        assert report.outside_blocks(after, report.BLOCKS[doc]) == report.outside_blocks(before[doc], report.BLOCKS[doc])
+        # the blocks are the committed ones, which test_generated_blocks_equal_a_fresh_generation holds to a fresh
+        # generation: so the whole file is the committed one plus the hand edit
+        assert after == doc.read_text().replace("\n## ", "\nA hand-written line the generator must keep.\n\n## ", 1)
+
+
+def test_report_subcommand_prints_the_results_block(capsys):
+    from compare import cli
+    assert cli.main(["report", "--data", str(FIXTURE_DIR)]) == 0
+    assert capsys.readouterr().out.strip("\n") == report.report(FIXTURE_DIR)

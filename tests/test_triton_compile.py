@@ -84,9 +84,10 @@ BLOCKED_CANDIDATES = [(variant, head_dim, causal, config)
                       for variant in BLOCKED_VARIANTS
                       for head_dim in (64, 128, 256) for causal in (False, True)
                       for config in tuning.candidates(variant, head_dim, causal, 1)]
-# head_dim 256 spills in every config tried (Q dequantized to registers, a 256-wide accumulator):
-# measured 0-24 bytes for the dequant variants, 150-220 for dot_scaled; this bound catches growth
-HEAD_DIM_256_SPILL_BYTES = 256
+# head_dim 256 spills (Q dequantized to registers, a 256-wide accumulator); the most stack bytes ptxas reported
+# over the d256 candidates (Triton 3.6, every config of tuning.candidates): mxfp8-dequant 16-24, nvfp4-dequant
+# 0-72, mxfp8-dot-scaled 128-232. Each bound is that maximum, so growth fails; head_dim 64/128: none.
+HEAD_DIM_256_SPILL_BYTES = {"mxfp8-dequant": 24, "nvfp4-dequant": 72, "mxfp8-dot-scaled": 232}
 
 
 @pytest.mark.parametrize("variant,head_dim,causal,config", BLOCKED_CANDIDATES,
@@ -99,7 +100,7 @@ def test_blocked_candidate_compiles_for_sm90(variant, head_dim, causal, config):
     usage = offline.report(mx_offline.compile_for(variant, head_dim, causal, config))
     assert usage["HGMMA"] > 0 and usage["HMMA"] == 0 and usage["QGMMA"] == 0, f"not bf16 wgmma: {usage}"
     assert usage["LDGSTS"] > 0, f"tiles not loaded through cp.async: {usage}"
-    allowed = HEAD_DIM_256_SPILL_BYTES if head_dim == 256 else 0
+    allowed = HEAD_DIM_256_SPILL_BYTES[variant] if head_dim == 256 else 0
     assert usage["stack"] <= allowed, f"register spills: {usage}"
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, f"shared memory over the sm_90 limit: {usage}"
 

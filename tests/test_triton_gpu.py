@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from compare import oracle
+from conftest import skip_unless_required
 
 pytestmark = pytest.mark.gpu
 
@@ -20,9 +21,7 @@ def _runner(variant, head_dim=None):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     import triton_impl
-    reason = triton_impl.unavailable_reason(variant)
-    if reason:
-        pytest.skip(reason)
+    skip_unless_required("triton", variant, triton_impl.unavailable_reason(variant))
     if head_dim is not None and head_dim not in triton_impl.VARIANTS[variant]["head_dims"]:
         pytest.skip(f"{variant} does not take head_dim {head_dim} (refused before launch)")
 

@@ -9,6 +9,7 @@ Triton 3.6's interpreter multiplies bf16 dots on raw bits.
 import importlib.util
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,63 @@ def test_interpreter_suite():
     pytest.importorskip("triton")
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", __file__],
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
-    assert " passed" in run.stdout and "skipped" in run.stdout  # the inner tests really ran
+    check_inner_summary(run.stdout, interpreted_count(), outer_count())
+
+
+# What the subprocess may skip: the tests that belong to the outer run (not marked `interpreted`).
+OUTER_ONLY = {"this is the subprocess", "checks the machine without the interpreter", "runs in the outer process"}
+outer_only = pytest.mark.skipif(INSIDE, reason="runs in the outer process")
+
+
+def _items(reasons) -> int:
+    """How many test items this module's tests skipped (in the subprocess) for one of `reasons` make,
+    parametrisations multiplied out."""
+    total = 0
+    for name, fn in list(globals().items()):
+        marks = getattr(fn, "pytestmark", [])
+        if name.startswith("test_") and any(m.name == "skipif" and m.kwargs.get("reason") in reasons for m in marks):
+            total += math.prod(len(m.args[1]) for m in marks if m.name == "parametrize")
+    return total
+
+
+def interpreted_count() -> int:
+    return _items({interpreted.kwargs["reason"]})
+
+
+def outer_count() -> int:
+    return _items(OUTER_ONLY) + 1  # test_interpreter_suite skips itself inside
+
+
+def check_inner_summary(stdout: str, interpreted_items: int, outer_items: int) -> None:
+    """Every test of the subprocess ran and passed but the outer ones: its summary says 'N passed, M skipped'
+    with M the outer tests' items and N at least the `interpreted` items, and the only skip reasons are the
+    outer tests', so an interpreted test that skips (a missing package, a guard that became true) fails the
+    outer test instead of hiding."""
+    lines = stdout.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", summary.split(" in ")[0])}
+    reasons = set(re.findall(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", stdout, flags=re.M))
+    assert reasons <= OUTER_ONLY, f"interpreted tests skipped: {sorted(reasons - OUTER_ONLY)}\n{summary}"
+    assert set(counts) == {"passed", "skipped"} and counts["skipped"] == outer_items, (
+        f"{outer_items} outer tests should skip in the subprocess; it reports: {summary}")
+    assert counts["passed"] >= interpreted_items, (
+        f"{interpreted_items} interpreted tests collected, the subprocess reports: {summary}")
+
+
+@outer_only
+def test_inner_summary_check_catches_a_skipped_interpreted_test():
+    assert interpreted_count() >= 85 and outer_count() == 3
+    skips = ("SKIPPED [1] tests/test_triton_interpret.py:26: this is the subprocess\n"
+             "SKIPPED [2] tests/test_triton_interpret.py:36: checks the machine without the interpreter\n")
+    check_inner_summary("....\n" + skips + "91 passed, 3 skipped in 86.85s (0:01:26)", 85, 3)
+    for bad in ("....\n" + skips + "SKIPPED [1] tests/test_triton_interpret.py:120: no triton\n"
+                "90 passed, 4 skipped in 80s", "....\n" + skips + "3 passed, 3 skipped in 1s",
+                "....\n" + skips + "90 passed, 1 failed, 3 skipped in 1s"):
+        with pytest.raises(AssertionError):
+            check_inner_summary(bad, 85, 3)
 
 
 @pytest.mark.skipif(INSIDE, reason="checks the machine without the interpreter")
@@ -44,6 +98,8 @@ def test_without_gpu_or_interpreter_the_reason_is_given():
     q = torch.randn(1, 1, 8, 64, dtype=torch.float16)
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         triton_impl.attention(q, q, q, variant="fa2")
+
+
 
 
 # ---------------------------------------------------------------- reference
