@@ -120,9 +120,10 @@ def test_target_matching():
 # --- machine code ------------------------------------------------------------------------
 
 
-# tests/test_cuda_hopper.py: hopper; tests/test_cuda_hopper_fp8.py: hopper-fp8; tests/test_cuda_sm120.py:
-# the sm_120a variants
-LADDER = [name for name in cuda_impl.VARIANTS if not name.startswith("hopper") and name not in sm120.VARIANTS]
+# Elsewhere: tests/test_cuda_hopper.py: hopper; tests/test_cuda_hopper_fp8.py: hopper-fp8; tests/test_cuda_sm120.py:
+# the sm_120a variants; tests/test_cuda_decode.py: decode (one kernel per K/V type)
+LADDER = [name for name in cuda_impl.VARIANTS
+          if not name.startswith("hopper") and name not in sm120.VARIANTS and name != "decode"]
 
 
 @pytest.mark.parametrize("variant", LADDER)
@@ -472,3 +473,66 @@ def test_concurrent_builds_of_one_library_serialise_and_build_once(tmp_path, mon
     assert not overlapped, "two builds of one library ran at the same time"
     assert len(builds) == 1, f"built {len(builds)} times"
     assert (tmp_path / "_build" / "locktest.lock").exists()
+
+
+_FAKE_NVCC = '''#!{python}
+import os, sys, time
+out = sys.argv[sys.argv.index("-o") + 1]
+with open(out, "wb") as f:
+    f.write(b"\\x7fELF half")
+    f.flush()
+    if "-shared" in sys.argv and os.environ.get("FAKE_NVCC_STALL"):
+        open(os.environ["FAKE_NVCC_STALL"], "w").close()
+        time.sleep(120)  # killed here, the library half written
+    f.write(b" and the rest")
+'''
+
+_BUILD_IN_A_PROCESS = '''
+import sys
+from pathlib import Path
+from cuda_impl import toolchain
+toolchain.BUILD_ROOT = Path(sys.argv[1])
+toolchain.find_nvcc = lambda: sys.argv[2]
+spec = toolchain.LibrarySpec(name="killtest", sources=(Path(sys.argv[3]),))
+print(toolchain.build_library(spec))
+'''
+
+
+def test_a_killed_build_leaves_no_library_that_passes_for_built(tmp_path):
+    """A build killed while the library is half written (SIGKILL to the whole process group, so no cleanup
+    runs) leaves nothing that cached_library() or the next build takes for the finished library; the next
+    build gets the lock and writes the whole library."""
+    import os
+    import signal
+    import sys
+    import time
+    if toolchain.find_ninja() is None:
+        pytest.skip("ninja not found")
+    nvcc = tmp_path / "nvcc"
+    nvcc.write_text(_FAKE_NVCC.format(python=sys.executable))
+    nvcc.chmod(0o755)
+    (tmp_path / "k.cu").write_text("// a kernel\n")
+    root, stalled = tmp_path / "_build", tmp_path / "stalled"
+    argv = [sys.executable, "-c", _BUILD_IN_A_PROCESS, str(root), str(nvcc), str(tmp_path / "k.cu")]
+    env = {**os.environ, "PYTHONPATH": str(Path(toolchain.__file__).parents[2]), "FAKE_NVCC_STALL": str(stalled)}
+    build = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not stalled.exists():
+        assert build.poll() is None, build.communicate()
+        assert time.monotonic() < deadline, "the fake link step never started"
+        time.sleep(0.05)
+    os.killpg(build.pid, signal.SIGKILL)
+    build.wait(timeout=30)
+    spec = toolchain.LibrarySpec(name="killtest", sources=(tmp_path / "k.cu",))
+    original_root = toolchain.BUILD_ROOT
+    try:
+        toolchain.BUILD_ROOT = root
+        assert spec.build_dir.is_dir(), "the killed build never reached its build directory"
+        assert toolchain.cached_library(spec) is None, "a half-written library passes for a finished one"
+    finally:
+        toolchain.BUILD_ROOT = original_root
+    del env["FAKE_NVCC_STALL"]
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    library = Path(done.stdout.strip())
+    assert library.read_bytes() == b"\x7fELF half and the rest"

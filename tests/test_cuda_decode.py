@@ -35,7 +35,9 @@ def test_library_exports_decode_and_its_params_block(fa_library):
     size.restype = ctypes.c_int
     assert size() == ctypes.sizeof(_lib.DecodeParams)
     assert _lib.decode_block_n(64, False) == 128 and _lib.decode_block_n(128, False) == 64
-    assert _lib.decode_block_n(256, False) == 64 and _lib.decode_block_n(128, True) == 64
+    assert _lib.decode_block_n(256, False) == 64
+    # e4m3: twice the keys per stage at d64 / d128 (32 KB of K+V, as the 16-bit rings)
+    assert [_lib.decode_block_n(d, True) for d in (64, 128, 256)] == [256, 128, 64]
     assert _lib.decode_block_n(96, False) == -1
 
 
@@ -74,12 +76,18 @@ def test_decode_kernel_uses_intended_instructions(decode_sass, fmt, head_dim, kv
     assert len(per_arch) == len(toolchain.ARCH_TARGETS), tag
     for arch, instructions in per_arch.items():
         ops = sass.opcode_counts(instructions)
-        assert ops[HMMA[fmt]] > 0, f"{arch}: no {HMMA[fmt]}"
+        mma = HMMA["fp16" if kv == "fp8" else fmt]  # e4m3 K/V: fp16 MMAs whatever q's type
+        assert ops[mma] > 0, f"{arch}: no {mma}"
+        assert not any(op.startswith("HMMA") and op != mma for op in ops), f"{arch}: MMAs other than {mma}"
         assert any(op.startswith("LDGSTS") for op in ops), f"{arch}: no cp.async (LDGSTS)"
         assert ops["LDSM.16.M88.4"] > 0 and ops["LDSM.16.MT88.4"] > 0, f"{arch}: K via ldmatrix.x4, V via .trans"
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
         if kv == "fp8" and arch == "sm_90":  # e4m3 -> f16 in hardware on sm_90 (cuobjdump names sm_90a sm_90)
             assert any("E4M3" in op for op in ops), f"{arch}: no e4m3 unpack"
+            # straight from the ring into registers: no widened copy stored to shared memory per key tile (the
+            # few STS are the Q tile's conversion and the warps' merge)
+            stores = sum(n for op, n in ops.items() if op.startswith("STS"))
+            assert stores <= head_dim // 8 + 12, f"{arch}: {stores} shared-memory stores"
 
 
 def test_bad_parameters_come_back_as_messages(fa_library):
@@ -87,7 +95,7 @@ def test_bad_parameters_come_back_as_messages(fa_library):
     fn = _lib._typed_entry(lib, "cuda_fa_decode", _lib.DecodeParams)
     err = ctypes.create_string_buffer(256)
     good = dict(batch=1, seqlen_q=1, heads_q=8, heads_kv=2, head_dim=128, page_size=16, num_pages=4, max_pages=4,
-                num_splits=1, split_keys=64, scale=0.1, dtype=0, kv_dtype=0)
+                num_splits=1, split_keys=256, scale=0.1, dtype=0, kv_dtype=0)  # a multiple of every key tile
     for change, word in ((dict(head_dim=96), b"head_dim"), (dict(heads_q=7), b"heads"),
                          (dict(split_keys=100), b"splits"), (dict(num_splits=2), b"workspace"),
                          (dict(scale=-1.0), b"scale"), (dict(kv_dtype=1), b"dtype"),

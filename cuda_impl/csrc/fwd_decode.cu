@@ -10,9 +10,13 @@
 //   address (page = block_table[b, pos / page_size]), so pages of any size and order cost the same.
 // - More than one split: each CTA writes its fp32 partial (O / l, LSE) and fwd_decode_merge_kernel combines the
 //   splits through their LSE in split order (bitwise deterministic). One split writes out directly.
-// - e4m3 K/V: the ring holds the bytes (half the traffic); each warp expands its own rows to q's 16-bit type in a
-//   private buffer before its ldmatrix reads (every e4m3 value is exact in bf16 and fp16). The per-(b, kv head)
-//   descales fold into the softmax scale (K) and the output (V).
+// - e4m3 K/V: the ring holds the bytes (half the traffic) and the MMAs run in fp16 whatever q's type. ldmatrix
+//   reads the e4m3 rows as if they were 16-bit, and each register's four bytes become two fp16 pairs in registers
+//   (cvt e4m3x2 -> f16x2, exact): no widened copy in shared memory. The fragments this gives hold a fixed
+//   permutation of head_dim (K: a lane's four consecutive columns; V: even and odd columns in separate n-tiles),
+//   which Q's fragments and O's store order follow. Q is scaled by a power of two into fp16's range (a bf16 q
+//   may exceed it) and converted once per CTA; that factor and the per-(b, kv head) K descale fold into the
+//   softmax scale, the V descale into the output.
 // - Safety: a length outside [0, capacity] or a used block-table entry outside [0, num_pages) makes the
 //   sequence's rows NaN before any K/V byte is read; entries past the pages the length needs are never read.
 #include <cuda_fp8.h>
@@ -56,11 +60,18 @@ constexpr int KV_E4M3 = 2;  // the same code as FA_DTYPE_E4M3 (hopper/config.cuh
 constexpr int DECODE_WARPS = 4;
 constexpr int TILE_ROWS = 16;  // query rows of a CTA: one m16 MMA tile
 
-// Per head_dim: keys per warp and ring depth. d64/d128 keep a stage at 32 KB of 16-bit K+V (two CTAs per SM,
-// 2 x 2 stages = 128 KB in flight per SM); d256 takes one CTA per SM (O alone is 128 registers a thread).
+// Keys per warp: a ring stage of K+V holds 32 KB at d64 / d128 (two CTAs per SM, 2 x 2 stages = 128 KB in flight
+// per SM), e4m3 as well (twice the keys: at 16 KB per stage the per-tile work, not the bytes, set the pace);
+// d256 takes one CTA per SM (O alone is 128 registers a thread), 64 keys a stage.
 template <int DIM, typename KV>
-struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, DIM == 64 ? 32 : 16> {
-  using Base = Tiles<DIM, DECODE_WARPS, 1, DIM == 64 ? 32 : 16>;
+constexpr int decode_keys_per_warp() {
+  const int keys = DIM == 64 ? 32 : 16;
+  return sizeof(KV) == 1 && DIM != 256 ? 2 * keys : keys;
+}
+
+template <int DIM, typename KV>
+struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()> {
+  using Base = Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()>;
   static constexpr bool FP8 = sizeof(KV) == 1;
   static constexpr int KEYS_PER_WARP = Base::BLOCK_KV;
   static constexpr int BLOCK_N = DECODE_WARPS * KEYS_PER_WARP;  // keys of one ring stage
@@ -68,22 +79,17 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, DIM == 64 ? 32 : 16> {
   static constexpr int CTAS_PER_SM = DIM == 256 ? 1 : 2;
   // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
   static constexpr bool Q_FROM_SMEM = DIM == 256;
-  // The ring: 16-bit rows are swizzled for ldmatrix; e4m3 rows are read once, in 16-byte chunks, by the
-  // expansion (consecutive lanes, consecutive chunks: no conflicts without swizzle).
+  // The ring (16-bit or e4m3 rows, swizzled for ldmatrix: ring_offset).
   static constexpr int KV_ROW_BYTES = DIM * int(sizeof(KV));
   static constexpr int KV_ROW_CHUNKS = KV_ROW_BYTES / 16;
-  static constexpr bool KV_SWIZZLE = !FP8;
   static constexpr int KV_TILE_BYTES = BLOCK_N * KV_ROW_BYTES;  // one K or one V stage
   static constexpr int STAGE_BYTES = 2 * KV_TILE_BYTES;
   static constexpr int Q_TILE_BYTES = TILE_ROWS * Base::ROW_BYTES;
-  // e4m3: each warp's K and V rows of the current stage, expanded to 16 bits (swizzled like a 16-bit stage).
-  static constexpr int WARP_TILE_BYTES = KEYS_PER_WARP * Base::ROW_BYTES;
-  static constexpr int EXPANDED_BYTES = FP8 ? DECODE_WARPS * 2 * WARP_TILE_BYTES : 0;
   // The in-CTA merge reuses the ring: each warp's O rows (fp32, padded by 8 floats: conflict-free float2
   // stores), then its row maxima and sums.
   static constexpr int O_ROW_FLOATS = DIM + 8;
   static constexpr int MERGE_BYTES = DECODE_WARPS * TILE_ROWS * (O_ROW_FLOATS + 2) * 4;
-  static constexpr int PIPE_BYTES = Q_TILE_BYTES + STAGES * STAGE_BYTES + EXPANDED_BYTES;
+  static constexpr int PIPE_BYTES = Q_TILE_BYTES + STAGES * STAGE_BYTES;
   static constexpr int SMEM_BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
   static_assert(Base::THREADS % KV_ROW_CHUNKS == 0 && BLOCK_N % (Base::THREADS / KV_ROW_CHUNKS) == 0,
                 "a stage must split evenly over the CTA");
@@ -102,23 +108,56 @@ struct FastDiv {
   }
 };
 
-// Eight e4m3 bytes -> eight 16-bit T values (exact: e4m3 has 3 mantissa bits and a range both types hold).
-template <typename T>
-__device__ __forceinline__ uint4 expand_e4m3(uint2 bytes) {
-  uint32_t out[4];
-  const uint32_t words[2] = {bytes.x, bytes.y};
+// Byte offset of 16-byte chunk `chunk` of ring row `row`, swizzled so that the eight rows of an ldmatrix read at one
+// chunk fall in all 32 banks: rows of 128 bytes or more as the ladder's tiles (chunk ^ row % 8); the 64-byte rows of
+// an e4m3 d64 ring put two rows in 128 bytes, so there the chunk is xor-ed with (row / 2) % 4.
+template <int ROW_CHUNKS>
+__device__ __forceinline__ uint32_t ring_offset(int row, int chunk) {
+  if constexpr (ROW_CHUNKS >= 8) return tile_offset<ROW_CHUNKS, true>(row, chunk);
+  else return uint32_t((row * ROW_CHUNKS + (chunk ^ ((row / 2) % ROW_CHUNKS))) * 16);
+}
+
+// Four e4m3 bytes -> fp16 pairs (byte 0, byte 1) and (byte 2, byte 3), low half first (exact: e4m3 has 3 mantissa
+// bits and an exponent range inside fp16's).
+__device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+  const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x & 0xffff), __NV_E4M3);
+  const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x >> 16), __NV_E4M3);
+  lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
+  hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
+}
+
+// e4m3 K/V: the CTA's Q tile (16-bit T, swizzled) rewritten in place as fp16 times q_mul, a power of two that puts
+// the tile's largest magnitude in [2^14, 2^15) (a bf16 q may lie beyond fp16's range; small ones keep their bits).
+// Returns q_mul. Every thread of the CTA calls it once Q has landed.
+template <typename T, int THREADS, int CHUNKS>
+__device__ float q_tile_to_half(uint8_t* Q_tile, int tid) {
+  __shared__ uint32_t warp_amax[THREADS / 32];
+  uint4* chunks = reinterpret_cast<uint4*>(Q_tile);
+  uint32_t amax = 0;  // |x| as float bits: same order as the values (NaN above inf)
+  for (int i = tid; i < CHUNKS; i += THREADS) {
+    const uint4 v = chunks[i];
+    const T* x = reinterpret_cast<const T*>(&v);
 #pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const __nv_fp8x2_storage_t pair = __nv_fp8x2_storage_t(words[i / 2] >> (16 * (i % 2)));
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    if constexpr (std::is_same_v<T, __half>) {
-      out[i] = uint32_t(h.x) | (uint32_t(h.y) << 16);
-    } else {
-      const float2 f = __half22float2(__half2(h));
-      out[i] = pack2<T>(f.x, f.y);
-    }
+    for (int j = 0; j < 8; j++) amax = max(amax, __float_as_uint(fabsf(float(x[j]))));
   }
-  return make_uint4(out[0], out[1], out[2], out[3]);
+  amax = __reduce_max_sync(0xffffffff, amax);
+  if (tid % 32 == 0) warp_amax[tid / 32] = amax;
+  __syncthreads();
+#pragma unroll
+  for (int wp = 0; wp < THREADS / 32; wp++) amax = max(amax, warp_amax[wp]);
+  const int q_exp = min(max(14 - (int(amax >> 23) - 127), -100), 100);
+  const float q_mul = __int_as_float((q_exp + 127) << 23);
+  for (int i = tid; i < CHUNKS; i += THREADS) {
+    uint4 v = chunks[i];
+    const T* x = reinterpret_cast<const T*>(&v);
+    const uint4 h = make_uint4(pack2<__half>(float(x[0]) * q_mul, float(x[1]) * q_mul),
+                               pack2<__half>(float(x[2]) * q_mul, float(x[3]) * q_mul),
+                               pack2<__half>(float(x[4]) * q_mul, float(x[5]) * q_mul),
+                               pack2<__half>(float(x[6]) * q_mul, float(x[7]) * q_mul));
+    chunks[i] = h;
+  }
+  __syncthreads();
+  return q_mul;
 }
 
 // Where the CTA's rows and keys are, shared by the main kernel's phases.
@@ -257,7 +296,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
         v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
       }
       const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
-      const uint32_t dst = stage + tile_offset<C::KV_ROW_CHUNKS, C::KV_SWIZZLE>(r, load_chunk);
+      const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
       cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
       cp_async_16(dst + C::KV_TILE_BYTES, V_head + v_off + elem, valid ? 16 : 0);
     }
@@ -277,10 +316,26 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   const SwizzledLane<C::ROW_BYTES, 2> V_lane(lane % 16, lane / 16);
   const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
   const SwizzledLane<C::ROW_BYTES, 2> K_pair_lane(lane % 8 + (lane / 16) * 8, (lane / 8) % 2);
+  // e4m3: Q as fp16 (q_tile_to_half) in the column order of the K fragments: k-step kk's A fragment holds, for
+  // rows g and g + 8 (g = lane / 4), columns 16 kk + 4 c .. + 1 in slots 2c, 2c+1 and + 2 .. + 3 in slots 2c+8, 2c+9
+  // (c = lane % 4): one 8-byte read per row.
+  float q_mul = 1.f;
+  if constexpr (C::FP8) q_mul = q_tile_to_half<T, C::THREADS, TILE_ROWS * C::ROW_CHUNKS>(smem, tid);
+  auto q_half_fragment = [&](uint32_t (&frag)[4], int kk) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const uint32_t src = Q_smem + tile_offset<C::ROW_CHUNKS, true>(lane / 4 + 8 * h, 2 * kk + (lane % 4) / 2) +
+                           (lane % 2) * 8;
+      asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(frag[h]), "=r"(frag[h + 2]) : "r"(src));
+    }
+  };
   uint32_t Q_rmem[C::Q_FROM_SMEM ? 1 : C::D_STEPS][4];  // every warp holds all 16 rows
   if constexpr (!C::Q_FROM_SMEM)
 #pragma unroll
-    for (int kk = 0; kk < C::D_STEPS; kk++) ldmatrix_x4(Q_rmem[kk], Q_smem + V_lane.at(kk * 2));
+    for (int kk = 0; kk < C::D_STEPS; kk++) {
+      if constexpr (C::FP8) q_half_fragment(Q_rmem[kk], kk);
+      else ldmatrix_x4(Q_rmem[kk], Q_smem + V_lane.at(kk * 2));
+    }
 
   // The end of the keys each of this thread's two accumulator rows (lane / 4 and + 8) sees.
   int row_end[2];
@@ -290,45 +345,44 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
     row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
   }
 
-  const uint32_t expanded = KV_smem + STAGES * C::STAGE_BYTES + warp * 2 * C::WARP_TILE_BYTES;
   float O_rmem[1][C::D_TILES][4] = {};
   float row_max[1][2] = {{-INFINITY, -INFINITY}}, row_sum[1][2] = {{0.f, 0.f}};
   float softmax_scale = p.scale;
-  if constexpr (C::FP8) softmax_scale *= p.k_descale[w.batch * p.heads_kv + w.head_kv];
+  if constexpr (C::FP8) softmax_scale *= p.k_descale[w.batch * p.heads_kv + w.head_kv] / q_mul;
   const float scale_log2 = softmax_scale * LOG2E;
 
   // This warp's KW keys of the stage at `slot`: scores, mask, online softmax, O += P V.
+  using MMA_T = std::conditional_t<C::FP8, __half, T>;
   auto warp_step = [&](uint32_t slot, int warp_key0) {
-    uint32_t K_smem = slot + warp * KW * C::KV_ROW_BYTES;
-    uint32_t V_smem = K_smem + C::KV_TILE_BYTES;
-    if constexpr (C::FP8) {
-      // Expand this warp's e4m3 rows to 16 bits: lane reads 8 bytes of a row, writes 16 (half a swizzled chunk).
-      constexpr int HALF_CHUNKS = KW * DIM / 8;
-      __syncwarp();  // the previous tile's ldmatrix reads of the buffer are done
-#pragma unroll
-      for (int kv = 0; kv < 2; kv++)
-#pragma unroll 4
-        for (int i = lane; i < HALF_CHUNKS; i += 32) {
-          const int row = i / (DIM / 8), part = i % (DIM / 8);  // part: 8 elements
-          const uint32_t src = (kv ? V_smem : K_smem) + row * C::KV_ROW_BYTES + part * 8;
-          uint2 bytes;
-          asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];\n" : "=r"(bytes.x), "=r"(bytes.y) : "r"(src));
-          const uint4 vals = expand_e4m3<T>(bytes);
-          const uint32_t dst = expanded + kv * C::WARP_TILE_BYTES + tile_offset<C::ROW_CHUNKS, true>(row, part);
-          asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};\n" ::"r"(dst), "r"(vals.x), "r"(vals.y),
-                       "r"(vals.z), "r"(vals.w)
-                       : "memory");
-        }
-      __syncwarp();
-      K_smem = expanded;
-      V_smem = expanded + C::WARP_TILE_BYTES;
-    }
+    const int warp_row0 = warp * KW;  // the warp's first row of the stage
     float S[1][C::KV_TILES][4];
 #pragma unroll
     for (int nt = 0; nt < C::KV_TILES; nt++)
 #pragma unroll
       for (int i = 0; i < 4; i++) S[0][nt][i] = 0.f;
-    if constexpr (C::Q_FROM_SMEM) {
+    if constexpr (C::FP8) {
+      // One x4 = 8 keys x four k-steps (matrix j: chunk kq + j); lane gets columns 16 (kq + j) + 4c .. + 3 of key g.
+#pragma unroll
+      for (int kq = 0; kq < C::D_STEPS; kq += 4) {
+        uint32_t Q_frag[C::Q_FROM_SMEM ? 4 : 1][4];
+        if constexpr (C::Q_FROM_SMEM)
+#pragma unroll
+          for (int j = 0; j < 4; j++) q_half_fragment(Q_frag[j], kq + j);
+#pragma unroll
+        for (int nt = 0; nt < C::KV_TILES; nt++) {
+          uint32_t K8[4];
+          ldmatrix_x4(K8, slot + ring_offset<C::KV_ROW_CHUNKS>(warp_row0 + nt * 8 + lane % 8, kq + lane / 8));
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            uint32_t b0, b1;
+            e4m3x4_to_half2x2(K8[j], b0, b1);
+            if constexpr (C::Q_FROM_SMEM) mma_m16n8k16<__half>(S[0][nt], Q_frag[j], b0, b1);
+            else mma_m16n8k16<__half>(S[0][nt], Q_rmem[kq + j], b0, b1);
+          }
+        }
+      }
+    } else if constexpr (C::Q_FROM_SMEM) {
+      const uint32_t K_smem = slot + warp_row0 * C::KV_ROW_BYTES;
 #pragma unroll
       for (int kk = 0; kk < C::D_STEPS; kk++) {
         uint32_t Q_frag[4];
@@ -342,6 +396,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
         }
       }
     } else {
+      const uint32_t K_smem = slot + warp_row0 * C::KV_ROW_BYTES;
 #pragma unroll
       for (int nt = 0; nt < C::KV_TILES; nt++)
 #pragma unroll
@@ -360,16 +415,40 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
           if (warp_key0 + nt * 8 + (lane % 4) * 2 + i % 2 >= row_end[i / 2]) S[0][nt][i] = -INFINITY;
     }
     uint32_t P_rmem[1][C::KV_STEPS][4];
-    online_softmax<T>(S, row_max, row_sum, O_rmem, P_rmem, scale_log2);
+    online_softmax<MMA_T>(S, row_max, row_sum, O_rmem, P_rmem, scale_log2);
+    const uint32_t V_stage = slot + C::KV_TILE_BYTES;
+    if constexpr (C::FP8) {
+      // One x4.trans = 16 keys x two 16-column chunks; a register holds keys 2c, 2c+1 (+8 in the second matrix) at
+      // columns 2n, 2n+1 (n = lane / 4): bytes regrouped by column give B fragments of n-tiles that hold the even
+      // (O n-tile 2G) and the odd (2G + 1) columns of chunk G.
 #pragma unroll
-    for (int kk = 0; kk < C::KV_STEPS; kk++)
+      for (int kk = 0; kk < C::KV_STEPS; kk++)
 #pragma unroll
-      for (int nd = 0; nd < C::D_TILES; nd += 2) {
-        uint32_t V_frag[4];
-        ldmatrix_x4_trans(V_frag, V_smem + V_lane.at(nd) + kk * 16 * C::ROW_BYTES);
-        mma_m16n8k16<T>(O_rmem[0][nd], P_rmem[0][kk], V_frag[0], V_frag[1]);
-        mma_m16n8k16<T>(O_rmem[0][nd + 1], P_rmem[0][kk], V_frag[2], V_frag[3]);
-      }
+        for (int g = 0; g < DIM / 16; g += 2) {
+          uint32_t V8[4];
+          ldmatrix_x4_trans(V8, V_stage + ring_offset<C::KV_ROW_CHUNKS>(
+                                              warp_row0 + kk * 16 + lane % 8 + 8 * ((lane / 8) % 2), g + lane / 16));
+#pragma unroll
+          for (int j = 0; j < 2; j++) {
+            uint32_t even0, odd0, even1, odd1;
+            e4m3x4_to_half2x2(__byte_perm(V8[2 * j], 0, 0x3120), even0, odd0);
+            e4m3x4_to_half2x2(__byte_perm(V8[2 * j + 1], 0, 0x3120), even1, odd1);
+            mma_m16n8k16<__half>(O_rmem[0][2 * (g + j)], P_rmem[0][kk], even0, even1);
+            mma_m16n8k16<__half>(O_rmem[0][2 * (g + j) + 1], P_rmem[0][kk], odd0, odd1);
+          }
+        }
+    } else {
+      const uint32_t V_smem = V_stage + warp_row0 * C::KV_ROW_BYTES;
+#pragma unroll
+      for (int kk = 0; kk < C::KV_STEPS; kk++)
+#pragma unroll
+        for (int nd = 0; nd < C::D_TILES; nd += 2) {
+          uint32_t V_frag[4];
+          ldmatrix_x4_trans(V_frag, V_smem + V_lane.at(nd) + kk * 16 * C::ROW_BYTES);
+          mma_m16n8k16<T>(O_rmem[0][nd], P_rmem[0][kk], V_frag[0], V_frag[1]);
+          mma_m16n8k16<T>(O_rmem[0][nd + 1], P_rmem[0][kk], V_frag[2], V_frag[3]);
+        }
+    }
   };
 
   // The ring (ladder v5's protocol): the barrier that publishes tile t also proves every warp is done with
@@ -403,10 +482,19 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
       m_part[warp * TILE_ROWS + row] = row_max[0][h];
       l_part[warp * TILE_ROWS + row] = l;
     }
-    float* dst = O_part + (warp * TILE_ROWS + row) * C::O_ROW_FLOATS + (lane % 4) * 2;
+    float* O_row = O_part + (warp * TILE_ROWS + row) * C::O_ROW_FLOATS;
+    if constexpr (C::FP8) {  // n-tiles 2G / 2G + 1: columns 16 G + 4c, + 2 / 16 G + 4c + 1, + 3
 #pragma unroll
-    for (int nd = 0; nd < C::D_TILES; nd++)
-      *reinterpret_cast<float2*>(dst + nd * 8) = make_float2(O_rmem[0][nd][2 * h], O_rmem[0][nd][2 * h + 1]);
+      for (int g = 0; g < DIM / 16; g++)
+        *reinterpret_cast<float4*>(O_row + 16 * g + (lane % 4) * 4) =
+            make_float4(O_rmem[0][2 * g][2 * h], O_rmem[0][2 * g + 1][2 * h], O_rmem[0][2 * g][2 * h + 1],
+                        O_rmem[0][2 * g + 1][2 * h + 1]);
+    } else {
+#pragma unroll
+      for (int nd = 0; nd < C::D_TILES; nd++)
+        *reinterpret_cast<float2*>(O_row + nd * 8 + (lane % 4) * 2) =
+            make_float2(O_rmem[0][nd][2 * h], O_rmem[0][nd][2 * h + 1]);
+    }
   }
   __syncthreads();
   // Thread -> (row tid / 8, columns (tid % 8) * COLS ..).
