@@ -612,19 +612,19 @@ def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
 
 
 def decode_data(df: pd.DataFrame) -> pd.DataFrame:
-    """What figure 6 draws: passing single-token decode rows, with the bytes they must read (K and V once, Q and O)
-    and the bandwidth that gives."""
+    """What figure 6 draws: passing single-token decode rows, with the K and V bytes they must read once and the
+    bandwidth that gives (K and V bytes per second, as the README's decode finding; Q and O add under 1% at the
+    sweep's shapes)."""
     rows = passed(df)
     rows = rows[(rows["seqlen_q"] == 1) & rows["format"].isin(list(ELEMENT_BYTES))]
     element = rows["format"].map(ELEMENT_BYTES)
     kv_bytes = 2 * rows["batch"] * rows["heads_kv"] * rows["seqlen_k"] * rows["head_dim"] * element
-    q_and_out = 2 * rows["batch"] * rows["heads_q"] * rows["head_dim"] * element
-    return rows.assign(kv_gb=kv_bytes / 1e9, tbps=(kv_bytes + q_and_out) / (rows["ms_p50"] * 1e-3) / 1e12,
+    return rows.assign(kv_gb=kv_bytes / 1e9, tbps=kv_bytes / (rows["ms_p50"] * 1e-3) / 1e12,
                        group=rows["heads_q"] // rows["heads_kv"])
 
 
 def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
-    """Figure 6: decode bandwidth (bytes of K, V, Q and O per second) against the KV cache's size, one panel per
+    """Figure 6: decode bandwidth (K and V bytes per second) against the KV cache's size, one panel per
     GQA group, one line per backend; the copy ceiling measured in the same run dashed."""
     rows = decode_data(df)
     if rows.empty:
@@ -652,7 +652,7 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
                      fontsize=9)
         ax.set_xlabel("KV cache read per step (GB)")
         ax.grid(True, which="major", alpha=0.3)
-    axes[0].set_ylabel("TB/s (K, V, Q, O bytes / time)")
+    axes[0].set_ylabel("TB/s (K and V bytes / time)")
     _legend(fig, style, rows["label"])
     _footer(fig, [environment_caption(rows), "bf16 d128, Sq = 1, contiguous cache; CUDA-graph replays, median"])
     return fig

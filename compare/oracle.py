@@ -10,8 +10,8 @@
   (``torch._scaled_mm`` with fast accumulation), because Hopper's fp8 MMA accumulates with fewer bits
   than fp32 and every fp8 kernel on it inherits that error. Its error sets the tolerance.
 * ``check``: the FlashAttention rule, ``max|out - ref| <= 2 * max|out_lp - ref| + atol_floor``, with
-  ``atol_floor`` one unit of the output dtype's precision at the output's magnitude; LSE alike. NaN never
-  passes; rows that see no key must give exactly 0 and -inf. The output allocator is poisoned with NaN
+  ``atol_floor`` one unit of the output dtype's precision at the output's magnitude (fp32 outputs: four, times
+  the largest scaled score, ``FLOOR_ULPS``); LSE alike. NaN never passes; rows that see no key must give exactly 0 and -inf. The output allocator is poisoned with NaN
   before the call, so an element the kernel never writes shows up as NaN (on CUDA, where the caching
   allocator hands the poisoned block back; on CPU a fresh allocation is usually zeros, which fails on
   magnitude instead).
@@ -34,6 +34,11 @@ from . import formats
 DISTRIBUTIONS = ("normal", "shifted", "large")
 # Above this many (query, key) score elements per call the oracle samples query rows.
 FULL_REFERENCE_LIMIT = 1 << 24
+# The rule's floor in units of the output dtype's precision at the output's magnitude: 1 for 16-bit outputs. fp32
+# outputs: a score s carries rounding of about eps |s| from the order and place of its scaling (sdpa:math scales q
+# and k by sqrt(scale) each), which moves p by p eps |s|, so there twice plain's error is no bound (sdpa:math on a
+# strided K measured 2.8x plain's error on one CPU): the floor is 4 ulps times max(1, the largest |scaled score|).
+FLOOR_ULPS = {torch.float32: 4}
 SAMPLED_ROWS = 256
 
 
@@ -156,6 +161,13 @@ def _visible(rows: torch.Tensor, seqlen_q: int, seqlen_k: int, causal: bool, dev
 
 def _all_rows(seqlen_q: int, rows: torch.Tensor | None, device) -> torch.Tensor:
     return torch.arange(seqlen_q, device=device) if rows is None else rows.to(device)
+
+
+def _largest_score(q, k, rows: torch.Tensor, scale: float) -> float:
+    """max |scale * q k^T| over the query rows `rows` (masked keys included: a bound, not the visible maximum)."""
+    k = _expand_kv(k.double(), q.shape[1])
+    return max((float((torch.matmul(q[b][:, rows].double(), k[b].transpose(-1, -2)) * scale).abs().max())
+                for b in range(q.shape[0])), default=0.0)
 
 
 def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None = None):
@@ -293,7 +305,9 @@ def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Cas
     lp, lp_lse = plain_attention(inputs, case, rows=idx) if plain is None else plain
 
     magnitude = max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-6)
-    floor = torch.finfo(case.out_dtype).eps * magnitude
+    floor = FLOOR_ULPS.get(case.out_dtype, 1) * torch.finfo(case.out_dtype).eps * magnitude
+    if case.out_dtype == torch.float32:
+        floor *= max(1.0, _largest_score(q, k, idx, case.softmax_scale))
     err, lp_err = _max_abs(out, ref), _max_abs(lp, ref)
     bound = 2.0 * lp_err + floor
     reasons = []

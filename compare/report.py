@@ -437,7 +437,7 @@ def readme_findings(data_dir: Path) -> str:
     gpu, rows = groups[0]
     others = [name for name, _ in groups[1:]]
     head = (f"Measured on {gpu} ({_environments(rows)}), "
-            f"16k tokens per batch, every number passed the oracle"
+            f"prefill at 16k tokens per batch (decode: below), every number passed the oracle"
             + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
     items = findings(rows, Path(data_dir) / "paired")
     decode_dir = Path(data_dir) / "decode"

@@ -215,12 +215,13 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
 
 def _attention_decode(q, k, v, causal: bool, scale: float, spec: dict):
     """The dense (B, H, S, D) call on the decode kernel: a contiguous cache of Sk keys per sequence, read through
-    (B, S, H, D) views of the same storage (no copy)."""
+    (B, S, H, D) views of the same storage (no copy of the inputs)."""
     if q.shape[2] > spec["max_seqlen_q"]:
         raise ValueError(f"variant 'decode' takes 1..{spec['max_seqlen_q']} query tokens, got Sq = {q.shape[2]}")
     out, lse = decode.forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None, causal=causal,
                               scale=scale)
-    return out.transpose(1, 2), lse
+    # (B, Sq, H, D) -> (B, H, Sq, D) as every other path returns it: contiguous (a copy of Sq > 1 rows only)
+    return out.transpose(1, 2).contiguous(), lse
 
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,

@@ -151,6 +151,18 @@ def test_public_api_matches_launch_and_lse_flag():
     assert (out.double() - ref).abs().max().item() < 2e-2
 
 
+def test_decode_route_returns_contiguous_rows():
+    """variant="decode" through attention() with Sq > 1: a contiguous (B, H, Sq, D) output like every other path."""
+    from compare import oracle
+    case = oracle.Case(2, 8, 2, 3, 300, 128, causal=True)
+    inputs = oracle.make_inputs(case, "cuda")
+    out = cuda_impl.attention(inputs.q, inputs.k, inputs.v, causal=True, variant="decode")
+    assert out.shape == (2, 8, 3, 128) and out.is_contiguous()
+    verdict = oracle.check(lambda q, k, v, **kw: cuda_impl.attention(q, k, v, variant="decode", **kw), case,
+                           device="cuda")
+    assert verdict.passed, verdict.summary()
+
+
 def test_custom_op_under_torch_compile():
     q, k, v = make_inputs(1, 2, 2, 64, 64, 64, torch.float16)
     eager = cuda_impl.attention(q, k, v, causal=True)

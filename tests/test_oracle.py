@@ -281,3 +281,22 @@ def test_quantized_formats_emulated_kernel_passes_and_missing_descale_fails(fmt)
     assert good.passed, good.summary()
     # A kernel that forgets a descale (here: Q's, a factor far from 1) must fail.
     assert not oracle.check(lambda *a, **kw: emulated(*a, **kw, q_scale=3.0), case).passed
+
+
+def test_the_floor_is_one_ulp_for_16_bit_and_four_times_the_largest_score_for_fp32():
+    """With a plain implementation that is exact, the bound is the floor alone: bf16 outputs 1 ulp of the output's
+    magnitude; fp32 outputs 4 ulps times the largest |scaled score| (the rounding a score's scaling carries)."""
+    for fmt in ("fp32", "bf16"):
+        case = oracle.Case(1, 2, 2, 5, 9, 64, fmt=fmt, dist="shifted")
+        inputs = oracle.make_inputs(case)
+        q, k, v = inputs.dequantized()
+        ref, ref_lse = oracle.reference(q, k, v, causal=False, scale=case.softmax_scale)
+        scores = (q.double() @ k.double().transpose(-1, -2) * case.softmax_scale).abs().max().item()
+        ulps = 4 * max(1.0, scores) if fmt == "fp32" else 1
+        assert fmt == "bf16" or scores > 2  # shifted inputs: the score factor matters
+        unit = torch.finfo(case.out_dtype).eps * float(ref.abs().max())
+        for off, passes in ((ulps * 0.9, True), (ulps * 1.1, False)):
+            out = ref.clone()
+            out[0, 0, 0, 0] += off * unit
+            verdict = oracle.judge(out, None, inputs, case, plain=(ref, ref_lse))
+            assert verdict.passed == passes, (fmt, off, verdict.summary())

@@ -187,6 +187,20 @@ def test_strided_query_view():
 
 
 @interpreted
+def test_dense_route_returns_contiguous_rows():
+    """attention(variant="decode") on (B, H, Sq, D) tensors with Sq > 1 gives a contiguous (B, H, Sq, D) output, as
+    every other path does, equal to the decode kernel's rows."""
+    import triton_impl
+    from compare import oracle as orc
+    case = orc.Case(2, 8, 2, 3, 40, 64, causal=True, fmt="fp16")
+    inputs = orc.make_inputs(case)
+    out, lse = triton_impl.attention(inputs.q, inputs.k, inputs.v, causal=True, variant="decode", return_lse=True)
+    assert out.shape == (2, 8, 3, 64) and out.is_contiguous()
+    verdict = orc.check(lambda q, k, v, **kw: triton_impl.attention(q, k, v, variant="decode", **kw), case)
+    assert verdict.passed, verdict.summary()
+
+
+@interpreted
 def test_custom_op_fake_and_opcheck():
     from torch._subclasses.fake_tensor import FakeTensorMode
     from triton_impl import decode

@@ -321,14 +321,15 @@ def _attention_16bit(q, k, v, causal, scale, variant):
 
 def _attention_decode(q, k, v, causal, scale, variant):
     """The dense (B, H, S, D) call on the decode kernel: a contiguous cache of Sk keys per sequence, read through
-    (B, S, H, D) views of the same storage (no copy)."""
+    (B, S, H, D) views of the same storage (no copy of the inputs)."""
     from triton_impl import decode
     longest = VARIANTS[variant]["max_seqlen_q"]
     if q.shape[2] > longest:
         raise ValueError(f"variant {variant!r} takes 1..{longest} query tokens, got Sq = {q.shape[2]}")
     out, lse = decode.forward(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), None, None,
                               causal=bool(causal), scale=scale)
-    return out.transpose(1, 2), lse
+    # (B, Sq, H, D) -> (B, H, Sq, D) as every other path returns it: contiguous (a copy of Sq > 1 rows only)
+    return out.transpose(1, 2).contiguous(), lse
 
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
