@@ -12,7 +12,7 @@ One long-format row per item is appended to the run's CSV and flushed at once, s
 keeps its rows and a rerun of the same commit on the same machine skips them (resume). A row that
 failed the oracle is kept with oracle=fail and no timing.
 
-FLOPs are ``4 * B * Hq * D * (unmasked (query, key) pairs)``: exact for bottom-right causal and tails.
+FLOPs are ``4 * B * Hq * D * (unmasked (query, key) pairs)``: exact for bottom-right causal, local windows and tails.
 """
 
 from __future__ import annotations
@@ -44,8 +44,13 @@ OUT_ENV = "FA2_COMPARE_OUT"
 # Datasheet dense rates (TFLOP/s) by GPU name fragment: 16-bit and 8-bit tensor-core peaks.
 DATASHEET = {"H200": {"16bit": 989.0, "8bit": 1979.0}, "H100": {"16bit": 989.0, "8bit": 1979.0}}
 
-def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
-    """Number of (query, key) pairs that are not masked, per (batch, head)."""
+def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[int, int] = (-1, -1)) -> int:
+    """Number of (query, key) pairs that are not masked, per (batch, head); window as compare.oracle.visible_range
+    (FlashAttention's local attention, bottom-right aligned)."""
+    if window != (-1, -1):
+        first, last = oracle.visible_range(torch.arange(seqlen_q, dtype=torch.int64), seqlen_q, seqlen_k, causal,
+                                           window)
+        return int((last.clamp(max=seqlen_k - 1) - first.clamp(min=0) + 1).clamp(min=0).sum())
     if not causal:
         return seqlen_q * seqlen_k
     # Bottom-right: query i sees keys 0 .. i + offset (offset = Sk - Sq), i.e. i + offset + 1 keys,
@@ -57,7 +62,8 @@ def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
 
 
 def flops(case: oracle.Case) -> int:
-    return 4 * case.batch * case.heads_q * case.head_dim * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal)
+    return 4 * case.batch * case.heads_q * case.head_dim * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal,
+                                                                           case.window)
 
 
 def _tensors(result) -> list:

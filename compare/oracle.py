@@ -11,10 +11,14 @@
   than fp32 and every fp8 kernel on it inherits that error. Its error sets the tolerance.
 * ``check``: the FlashAttention rule, ``max|out - ref| <= 2 * max|out_lp - ref| + atol_floor``, with
   ``atol_floor`` one unit of the output dtype's precision at the output's magnitude (fp32 outputs: four, times
-  the largest scaled score, ``FLOOR_ULPS``); LSE alike. NaN never passes; rows that see no key must give exactly 0 and -inf. The output allocator is poisoned with NaN
-  before the call, so an element the kernel never writes shows up as NaN (on CUDA, where the caching
-  allocator hands the poisoned block back; on CPU a fresh allocation is usually zeros, which fails on
-  magnitude instead).
+  the largest scaled score, ``FLOOR_ULPS``); LSE alike. NaN never passes; rows that see no key must give exactly
+  0 and -inf. The output allocator is poisoned with NaN before the call, so an element the kernel never writes
+  shows up as NaN (on CUDA, where the caching allocator hands the poisoned block back; on CPU a fresh allocation
+  is usually zeros, which fails on magnitude instead).
+* Local attention and softcap (``Case.window``, ``Case.softcap``), as FlashAttention defines them: keys
+  ``diag - left .. diag + right`` around the bottom-right diagonal ``diag = i + Sk - Sq`` (-1: unbounded; causal
+  sets right to 0), and scaled scores replaced by ``softcap * tanh(s / softcap)``; reference and plain alike,
+  and a backend is called with ``window=`` / ``softcap=`` only where a case sets them.
 
 Inputs are drawn fresh per check from a float32 master tensor: ``normal`` (N(0,1)), ``shifted``
 (N(0,1) + 1, correlated scores) or ``large`` (4 N(0,1), peaky softmax). For the paper the verdict also
@@ -55,11 +59,18 @@ class Case:
     scale: float | None = None
     dist: str = "normal"
     seed: int = 0
+    window: tuple[int, int] = (-1, -1)  # local attention (left, right) keys around the diagonal; -1: unbounded
+    softcap: float = 0.0                # > 0: scores become softcap * tanh(scaled score / softcap)
 
     def __post_init__(self):
         for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
             if getattr(self, field) < 1:
                 raise ValueError(f"Case.{field} must be >= 1, got {getattr(self, field)}")
+        if isinstance(self.window, list):  # from JSON (a recorded fuzz example)
+            object.__setattr__(self, "window", tuple(self.window))
+        check_window(self.window)
+        if not (math.isfinite(self.softcap) and self.softcap >= 0):
+            raise ValueError(f"Case.softcap must be a finite number >= 0, got {self.softcap}")
         if self.heads_q % self.heads_kv:
             raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
         if self.fmt not in formats.FORMATS and self.fmt != "fp32":
@@ -82,10 +93,26 @@ class Case:
     def softmax_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
 
+    @property
+    def local(self) -> bool:
+        return self.window != (-1, -1)
+
+    def extra_kwargs(self) -> dict:
+        """The keyword arguments beyond (causal, scale, return_lse) a backend call needs for this case: window and
+        softcap where they are set (so that backends without them still take every other case)."""
+        kw = {}
+        if self.local:
+            kw["window"] = self.window
+        if self.softcap:
+            kw["softcap"] = self.softcap
+        return kw
+
     def shape_str(self) -> str:
         mask = "causal" if self.causal else "full"
+        extra = (f" win{self.window[0]},{self.window[1]}" if self.local else "") + (
+            f" cap{self.softcap:g}" if self.softcap else "")
         return (f"{self.fmt} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{self.seqlen_k} "
-                f"d{self.head_dim} {mask} {self.dist}")
+                f"d{self.head_dim} {mask}{extra} {self.dist}")
 
     def replace(self, **kw) -> "Case":
         return dataclasses.replace(self, **kw)
@@ -151,12 +178,38 @@ def _expand_kv(x: torch.Tensor, heads_q: int) -> torch.Tensor:
     return x if x.shape[1] == heads_q else x.repeat_interleave(heads_q // x.shape[1], dim=1)
 
 
-def _visible(rows: torch.Tensor, seqlen_q: int, seqlen_k: int, causal: bool, device) -> torch.Tensor | None:
+def check_window(window) -> None:
+    """window = (left, right), FlashAttention's local attention: ints >= -1 (-1: unbounded on that side)."""
+    if (not isinstance(window, tuple) or len(window) != 2
+            or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window)):
+        raise ValueError(f"window must be a tuple (left, right) of ints >= -1 (-1: unbounded), got {window!r}")
+
+
+def visible_range(row, seqlen_q: int, seqlen_k: int, causal: bool, window=(-1, -1)):
+    """(first, last) key a query row sees, bottom-right aligned as FlashAttention: with diag = row + Sk - Sq, keys
+    diag - left .. diag + right (right = 0 under causal; -1 = unbounded), clipped to 0 .. Sk - 1 by the caller.
+    Works on ints and on integer tensors of rows."""
+    left, right = window
+    diag = row + (seqlen_k - seqlen_q)
+    right = 0 if causal else right
+    first = diag - left if left >= 0 else diag * 0 - seqlen_k
+    last = diag + right if right >= 0 else diag * 0 + 2 * seqlen_k
+    return first, last
+
+
+def _visible(rows: torch.Tensor, seqlen_q: int, seqlen_k: int, causal: bool, device,
+             window=(-1, -1)) -> torch.Tensor | None:
     """Boolean (R, Sk) mask of keys each query row may see, None when every key is visible."""
-    if not causal:
+    if not causal and window == (-1, -1):
         return None
-    keys = torch.arange(seqlen_k, device=device)
-    return keys[None, :] <= (rows[:, None] + seqlen_k - seqlen_q)
+    first, last = visible_range(rows[:, None], seqlen_q, seqlen_k, causal, window)
+    keys = torch.arange(seqlen_k, device=device)[None, :]
+    return (keys >= first) & (keys <= last)
+
+
+def _softcapped(s: torch.Tensor, softcap: float) -> torch.Tensor:
+    """softcap * tanh(s / softcap) on scaled scores (no change for softcap 0)."""
+    return torch.tanh(s / softcap) * softcap if softcap else s
 
 
 def _all_rows(seqlen_q: int, rows: torch.Tensor | None, device) -> torch.Tensor:
@@ -170,16 +223,19 @@ def _largest_score(q, k, rows: torch.Tensor, scale: float) -> float:
                 for b in range(q.shape[0])), default=0.0)
 
 
-def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None = None):
-    """float64 attention on (B, H, S, D) tensors. Returns (out, lse) for the selected query rows."""
+def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None = None, window=(-1, -1),
+              softcap: float = 0.0):
+    """float64 attention on (B, H, S, D) tensors. Returns (out, lse) for the selected query rows. window and
+    softcap as FlashAttention: local attention (left, right) around the bottom-right diagonal, and scaled scores
+    capped to softcap * tanh(s / softcap) before the softmax."""
     q, k, v = (x.double() for x in (q, k, v))
     rows = _all_rows(q.shape[2], rows, q.device)
     k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
     out = torch.empty(q.shape[0], q.shape[1], rows.numel(), q.shape[3], dtype=torch.float64, device=q.device)
     lse = torch.empty(q.shape[0], q.shape[1], rows.numel(), dtype=torch.float64, device=q.device)
-    visible = _visible(rows, q.shape[2], k.shape[2], causal, q.device)
+    visible = _visible(rows, q.shape[2], k.shape[2], causal, q.device, window)
     for b in range(q.shape[0]):  # one batch at a time bounds memory to H * R * Sk
-        s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)) * scale
+        s = _softcapped(torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)) * scale, softcap)
         if visible is not None:
             s = s.masked_fill(~visible, -math.inf)
         lse[b] = torch.logsumexp(s, dim=-1)
@@ -196,7 +252,7 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
     if case.quantized:
         q, k, v = (_values(x) for x in (q, k, v))  # float32 dequantized values
     k, v = _expand_kv(k, case.heads_q), _expand_kv(v, case.heads_q)
-    visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device)
+    visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device, case.window)
     outs, lses = [], []
     fp8_cores = case.fmt == "fp8" and inputs.q_master.is_cuda
     for b in range(case.batch):
@@ -204,6 +260,7 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
             s = _fp8_tensor_core_scores(inputs.q, inputs.k, b, rows) * scale
         else:
             s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
+        s = _softcapped(s, case.softcap)
         if visible is not None:
             s = s.masked_fill(~visible, -math.inf)
         m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
@@ -277,7 +334,8 @@ def check(fn, case: Case, *, device: str | torch.device = "cpu", returns_lse: bo
     inputs = inputs or make_inputs(case, device)
     out_bytes = case.batch * case.heads_q * case.seqlen_q * case.head_dim * 4
     poison_allocator(device, out_bytes)
-    result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse)
+    result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse,
+                **case.extra_kwargs())
     out, lse = result if returns_lse else (result, None)
     expected = (case.batch, case.heads_q, case.seqlen_q, case.head_dim)
     if tuple(out.shape) != expected:
@@ -299,9 +357,10 @@ def judge(out: torch.Tensor, lse: torch.Tensor | None, inputs: Inputs, case: Cas
     idx = _all_rows(case.seqlen_q, rows, out.device)
     out = out[:, :, idx].double()
     q, k, v = inputs.dequantized()
-    ref, ref_lse = reference(q, k, v, causal=case.causal, scale=case.softmax_scale, rows=idx)
+    masking = dict(window=case.window, softcap=case.softcap)
+    ref, ref_lse = reference(q, k, v, causal=case.causal, scale=case.softmax_scale, rows=idx, **masking)
     ref_unq, _ = reference(inputs.q_master, inputs.k_master, inputs.v_master, causal=case.causal,
-                           scale=case.softmax_scale, rows=idx)
+                           scale=case.softmax_scale, rows=idx, **masking)
     lp, lp_lse = plain_attention(inputs, case, rows=idx) if plain is None else plain
 
     magnitude = max(float(ref.abs().max()) if ref.numel() else 0.0, 1e-6)
@@ -515,8 +574,10 @@ def _plain_fp8_cache(q: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, 
     k, v = _expand_kv(k_raw.to(dtype), case.heads_q), _expand_kv(v_raw.to(dtype), case.heads_q)
     group = case.heads_q // case.heads_kv
     k_descale, v_descale = (d.repeat_interleave(group)[:, None, None] for d in (k_descale, v_descale))
-    s = torch.matmul(q[0], k[0].transpose(-1, -2)).float() * (case.softmax_scale * k_descale)
-    visible = _visible(_all_rows(case.seqlen_q, None, q.device), case.seqlen_q, case.seqlen_k, case.causal, q.device)
+    s = _softcapped(torch.matmul(q[0], k[0].transpose(-1, -2)).float() * (case.softmax_scale * k_descale),
+                    case.softcap)
+    visible = _visible(_all_rows(case.seqlen_q, None, q.device), case.seqlen_q, case.seqlen_k, case.causal, q.device,
+                       case.window)
     if visible is not None:
         s = s.masked_fill(~visible, -math.inf)
     m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)

@@ -300,3 +300,89 @@ def test_the_floor_is_one_ulp_for_16_bit_and_four_times_the_largest_score_for_fp
             out[0, 0, 0, 0] += off * unit
             verdict = oracle.judge(out, None, inputs, case, plain=(ref, ref_lse))
             assert verdict.passed == passes, (fmt, off, verdict.summary())
+
+
+# ---------------------------------------------------------------- local attention and softcap
+
+def _brute_visible(sq, sk, causal, window):
+    """FlashAttention's definition, key by key: query i sees key j iff i + sk - sq - left <= j <= i + sk - sq + right
+    (a side of -1 unbounded; causal: right = 0)."""
+    left, right = window
+    right = 0 if causal else right
+    out = torch.zeros(sq, sk, dtype=torch.bool)
+    for i in range(sq):
+        for j in range(sk):
+            d = i + sk - sq
+            out[i, j] = (left < 0 or j >= d - left) and (right < 0 or j <= d + right)
+    return out
+
+
+WINDOWS = [(sq, sk, causal, window) for sq, sk in ((1, 9), (7, 7), (9, 4), (5, 13))
+           for causal in (False, True) for window in ((-1, -1), (0, 0), (2, -1), (-1, 3), (3, 1), (0, 5))]
+
+
+@pytest.mark.parametrize("sq,sk,causal,window", WINDOWS)
+def test_visible_keys_and_pair_counts_follow_the_definition(sq, sk, causal, window):
+    from compare import bench
+    want = _brute_visible(sq, sk, causal, window)
+    got = oracle._visible(torch.arange(sq), sq, sk, causal, "cpu", window)
+    assert torch.equal(got if got is not None else torch.ones(sq, sk, dtype=torch.bool), want)
+    assert bench.attention_pairs(sq, sk, causal, window) == int(want.sum())
+
+
+@pytest.mark.parametrize("window,causal", [((3, 1), False), ((2, -1), True), ((0, 0), False), ((-1, 2), False)])
+def test_windowed_reference_matches_masked_sdpa(window, causal):
+    """The float64 reference with a window against torch SDPA (math, float64) given the brute-force mask; rows whose
+    window holds no key give 0 and LSE -inf."""
+    case = oracle.Case(2, 4, 2, 9, 6, 32, causal=causal, fmt="fp32", window=window)
+    q, k, v = oracle.make_inputs(case).dequantized()
+    out, lse = oracle.reference(q, k, v, causal=causal, scale=case.softmax_scale, window=window)
+    mask = _brute_visible(9, 6, causal, window)
+    kk, vv = (x.repeat_interleave(2, dim=1) for x in (k, v))
+    s = q @ kk.transpose(-1, -2) * case.softmax_scale
+    want = torch.nn.functional.scaled_dot_product_attention(q, kk, vv, attn_mask=mask, scale=case.softmax_scale)
+    empty = ~mask.any(-1)
+    assert torch.allclose(out[..., ~empty, :], want[..., ~empty, :], atol=1e-12)
+    assert (out[..., empty, :] == 0).all() and torch.isneginf(lse[..., empty]).all()
+    want_lse = torch.logsumexp(s.masked_fill(~mask, float("-inf")), -1)
+    assert torch.allclose(lse[..., ~empty], want_lse[..., ~empty], atol=1e-12)
+    # Sq > Sk: the first rows' windows end before key 0 (i + Sk - Sq + right < 0), and only those
+    right = 0 if causal else window[1]
+    assert torch.equal(empty, torch.arange(9) < 9 - 6 - (right if right >= 0 else 10 ** 6))
+
+
+def test_softcap_reference_and_plain_cap_the_scaled_scores():
+    case = oracle.Case(1, 2, 1, 5, 11, 64, fmt="fp32", dist="large", softcap=3.0)
+    inputs = oracle.make_inputs(case)
+    q, k, v = inputs.dequantized()
+    out, lse = oracle.reference(q, k, v, causal=False, scale=case.softmax_scale, softcap=3.0)
+    kk, vv = (x.repeat_interleave(2, dim=1) for x in (k, v))
+    s = 3.0 * torch.tanh(q @ kk.transpose(-1, -2) * case.softmax_scale / 3.0)
+    assert torch.allclose(out, torch.softmax(s, -1) @ vv, atol=1e-12)
+    assert torch.allclose(lse, torch.logsumexp(s, -1), atol=1e-12)
+    uncapped, _ = oracle.reference(q, k, v, causal=False, scale=case.softmax_scale)
+    assert (out - uncapped).abs().max() > 1e-3  # large inputs: the cap changes the answer
+    plain, _ = oracle.plain_attention(inputs, case)
+    assert (plain - out).abs().max() < 1e-5
+
+
+def test_check_passes_window_and_softcap_only_where_set():
+    seen = []
+
+    def backend(q, k, v, **kw):
+        seen.append(sorted(kw))
+        case = oracle.Case(1, 2, 2, 6, 6, 32, fmt="fp32", **{n: kw[n] for n in ("window", "softcap") if n in kw})
+        qq, kk, vv = (x.double() for x in (q, k, v))
+        out, lse = oracle.reference(qq, kk, vv, causal=kw["causal"], scale=case.softmax_scale, window=case.window,
+                                    softcap=case.softcap)
+        return out.float(), lse.float()
+    for extra in ({}, {"window": (2, 0)}, {"softcap": 5.0}):
+        case = oracle.Case(1, 2, 2, 6, 6, 32, fmt="fp32", **extra)
+        assert oracle.check(backend, case).passed
+    assert seen == [["causal", "return_lse", "scale"], ["causal", "return_lse", "scale", "window"],
+                    ["causal", "return_lse", "scale", "softcap"]]
+    with pytest.raises(ValueError, match="window"):
+        oracle.Case(1, 1, 1, 4, 4, 32, window=(-2, 0))
+    with pytest.raises(ValueError, match="softcap"):
+        oracle.Case(1, 1, 1, 4, 4, 32, softcap=-1.0)
+    assert "win2,0" in oracle.Case(1, 1, 1, 4, 4, 32, window=(2, 0)).shape_str()
