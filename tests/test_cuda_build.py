@@ -475,19 +475,22 @@ def test_concurrent_builds_of_one_library_serialise_and_build_once(tmp_path, mon
     assert (tmp_path / "_build" / "locktest.lock").exists()
 
 
-_FAKE_NVCC = '''#!{python}
+_FAKE_NVCC = """#!{python}
 import os, sys, time
 out = sys.argv[sys.argv.index("-o") + 1]
+link = "-shared" in sys.argv
+# compile: the object names its source; link: the library is its objects' bytes, so a half-written object shows
+body = b"".join(open(a, "rb").read() for a in sys.argv if a.endswith(".o")) if link else b"object of k.cu."
 with open(out, "wb") as f:
-    f.write(b"\\x7fELF half")
+    f.write(body[:len(body) // 2])
     f.flush()
-    if "-shared" in sys.argv and os.environ.get("FAKE_NVCC_STALL"):
+    if os.environ.get("FAKE_NVCC_STALL") and link == (os.environ["FAKE_NVCC_STAGE"] == "link"):
         open(os.environ["FAKE_NVCC_STALL"], "w").close()
-        time.sleep(120)  # killed here, the library half written
-    f.write(b" and the rest")
-'''
+        time.sleep(120)  # killed here, the output half written
+    f.write(body[len(body) // 2:])
+"""
 
-_BUILD_IN_A_PROCESS = '''
+_BUILD_IN_A_PROCESS = """
 import sys
 from pathlib import Path
 from cuda_impl import toolchain
@@ -495,13 +498,14 @@ toolchain.BUILD_ROOT = Path(sys.argv[1])
 toolchain.find_nvcc = lambda: sys.argv[2]
 spec = toolchain.LibrarySpec(name="killtest", sources=(Path(sys.argv[3]),))
 print(toolchain.build_library(spec))
-'''
+"""
 
 
-def test_a_killed_build_leaves_no_library_that_passes_for_built(tmp_path):
-    """A build killed while the library is half written (SIGKILL to the whole process group, so no cleanup
-    runs) leaves nothing that cached_library() or the next build takes for the finished library; the next
-    build gets the lock and writes the whole library."""
+@pytest.mark.parametrize("stage", ["compile", "link"])
+def test_a_killed_build_leaves_no_output_that_passes_for_built(tmp_path, stage):
+    """A build killed while an object or the library is half written (SIGKILL to the whole process group, so no
+    cleanup runs) leaves nothing that cached_library() or the next build takes for finished: the next build gets
+    the lock and the library it writes holds whole objects."""
     import os
     import signal
     import sys
@@ -514,12 +518,13 @@ def test_a_killed_build_leaves_no_library_that_passes_for_built(tmp_path):
     (tmp_path / "k.cu").write_text("// a kernel\n")
     root, stalled = tmp_path / "_build", tmp_path / "stalled"
     argv = [sys.executable, "-c", _BUILD_IN_A_PROCESS, str(root), str(nvcc), str(tmp_path / "k.cu")]
-    env = {**os.environ, "PYTHONPATH": str(Path(toolchain.__file__).parents[2]), "FAKE_NVCC_STALL": str(stalled)}
+    env = {**os.environ, "PYTHONPATH": str(Path(toolchain.__file__).parents[2]), "FAKE_NVCC_STALL": str(stalled),
+           "FAKE_NVCC_STAGE": stage}
     build = subprocess.Popen(argv, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while not stalled.exists():
         assert build.poll() is None, build.communicate()
-        assert time.monotonic() < deadline, "the fake link step never started"
+        assert time.monotonic() < deadline, f"the fake {stage} step never started"
         time.sleep(0.05)
     os.killpg(build.pid, signal.SIGKILL)
     build.wait(timeout=30)
@@ -535,4 +540,4 @@ def test_a_killed_build_leaves_no_library_that_passes_for_built(tmp_path):
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     library = Path(done.stdout.strip())
-    assert library.read_bytes() == b"\x7fELF half and the rest"
+    assert library.read_bytes() == b"object of k.cu.", "the library holds a half-written object"

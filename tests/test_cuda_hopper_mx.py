@@ -190,13 +190,15 @@ def _kernel_quantize_p_nvfp4(p: torch.Tensor) -> torch.Tensor:
 
 
 def _probabilities(rows=64, keys=256, seed=0) -> torch.Tensor:
-    """p = exp2(x - max x) over rows with a wide spread, masked (zero) keys and all-zero blocks."""
+    """p = exp2(x - max x) over rows with a wide spread, masked (zero) keys, all-zero blocks and a block so small
+    that the MX scale is clamped."""
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(rows, keys, generator=g) * torch.linspace(0.1, 40, rows)[:, None]
     p = torch.exp2(x - x.amax(dim=-1, keepdim=True))
     p[:, -40:] = 0.0  # masked keys, one block entirely
     p[1, :] = 0.0  # a row that saw no key yet
     p[2, :16] = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0] * 2) / 6 * 0.171875  # e2m1 ties
+    p[3, :32] = 2.0 ** -125 * (1 + torch.arange(32) / 32)  # one 32-key block below 2^-119: E8M0's clamp at -127
     return p
 
 

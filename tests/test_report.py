@@ -403,3 +403,22 @@ def test_report_subcommand_prints_the_results_block(capsys):
     from compare import cli
     assert cli.main(["report", "--data", str(FIXTURE_DIR)]) == 0
     assert capsys.readouterr().out.strip("\n") == report.report(FIXTURE_DIR)
+
+
+def test_a_cell_measured_twice_shows_its_best_speed():
+    """Two passing rows of one headline cell (a case measured in two sweeps): the cell shows the faster, whichever
+    comes first; a slower copy changes nothing."""
+    import pandas as pd
+    df = figures.load_results(FIXTURE_DIR)
+    grid = report.grid_rows(report.passed(df))
+    cell = (grid["label"] == "cuda:v5") & (grid["format"] == "bf16") & (grid["head_dim"] == 128) & \
+           (grid["seqlen_q"] == 4096) & ~grid["causal"].astype(bool)
+    (row,) = grid[cell].index
+    base = df.loc[row, "tflops"]
+    key = ("bf16 | `cuda:v5`", "4k")
+    before = _cells(report.headline_tflops_table(df), key_columns=2)[key]
+    for factor, want in ((0.5, f"{base:.0f}"), (2.0, f"{2 * base:.0f}")):
+        copy = df.loc[[row]].assign(tflops=base * factor)
+        for frame in (pd.concat([df, copy], ignore_index=True), pd.concat([copy, df], ignore_index=True)):
+            got = _cells(report.headline_tflops_table(frame), key_columns=2)[key]
+            assert got.split(" / ")[0] == want and got.split(" / ")[1] == before.split(" / ")[1], (factor, got)

@@ -149,11 +149,11 @@ def _ninja_file(spec: LibrarySpec, nvcc: str) -> str:
         f"flags = {flags}",
         f"link_flags = {link_flags}",
         "rule cu",
-        # ptxas -v output goes to <object>.log; on failure the log is shown, then the error. Each output is
-        # written under a temporary name and renamed when complete, so that a build killed midway leaves no
-        # truncated object or library that a later build or cached_library() would take for finished.
-        "  command = ($nvcc $flags -c $in -o $out.part > $out.log 2>&1 && mv -f $out.part $out)"
-        " || (cat $out.log; exit 1)",
+        # ptxas -v output goes to <object>.log; on failure the log is shown, then the error. An object a killed
+        # build left half written is compiled again by the next (ninja's log holds no entry for it); the library
+        # is written under a temporary name and renamed when complete, since cached_library() takes it without
+        # asking ninja.
+        "  command = $nvcc $flags -c $in -o $out > $out.log 2>&1 || (cat $out.log; exit 1)",
         "  description = nvcc $in",
         "rule link",
         "  command = $nvcc -shared -cudart static -Xcompiler -fPIC $link_flags $in -o $out.part && mv -f $out.part $out",
