@@ -28,6 +28,7 @@ reports the relative L2 error against float64 attention on the *unquantized* mas
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -628,8 +629,132 @@ def check_kvcache(fn, case: KVCase, *, device: str | torch.device = "cpu", input
         verdicts.append(v)
         if not v.passed:
             reasons.append(f"sequence {b} (length {length}): {v.reason}")
+    return _combined(verdicts, reasons, rows_checked=case.seqlen_q)
+
+
+def _combined(verdicts: list[Verdict], reasons: list[str], rows_checked: int) -> Verdict:
+    """One verdict for a call judged sequence by sequence: failed with every reason, the worst errors, the
+    tightest bounds."""
     worst = lambda name: max((getattr(v, name) for v in verdicts if getattr(v, name) is not None), default=0.0)
     return Verdict(passed=not reasons, reason="; ".join(reasons), max_abs_err=worst("max_abs_err"),
                    lp_max_abs_err=worst("lp_max_abs_err"), bound=min((v.bound for v in verdicts), default=0.0),
                    lse_err=worst("lse_err"), lse_bound=min((v.lse_bound for v in verdicts if v.lse_bound), default=0.0),
-                   rel_l2=worst("rel_l2"), rel_l2_unquantized=worst("rel_l2_unquantized"), rows_checked=case.seqlen_q)
+                   rel_l2=worst("rel_l2"), rel_l2_unquantized=worst("rel_l2_unquantized"), rows_checked=rows_checked)
+
+
+# ---------------------------------------------------------------- varlen (packed sequences) mode
+#
+# attention_varlen's inputs (compare.varlen has the layouts): q (total_q, Hq, D), k and v (total_k, Hkv, D), the
+# sequences packed one after another at the offsets cu_seqlens_q / cu_seqlens_k (B + 1,) int32. Each sequence is
+# drawn as a dense case of its own (seed per sequence) and judged as one (the FlashAttention rule per sequence);
+# a sequence with queries but no keys must give exactly 0 and LSE -inf.
+
+VARLEN_FORMATS = ("bf16", "fp16", "fp32")
+
+
+@dataclass(frozen=True)
+class VarlenCase:
+    seqlens_q: tuple[int, ...]
+    seqlens_k: tuple[int, ...]
+    heads_q: int
+    heads_kv: int
+    head_dim: int
+    causal: bool = False
+    fmt: str = "bf16"
+    scale: float | None = None
+    dist: str = "normal"
+    window: tuple[int, int] = (-1, -1)
+    softcap: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("seqlens_q", "seqlens_k", "window"):
+            if isinstance(getattr(self, name), list):  # from JSON
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not self.seqlens_q or len(self.seqlens_q) != len(self.seqlens_k):
+            raise ValueError(f"VarlenCase: one query and one key length per sequence, got {len(self.seqlens_q)} "
+                             f"and {len(self.seqlens_k)}")
+        if min(self.seqlens_q + self.seqlens_k) < 0:
+            raise ValueError("VarlenCase: lengths must be >= 0")
+        if self.fmt not in VARLEN_FORMATS:
+            raise ValueError(f"VarlenCase.fmt: {VARLEN_FORMATS}, got {self.fmt!r}")
+        self.dense(0)  # heads, head_dim, window, softcap, dist checked as a dense case
+
+    @property
+    def batch(self) -> int:
+        return len(self.seqlens_q)
+
+    def dense(self, b: int) -> Case:
+        """Sequence b as a dense case (batch 1, its own lengths, at least 1 for drawing; its own seed)."""
+        return Case(batch=1, heads_q=self.heads_q, heads_kv=self.heads_kv, seqlen_q=max(self.seqlens_q[b], 1),
+                    seqlen_k=max(self.seqlens_k[b], 1), head_dim=self.head_dim, causal=self.causal, fmt=self.fmt,
+                    scale=self.scale, dist=self.dist, seed=self.seed * 7919 + b, window=self.window,
+                    softcap=self.softcap)
+
+    def shape_str(self) -> str:
+        lengths = lambda ns: ",".join(map(str, ns)) if len(ns) <= 6 else f"{len(ns)} seqs, max {max(ns)}"
+        extra = self.dense(0).shape_str().split(f"d{self.head_dim} ", 1)[1]
+        return (f"{self.fmt} varlen h{self.heads_q}/{self.heads_kv} q[{lengths(self.seqlens_q)}] "
+                f"k[{lengths(self.seqlens_k)}] d{self.head_dim} {extra}")
+
+
+@dataclass(frozen=True)
+class VarlenInputs:
+    q: torch.Tensor                  # (total_q, Hq, D)
+    k: torch.Tensor                  # (total_k, Hkv, D)
+    v: torch.Tensor
+    cu_seqlens_q: torch.Tensor       # (B + 1,) int32
+    cu_seqlens_k: torch.Tensor
+    sequences: tuple[Inputs, ...]    # per sequence, (1, H, S, D) with its true lengths, masters included
+
+    def kwargs(self, case: VarlenCase) -> dict:
+        """The keyword arguments of attention_varlen for these inputs (no return_lse)."""
+        kw = dict(cu_seqlens_q=self.cu_seqlens_q, cu_seqlens_k=self.cu_seqlens_k,
+                  max_seqlen_q=max(case.seqlens_q), max_seqlen_k=max(case.seqlens_k), causal=case.causal,
+                  scale=case.scale)
+        return {**kw, **case.dense(0).extra_kwargs()}
+
+
+def make_varlen_inputs(case: VarlenCase, device: str | torch.device = "cpu") -> VarlenInputs:
+    """Fresh random packed inputs for `case`: each sequence drawn as its dense case, cut to its lengths."""
+    sequences = []
+    for b, (sq, sk) in enumerate(zip(case.seqlens_q, case.seqlens_k)):
+        full = make_inputs(case.dense(b), device)
+        cut = lambda x, n: x[:, :, :n]
+        sequences.append(Inputs(cut(full.q, sq), cut(full.k, sk), cut(full.v, sk), cut(full.q_master, sq),
+                                cut(full.k_master, sk), cut(full.v_master, sk)))
+    pack = lambda xs: torch.cat([x[0].transpose(0, 1) for x in xs]).contiguous()
+    offsets = lambda ns: torch.tensor([0, *itertools.accumulate(ns)], dtype=torch.int32, device=device)
+    return VarlenInputs(q=pack([s.q for s in sequences]), k=pack([s.k for s in sequences]),
+                        v=pack([s.v for s in sequences]), cu_seqlens_q=offsets(case.seqlens_q),
+                        cu_seqlens_k=offsets(case.seqlens_k), sequences=tuple(sequences))
+
+
+def check_varlen(fn, case: VarlenCase, *, device: str | torch.device = "cpu",
+                 inputs: VarlenInputs | None = None) -> Verdict:
+    """Run ``fn(q, k, v, **inputs.kwargs(case), return_lse=True)`` -> out (total_q, Hq, D), lse (Hq, total_q) and
+    judge each sequence as a dense case of its own lengths."""
+    inputs = inputs or make_varlen_inputs(case, device)
+    total_q = sum(case.seqlens_q)
+    poison_allocator(device, total_q * case.heads_q * case.head_dim * 4)
+    out, lse = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=True)
+    expected = (total_q, case.heads_q, case.head_dim)
+    if tuple(out.shape) != expected or tuple(lse.shape) != (case.heads_q, total_q):
+        raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
+                         f"{(case.heads_q, total_q)}")
+    reasons, verdicts = [], []
+    starts = inputs.cu_seqlens_q.tolist()
+    for b, (sq, sk) in enumerate(zip(case.seqlens_q, case.seqlens_k)):
+        if sq == 0:
+            continue
+        out_b = out[starts[b]:starts[b] + sq].transpose(0, 1)[None]    # (1, Hq, Sq, D)
+        lse_b = lse[:, starts[b]:starts[b] + sq][None]
+        if sk == 0:
+            if bool((out_b != 0).any()) or not bool(torch.isneginf(lse_b).all()):
+                reasons.append(f"sequence {b} (no keys): out is not 0 / lse not -inf")
+            continue
+        v = judge(out_b, lse_b, inputs.sequences[b], case.dense(b).replace(seqlen_q=sq, seqlen_k=sk))
+        verdicts.append(v)
+        if not v.passed:
+            reasons.append(f"sequence {b} (q {sq}, k {sk}): {v.reason}")
+    return _combined(verdicts, reasons, rows_checked=total_q)

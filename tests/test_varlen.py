@@ -1,0 +1,120 @@
+"""The varlen (packed sequences) mode of the oracle and the shared checks of attention_varlen (compare.varlen), on
+the CPU: a correct packed implementation passes, one with a fault at a sequence boundary or an unwritten row fails
+and names the sequence, and bad offsets get a clear error."""
+import re
+
+import pytest
+import torch
+
+from compare import oracle, varlen
+
+
+def packed_reference(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                     return_lse, window=(-1, -1), softcap=0.0, shift_keys=0):
+    """attention_varlen from the float64 reference, one sequence at a time (shift_keys: a boundary fault)."""
+    assert return_lse
+    scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
+    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    lse = torch.full((q.shape[1], q.shape[0]), float("nan"))
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    for b in range(len(cq) - 1):
+        if cq[b + 1] == cq[b]:
+            continue
+        k0 = min(ck[b] + (shift_keys if b == 1 else 0), ck[b + 1])
+        seq = lambda x, a, z: x[a:z].transpose(0, 1)[None].double()
+        o, l = oracle.reference(seq(q, cq[b], cq[b + 1]), seq(k, k0, ck[b + 1]), seq(v, k0, ck[b + 1]),
+                                causal=causal, scale=scale, window=window, softcap=softcap)
+        out[cq[b]:cq[b + 1]] = o[0].transpose(0, 1).nan_to_num(0.0).to(q.dtype)
+        lse[:, cq[b]:cq[b + 1]] = l[0].float()
+    return out, lse
+
+
+CASES = [
+    oracle.VarlenCase((5, 1, 17), (5, 9, 30), 4, 4, 32, fmt="fp32"),
+    oracle.VarlenCase((3, 0, 8, 2), (4, 2, 8, 0), 4, 2, 32, causal=True, fmt="fp32"),   # empty query / key sets
+    oracle.VarlenCase((9, 6), (6, 9), 8, 2, 64, causal=True, fmt="fp16"),               # Sq > Sk and Sq < Sk
+    oracle.VarlenCase((12, 7), (12, 20), 4, 1, 32, fmt="fp32", window=(3, 2)),
+    oracle.VarlenCase((6, 6), (6, 6), 2, 2, 32, fmt="fp32", dist="large", softcap=4.0),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
+def test_a_correct_packed_implementation_passes(case):
+    verdict = oracle.check_varlen(packed_reference, case)
+    assert verdict.passed, verdict.summary()
+    assert verdict.rows_checked == sum(case.seqlens_q)
+
+
+def test_a_fault_at_a_sequence_boundary_fails_and_names_the_sequence():
+    case = oracle.VarlenCase((5, 7, 4), (6, 9, 5), 4, 2, 32, fmt="fp32")
+    verdict = oracle.check_varlen(lambda *a, **kw: packed_reference(*a, **kw, shift_keys=1), case)
+    assert not verdict.passed and "sequence 1" in verdict.reason and "sequence 0" not in verdict.reason
+
+
+def test_an_unwritten_row_and_a_wrong_empty_sequence_fail():
+    case = oracle.VarlenCase((4, 3, 2), (4, 0, 6), 2, 2, 32, fmt="fp32")
+
+    def leaves_a_row(*a, **kw):
+        out, lse = packed_reference(*a, **kw)
+        out[8] = float("nan")  # the last sequence's second row
+        out[4:7] = 1.0        # the sequence without keys must be 0
+        return out, lse
+    verdict = oracle.check_varlen(leaves_a_row, case)
+    assert "sequence 2" in verdict.reason and "NaN" in verdict.reason
+    assert "sequence 1 (no keys)" in verdict.reason
+
+
+def test_the_sequences_are_drawn_apart_and_packed_in_order():
+    case = oracle.VarlenCase((3, 3), (3, 3), 2, 2, 32, fmt="fp32")
+    inputs = oracle.make_varlen_inputs(case)
+    assert inputs.cu_seqlens_q.dtype == torch.int32 and inputs.cu_seqlens_q.tolist() == [0, 3, 6]
+    assert not torch.equal(inputs.q[:3], inputs.q[3:])  # a seed per sequence
+    assert torch.equal(inputs.q[3:6], inputs.sequences[1].q[0].transpose(0, 1))
+    assert oracle.make_varlen_inputs(case).q.equal(inputs.q)  # and the same again for the same case
+
+
+# ---------------------------------------------------------------- compare.varlen: the API's checks
+
+def _call(**change):
+    case = oracle.VarlenCase((3, 5), (4, 6), 4, 2, 32, fmt="fp16")
+    inputs = oracle.make_varlen_inputs(case)
+    args = dict(q=inputs.q, k=inputs.k, v=inputs.v, cu_seqlens_q=inputs.cu_seqlens_q,
+                cu_seqlens_k=inputs.cu_seqlens_k, max_seqlen_q=5, max_seqlen_k=6)
+    args.update(change)
+    layout = varlen.check_inputs(**args)
+    varlen.check_values(layout, args["cu_seqlens_q"], args["cu_seqlens_k"], args["max_seqlen_q"],
+                        args["max_seqlen_k"])
+    return layout
+
+
+def test_good_inputs_give_the_layout():
+    layout = _call()
+    assert (layout.batch, layout.heads_q, layout.heads_kv, layout.head_dim, layout.total_q, layout.total_k) == \
+        (2, 4, 2, 32, 8, 10)
+
+
+@pytest.mark.parametrize("change,exc,words", [
+    (dict(cu_seqlens_q=torch.tensor([0, 3, 8], dtype=torch.int64)), TypeError, "cu_seqlens_q must be int32"),
+    (dict(cu_seqlens_q=torch.tensor([0, 6, 8], dtype=torch.int32).flip(0)), ValueError, "cu_seqlens_q[0] must be 0"),
+    (dict(cu_seqlens_k=torch.tensor([0, 7, 6], dtype=torch.int32)), ValueError, "non-decreasing"),
+    (dict(cu_seqlens_k=torch.tensor([0, 4, 9], dtype=torch.int32)), ValueError, "holds 10 tokens"),
+    (dict(cu_seqlens_k=torch.tensor([0, 4, 6, 10], dtype=torch.int32)), ValueError, "the same length"),
+    (dict(max_seqlen_q=4), ValueError, "below the longest sequence"),
+    (dict(max_seqlen_k=6.0), TypeError, "max_seqlen_k must be an int"),
+    (dict(q=torch.zeros(8, 3, 32, dtype=torch.float16)), ValueError, "multiple of the heads"),
+    (dict(q=torch.zeros(8, 4, 32)), TypeError, "share a dtype"),
+    (dict(q=torch.zeros(2, 4, 4, 32, dtype=torch.float16)), ValueError, "(total_tokens, heads, head_dim)"),
+    (dict(window=(2,)), ValueError, "window"),
+    (dict(softcap=-1.0), ValueError, "softcap"),
+])
+def test_bad_inputs_get_a_clear_error(change, exc, words):
+    window = change.pop("window", (-1, -1))
+    softcap = change.pop("softcap", 0.0)
+    with pytest.raises(exc, match=re.escape(words)):
+        if window != (-1, -1) or softcap:
+            case = oracle.VarlenCase((3, 5), (4, 6), 4, 2, 32, fmt="fp16")
+            inputs = oracle.make_varlen_inputs(case)
+            varlen.check_inputs(inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, 5, 6,
+                                window=window, softcap=softcap)
+        else:
+            _call(**change)
