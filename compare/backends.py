@@ -40,6 +40,8 @@ class Backend:
     causal_unequal: bool = True     # bottom-right causal with seqlen_q != seqlen_k
     min_seqlen_k: int = 1
     max_seqlen_q: int | None = None  # decode kernels: at most this many query tokens
+    local: bool = False             # takes window=(left, right) (local attention)
+    softcap: bool = False           # takes softcap=
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
@@ -89,10 +91,15 @@ class Backend:
             return f"seqlen_q > {self.max_seqlen_q} (a decode kernel)"
         if case.causal and case.seqlen_q != case.seqlen_k and not self.causal_unequal:
             return "causal with seqlen_q != seqlen_k (its causal mask is top-left aligned)"
+        if getattr(case, "local", False) and not self.local:
+            return "a local window (no window= argument)"
+        if getattr(case, "softcap", 0.0) and not self.softcap:
+            return "softcap (no softcap= argument)"
         return None
 
-    def __call__(self, q, k, v, *, causal=False, scale=None, return_lse=False):
-        return self.run(q, k, v, causal=causal, scale=scale, return_lse=return_lse)
+    def __call__(self, q, k, v, *, causal=False, scale=None, return_lse=False, **extra):
+        """extra: window= / softcap= where the backend declares them (compare.oracle.Case.extra_kwargs)."""
+        return self.run(q, k, v, causal=causal, scale=scale, return_lse=return_lse, **extra)
 
 
 # --- torch SDPA peers -------------------------------------------------------------------------
@@ -211,8 +218,9 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
                         availability=lambda: reason, description=reason)]
     out = []
     for variant, caps in variants.items():
-        def run(q, k, v, *, causal=False, scale=None, return_lse=False, _variant=variant):
-            return module.attention(q, k, v, causal=causal, scale=scale, variant=_variant, return_lse=return_lse)
+        def run(q, k, v, *, causal=False, scale=None, return_lse=False, _variant=variant, **extra):
+            return module.attention(q, k, v, causal=causal, scale=scale, variant=_variant, return_lse=return_lse,
+                                    **extra)
 
         out.append(Backend(
             # fp32 is accepted by some kernels for interpreter tests only; the compared formats are the
@@ -225,6 +233,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())
             else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
+            local=bool(caps.get("local")), softcap=bool(caps.get("softcap")),
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))

@@ -130,6 +130,25 @@ def _fwd_fake(q, k, v, causal, scale, variant):
     return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
+def _fwd_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, window_left: int,
+               window_right: int, softcap: float, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_runnable("fwd", variant, (q, k, v), {})
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
+    with _device_scope(q):
+        kernels.launch(q, k, v, out, lse, causal, scale, window=(window_left, window_right), softcap=softcap)
+    return out, lse
+
+
+_fwd_local_op = torch.library.custom_op("triton_fa::fwd_local", mutates_args=())(_fwd_local)
+
+
+@_fwd_local_op.register_fake
+def _fwd_local_fake(q, k, v, causal, scale, window_left, window_right, softcap, variant):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
 def _fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor,
                 k_descale: torch.Tensor, v_descale: torch.Tensor, causal: bool, scale: float,
                 variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -286,20 +305,53 @@ def _choose_variant(fmt, variant, q, k, causal):
 
 # ---------------------------------------------------------------- public entry point
 
-def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
+def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False, window=(-1, -1), softcap=0.0):
     """q: (B, Hq, Sq, D), k/v: (B, Hkv, Sk, D); Hq % Hkv == 0 (GQA/MQA).
 
     16-bit formats: torch tensors (bf16/fp16; fp32 for variant "fa2"). fp8, mxfp8, nvfp4:
     compare.formats.QuantTensor (fp8 with per-head descales), v stored transposed (B, Hkv, D, Sk).
     causal is bottom-right aligned (query i sees keys j <= i + Sk - Sq); rows that see no key give
-    out 0 and lse -inf. scale defaults to 1/sqrt(D). Returns out (B, Hq, Sq, D) in q's dtype (bf16
-    for quantized inputs), and with return_lse the natural-log LSE (B, Hq, Sq) fp32 of the scaled
-    scores."""
-    if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
+    out 0 and lse -inf. scale defaults to 1/sqrt(D). window=(left, right): local attention as FlashAttention's
+    (query i sees keys i + Sk - Sq - left .. i + Sk - Sq + right, -1 unbounded; causal sets right to 0);
+    softcap > 0: scaled scores become softcap * tanh(s / softcap). Both only in the variants that declare them
+    ("local" / "softcap" in VARIANTS; variant=None picks "fa2"); others raise NotImplementedError. Returns out
+    (B, Hq, Sq, D) in q's dtype (bf16 for quantized inputs), and with return_lse the natural-log LSE (B, Hq, Sq)
+    fp32 of the scaled (capped) scores."""
+    if tuple(window) != (-1, -1) or softcap:
+        out, lse = _attention_local(q, k, v, causal, scale, variant, window, softcap)
+    elif _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
         out, lse = _attention_quantized(q, k, v, causal, scale, variant)
     else:
         out, lse = _attention_16bit(q, k, v, causal, scale, variant)
     return (out, lse) if return_lse else out
+
+
+LOCAL_DEFAULT_VARIANT = "fa2"  # variant=None with a window or softcap
+
+
+def _attention_local(q, k, v, causal, scale, variant, window, softcap):
+    from compare import oracle
+    window = tuple(window) if isinstance(window, list) else window
+    oracle.check_window(window)
+    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (0 <= softcap < math.inf):
+        raise ValueError(f"softcap must be a finite number >= 0, got {softcap!r}")
+    takes = sorted(name for name, spec in VARIANTS.items() if spec.get("local") and spec.get("softcap"))
+    if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
+        raise NotImplementedError(f"window / softcap: 16-bit and fp32 inputs only (variants {takes})")
+    variant = LOCAL_DEFAULT_VARIANT if variant is None else variant
+    if variant in VARIANTS and not (VARIANTS[variant].get("local") and VARIANTS[variant].get("softcap")):
+        raise NotImplementedError(f"variant {variant!r} has no local window / softcap; the variants with them: "
+                                  f"{takes}")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if not q.dtype == k.dtype == v.dtype or q.dtype not in _TORCH_FORMATS:
+        raise TypeError(f"q, k, v must share one of bfloat16, float16, float32, got {q.dtype}, {k.dtype}, {v.dtype}")
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
+    _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
+    scale = _resolve_scale(scale, q.shape[-1])
+    return _run(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
+                float(softcap), variant)
 
 
 def _attention_16bit(q, k, v, causal, scale, variant):

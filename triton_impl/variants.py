@@ -14,6 +14,8 @@ VARIANTS: dict[str, dict] = {
         "min_cc": (8, 0),
         "max_cc": None,
         "description": "FlashAttention-2 forward, pointer loads with strides (portable; runs under TRITON_INTERPRET=1)",
+        "local": True,     # window=(left, right): only the key blocks the window touches (interpreter-tested)
+        "softcap": True,
     },
     "fa2-tma": {
         "kernels": "triton_impl.kernels.fa2_tma",

@@ -4,7 +4,9 @@ and the final normalisation.
 Scores are kept in log2 units (score * softmax_scale * log2(e)) so that the exponentials are exp2.
 A query block visits two key ranges: `[0, full_end)` where every row of the block sees every key
 (no mask is evaluated there), and `[full_end, end)`, the blocks that cut the causal diagonal or the
-key tail, where the mask is applied. Only those few blocks pay for masking.
+key tail, where the mask is applied. Only those few blocks pay for masking. With a local window (LOCAL) a query
+block visits only the key blocks its rows' windows touch (local_key_range), each masked; with SOFTCAP the scaled
+scores are capped (softcap * tanh(s / softcap)) before the softmax.
 """
 import triton
 import triton.language as tl
@@ -43,6 +45,26 @@ def key_ranges(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.co
 
 
 @triton.jit
+def local_key_range(start_m, seqlen_q, seqlen_k, window_left, window_right, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr):
+    """(begin, end) of the keys a query block's rows see under a window: row i sees i + Sk - Sq - left ..
+    i + Sk - Sq + right (window_left / window_right >= 0 here; the host turns unbounded sides into Sq + Sk); begin
+    rounded down to a key block, so that the blocks outside every row's window are never visited."""
+    diagonal = seqlen_k - seqlen_q
+    first = tl.maximum(start_m * BLOCK_M + diagonal - window_left, 0)
+    last = tl.minimum((start_m + 1) * BLOCK_M - 1 + diagonal + window_right, seqlen_k - 1)
+    return first // BLOCK_N * BLOCK_N, tl.maximum(last + 1, 0)
+
+
+@triton.jit
+def capped(qk, softcap_in, softcap_out):
+    """softcap * tanh(s / softcap) of raw scores qk in log2 units: softcap_in = scale / softcap and softcap_out =
+    softcap * log2(e) (tanh through exp2, which the interpreter and every arch have)."""
+    x = qk * softcap_in
+    return (1.0 - 2.0 / (tl.math.exp2(x * 2.8853900817779268) + 1.0)) * softcap_out  # 2.885...: 2 log2(e)
+
+
+@triton.jit
 def start_rows(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.constexpr,
                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr):
     """A query block's empty running state (max, sum, accumulator), the causal diagonal offset, and
@@ -56,8 +78,11 @@ def start_rows(start_m, seqlen_q, seqlen_k, CAUSAL: tl.constexpr, BLOCK_M: tl.co
 
 @triton.jit
 def softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
-                 MASKED: tl.constexpr, CAUSAL: tl.constexpr):
-    """One online-softmax update for a (BLOCK_M, BLOCK_N) tile of raw scores.
+                 MASKED: tl.constexpr, CAUSAL: tl.constexpr, LOCAL: tl.constexpr = False, window_left=0,
+                 window_right=0):
+    """One online-softmax update for a (BLOCK_M, BLOCK_N) tile of raw scores (already capped under SOFTCAP, with
+    qk_scale 1 then). LOCAL: keys outside each row's window are masked too (window sides >= 0, as
+    local_key_range).
 
     Returns p (unnormalised probabilities, fp32), alpha (rescale factor for the accumulator) and the
     new running max and sum."""
@@ -65,6 +90,9 @@ def softmax_step(qk, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
         visible = offs_n[None, :] < seqlen_k
         if CAUSAL:
             visible = visible & (offs_n[None, :] <= offs_m[:, None] + diagonal)
+        if LOCAL:
+            visible = visible & (offs_n[None, :] >= offs_m[:, None] + diagonal - window_left) & (
+                offs_n[None, :] <= offs_m[:, None] + diagonal + window_right)
         qk = tl.where(visible, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(qk, 1))
         # a row that has seen no key yet keeps max -inf; subtracting 0 makes its p and alpha 0, not NaN

@@ -17,7 +17,7 @@ from triton.compiler import ASTSource
 from triton_impl.kernels import fa2_pointer, fa2_tma, fp8_tma
 
 _KERNELS = {"fa2": fa2_pointer._fa2_fwd_pointer, "fa2-tma": fa2_tma._fa2_fwd_tma, "fp8": fp8_tma._fp8_fwd}
-_FLOAT_ARGS = ("qk_scale", "softmax_scale_log2")
+_FLOAT_ARGS = ("qk_scale", "softmax_scale_log2", "softcap_in", "softcap_out")
 # strides that are 1 for contiguous inputs: head_dim strides, and the key stride of fp8's V^T
 _UNIT_STRIDES = {"fa2": ("sqd", "skd", "svd"), "fa2-tma": (), "fp8": ("svs",)}
 SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "UTMALDG.5D", "UTMASTG", "LDGSTS", "MUFU.EX2", "SHFL.IDX", "STL",
@@ -50,12 +50,14 @@ def _signature(kernel, variant, dtype):
 
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>;
-    for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
+    for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice), LOCAL and SOFTCAP (default False:
+    no window, no cap); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
-        constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False))
+        constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False),
+                          LOCAL=config.get("LOCAL", False), SOFTCAP=config.get("SOFTCAP", False))
     if variant == "fp8":
         constexprs.update(VT_VIA_TMA=True, PERMUTED_K=config.get("PERMUTED_K", True), EXACT_P_ROUNDING=False)
     constexprs.update({name: 1 for name in _UNIT_STRIDES[variant]})

@@ -1,0 +1,91 @@
+"""Local attention (window=) and softcap in triton_impl.attention, held to compare.oracle (which defines both as
+FlashAttention does).
+
+Interpreter tests: TRITON_INTERPRET must be set before any @triton.jit runs, so `test_local_interpreter_suite`
+runs this file in a subprocess with TRITON_INTERPRET=1, where the `interpreted` tests run on the CPU (fp16/fp32,
+small shapes; the interpreter's 16-row, 16-key tiles, so these shapes span several tiles and windows cut them).
+The refusals and the compile check need no interpreter.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compare import backends, oracle
+
+pytest.importorskip("triton")
+
+INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[1]
+interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+
+
+def test_local_interpreter_suite():
+    if INSIDE:
+        pytest.skip("this is the subprocess")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", __file__], cwd=REPO,
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    # inside: the oracle cases, the rows test and the refusals ran; the suite itself and the compiles skipped
+    assert f"{len(CASES) + 2} passed, 4 skipped" in run.stdout, run.stdout[-3000:]
+
+
+CASES = [
+    oracle.Case(1, 2, 2, 40, 40, 64, fmt="fp32", window=(5, 3)),
+    oracle.Case(2, 4, 2, 37, 53, 64, causal=True, fmt="fp16", window=(8, -1)),     # causal: right = 0, Sq < Sk
+    oracle.Case(1, 2, 1, 45, 30, 64, fmt="fp16", window=(-1, 4)),                   # Sq > Sk: leading rows see none
+    oracle.Case(1, 2, 2, 33, 70, 64, fmt="fp32", window=(0, 0)),                    # one key per row
+    oracle.Case(1, 2, 2, 35, 35, 64, fmt="fp32", dist="large", softcap=5.0),
+    oracle.Case(2, 4, 1, 21, 50, 64, causal=True, fmt="fp16", dist="large", softcap=2.5, window=(9, 0)),
+]
+
+
+@interpreted
+@pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
+def test_fa2_window_and_softcap_match_the_oracle(case):
+    verdict = oracle.check(backends.get("triton:fa2"), case)
+    assert verdict.passed, verdict.summary()
+
+
+@interpreted
+def test_rows_without_keys_and_the_default_variant():
+    import triton_impl
+    case = oracle.Case(1, 2, 2, 40, 20, 64, fmt="fp32")
+    inputs = oracle.make_inputs(case)
+    out, lse = triton_impl.attention(inputs.q, inputs.k, inputs.v, window=(2, 1), return_lse=True)
+    # row i sees keys i - 22 .. i - 19: none for i < 19
+    assert (out[:, :, :19] == 0).all() and torch.isneginf(lse[:, :, :19]).all()
+    assert torch.isfinite(lse[:, :, 19:]).all()
+    same = triton_impl.attention(inputs.q, inputs.k, inputs.v, window=(2, 1), variant="fa2")
+    assert torch.equal(out, same)
+
+
+def test_other_variants_and_bad_arguments_are_refused():
+    import triton_impl
+    q = torch.zeros(1, 2, 8, 64, dtype=torch.float16)
+    with pytest.raises(NotImplementedError, match="'fa2-tma' has no local window"):
+        triton_impl.attention(q, q, q, window=(4, 0), variant="fa2-tma")
+    with pytest.raises(NotImplementedError, match="the variants with them: \\['fa2'\\]"):
+        triton_impl.attention(q, q, q, softcap=3.0, variant="fp8")
+    with pytest.raises(ValueError, match="window"):
+        triton_impl.attention(q, q, q, window=(4, -2))
+    with pytest.raises(ValueError, match="softcap"):
+        triton_impl.attention(q, q, q, softcap=-1.0)
+    assert backends.get("triton:fa2").local and not backends.get("triton:fa2-tma").local
+    case = oracle.Case(1, 2, 2, 8, 8, 64, window=(2, 0))
+    assert backends.get("triton:fa2-tma").unsupported_reason(case) == "a local window (no window= argument)"
+    assert backends.get("triton:fa2").unsupported_reason(case) is None
+
+
+@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@pytest.mark.parametrize("options", [dict(LOCAL=True), dict(SOFTCAP=True), dict(LOCAL=True, SOFTCAP=True)])
+def test_the_options_compile_for_sm90_without_spills(options):
+    from triton_impl.kernels import offline
+    kernel = offline.compile_for("fa2", 128, True, dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3,
+                                                        **options))
+    assert offline.report(kernel)["STL"] == 0
