@@ -5,11 +5,12 @@ Every example is drawn within what a backend declares (``compare.backends.Backen
 
 * dense (``mode="dense"``, every backend): a ``DenseExample`` = an ``oracle.Case`` (batch, heads_q, GQA ratio,
   Sq, Sk incl. 1 and odd tails, head_dim, causal, dist normal/shifted/large, a custom scale, fmt among the
-  backend's formats incl. fp8/mxfp8/nvfp4 where declared) plus a layout for each of q, k, v (16-bit and fp32
-  only; quantized containers are passed as built): ``contiguous``; ``bshd``: a (B, H, S, D) view of (B, S, H, D)
-  storage; ``offset``: a slice, at a non-zero storage offset, of a larger NaN-filled buffer with padded rows;
-  ``bshd-offset``: both; ``misaligned``: contiguous strides but a start one element past a 16-byte boundary.
-  The NaN around a slice shows any read past the view. Judged by ``oracle.check``.
+  backend's formats incl. fp8/mxfp8/nvfp4 where declared, a local window and a softcap where declared) plus a
+  layout for each of q, k, v (16-bit and fp32 only; quantized containers are passed as built): ``contiguous``;
+  ``bshd``: a (B, H, S, D) view of (B, S, H, D) storage; ``offset``: a slice, at a non-zero storage offset, of a
+  larger NaN-filled buffer with padded rows; ``bshd-offset``: both; ``misaligned``: contiguous strides but a start
+  one element past a 16-byte boundary. The NaN around a slice shows any read past the view. Judged by
+  ``oracle.check``.
 * KV cache (``mode="kvcache"``, backends with ``attention_with_kvcache``: the decode variants of
   ``triton_impl`` / ``cuda_impl``, recognised by ``max_seqlen_q`` and the package's function): a ``KVExample`` =
   an ``oracle.KVCase`` (page size 16..256 or a contiguous cache, per-sequence lengths incl. 0, spare capacity,
@@ -299,6 +300,12 @@ def _heads(draw, profile: Profile, gqa: bool) -> tuple[int, int]:
 _SCALES = st.one_of(st.none(), st.sampled_from((0.5, 0.125, 1.3)))
 
 
+def _windows(seqlen_k: int):
+    """(left, right) of a local window: often none, else each side unbounded, 0, small or past the keys."""
+    side = st.one_of(st.just(-1), st.just(0), st.integers(1, 40), st.integers(0, seqlen_k + 8))
+    return st.one_of(st.just((-1, -1)), st.tuples(side, side))
+
+
 def dense_examples(backend: backends.Backend, profile: Profile):
     """Dense cases within what `backend` declares, bounded by `profile`."""
     fmts = formats_for(backend, profile)
@@ -321,8 +328,11 @@ def dense_examples(backend: backends.Backend, profile: Profile):
         else:
             sk = draw(_lengths(profile, min(profile.max_len, max(min_sk, profile.work_limit // per_key)), min_sk))
             sq = draw(_lengths(profile, min(max_sq, max(1, profile.work_limit // (per_key * sk)))))
+        window = draw(_windows(sk)) if backend.local else (-1, -1)
+        softcap = draw(st.sampled_from((0.0, 1.0, 2.5, 30.0))) if backend.softcap else 0.0
         case = oracle.Case(batch, heads_q, heads_kv, sq, sk, d, causal=causal, fmt=fmt, scale=draw(_SCALES),
-                           dist=draw(st.sampled_from(oracle.DISTRIBUTIONS)), seed=draw(st.integers(0, 1 << 16)))
+                           dist=draw(st.sampled_from(oracle.DISTRIBUTIONS)), seed=draw(st.integers(0, 1 << 16)),
+                           window=window, softcap=softcap)
         hypothesis.assume(backend.unsupported_reason(case) is None)
         if case.quantized:
             layouts = ("contiguous",) * 3

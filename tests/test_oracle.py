@@ -386,3 +386,20 @@ def test_check_passes_window_and_softcap_only_where_set():
     with pytest.raises(ValueError, match="softcap"):
         oracle.Case(1, 1, 1, 4, 4, 32, softcap=-1.0)
     assert "win2,0" in oracle.Case(1, 1, 1, 4, 4, 32, window=(2, 0)).shape_str()
+
+
+def test_the_lse_floor_follows_the_largest_score_under_a_softcap():
+    """A cap squeezes the LSE to about softcap + log(Sk) but not the fp32 rounding of the scores it is computed
+    from: the LSE floor is 4 ulps of the largest |scaled score| (or LSE, or 1)."""
+    case = oracle.Case(1, 1, 1, 4, 6, 64, fmt="fp32", dist="large", softcap=1.0)
+    inputs = oracle.make_inputs(case)
+    q, k, v = inputs.dequantized()
+    ref, ref_lse = oracle.reference(q, k, v, causal=False, scale=case.softmax_scale, softcap=1.0)
+    largest = float((q @ k.transpose(-1, -2) * case.softmax_scale).abs().max())
+    assert largest > 10 * float(ref_lse.abs().max())  # large inputs: the scores dwarf the capped LSE
+    unit = 4 * torch.finfo(torch.float32).eps * largest
+    for off, passes in ((0.9, True), (1.1, False)):
+        lse = ref_lse.clone()
+        lse[0, 0, 0] += off * unit
+        verdict = oracle.judge(ref.clone(), lse, inputs, case, plain=(ref, ref_lse))
+        assert verdict.passed == passes, (off, verdict.summary())
