@@ -27,6 +27,7 @@ pytest.importorskip("hypothesis")
 from compare import backends, cli, fuzz, oracle  # noqa: E402
 from compare.oracle import Case, KVCase  # noqa: E402,F401  (eval of the written reprs)
 from compare.fuzz import DenseExample, KVExample  # noqa: E402,F401
+from kv_reference import kv_reference  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MATH = backends.get("sdpa:math")
@@ -170,31 +171,6 @@ def test_a_call_past_the_time_limit_fails_and_shrinks(tmp_path):
 
 
 # ------------------------------------------------------------------ fault injection: KV cache
-
-def kv_reference(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal=False, scale=None,
-                 return_lse=False, k_descale=None, v_descale=None):
-    """attention_with_kvcache in float64 torch, reading the pages the block table names for each length."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    scale = scale or head_dim ** -0.5
-    out = torch.zeros_like(q)
-    lse = torch.full((batch, heads_q, seqlen_q), -math.inf)
-    for b in range(batch):
-        length = int(cache_seqlens[b])
-        if length == 0:
-            continue
-        if block_table is None:
-            k, v = k_cache[b, :length], v_cache[b, :length]
-        else:
-            pages = block_table[b, :-(-length // k_cache.shape[1])].long()
-            k, v = (c[pages].reshape(-1, *c.shape[2:])[:length] for c in (k_cache, v_cache))
-        k, v = k.double(), v.double()
-        if k_descale is not None:
-            k, v = k * k_descale[b][None, :, None], v * v_descale[b][None, :, None]
-        o, l = oracle.reference(q[b:b + 1].transpose(1, 2), k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                causal=causal, scale=scale)
-        out[b], lse[b] = o[0].transpose(0, 1).to(q.dtype), l[0].float()
-    return (out, lse) if return_lse else out
-
 
 KV_BACKEND = _fake("kv", MATH.run, formats=("fp16", "fp32"), head_dims=(32, 64), max_seqlen_q=64)
 

@@ -10,39 +10,7 @@ import torch
 import cuda_impl
 import triton_impl
 from compare import kvcache, oracle
-
-
-def _gathered_attention(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal=False, scale=None,
-                        return_lse=True, k_descale=None, v_descale=None):
-    """A plain float32 implementation that reads only the keys each sequence holds (gather, then softmax)."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    scale = 1 / math.sqrt(head_dim) if scale is None else scale
-    out = torch.zeros(q.shape, dtype=q.dtype)
-    lse = torch.full((batch, heads_q, seqlen_q), -math.inf)
-    for b in range(batch):
-        length = int(cache_seqlens[b])
-        if length == 0:
-            continue
-        if block_table is None:
-            k, v = k_cache[b, :length], v_cache[b, :length]
-        else:
-            page = k_cache.shape[1]
-            pages = block_table[b, :-(-length // page)].long()
-            k = k_cache[pages].flatten(0, 1)[:length]
-            v = v_cache[pages].flatten(0, 1)[:length]
-        k, v = k.float(), v.float()
-        if k_descale is not None:
-            k, v = k * k_descale[b][None, :, None], v * v_descale[b][None, :, None]
-        group = heads_q // k.shape[1]
-        k, v = (x.repeat_interleave(group, 1).transpose(0, 1) for x in (k, v))
-        s = q[b].float().transpose(0, 1) @ k.transpose(-1, -2) * scale
-        if causal:
-            i, j = torch.arange(seqlen_q)[:, None], torch.arange(length)[None, :]
-            s = s.masked_fill(j > i + length - seqlen_q, -math.inf)
-        lse[b] = torch.logsumexp(s, -1)
-        out[b] = (torch.exp(s - lse[b][..., None]).nan_to_num(0.0) @ v).transpose(0, 1).to(q.dtype)
-    return out, lse
-
+from kv_reference import kv_reference
 
 CASES = [
     oracle.KVCase(3, 8, 2, 1, (5, 0, 33), 64, page_size=16, hostile=True, fmt="fp16"),
@@ -53,7 +21,7 @@ CASES = [
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.shape_str())
 def test_oracle_kvcache_passes_a_correct_gather(case):
-    verdict = oracle.check_kvcache(_gathered_attention, case)
+    verdict = oracle.check_kvcache(kv_reference, case)
     assert verdict.passed, verdict.summary()
     assert verdict.rows_checked == case.seqlen_q
 
@@ -62,19 +30,19 @@ def test_oracle_kvcache_catches_faults():
     case = oracle.KVCase(2, 4, 2, 2, (9, 20), 32, page_size=16, fmt="fp32")
 
     def off_by_a_bit(*args, **kw):
-        out, lse = _gathered_attention(*args, **kw)
+        out, lse = kv_reference(*args, **kw)
         return out * 1.01, lse
 
     def reads_past_the_length(q, k_cache, v_cache, *, cache_seqlens, **kw):  # NaN rows beyond each length
-        return _gathered_attention(q, k_cache, v_cache, cache_seqlens=torch.full_like(cache_seqlens, 32), **kw)
+        return kv_reference(q, k_cache, v_cache, cache_seqlens=torch.full_like(cache_seqlens, 32), **kw)
 
     def writes_the_cache(q, k_cache, v_cache, **kw):
-        result = _gathered_attention(q, k_cache, v_cache, **kw)
+        result = kv_reference(q, k_cache, v_cache, **kw)
         k_cache[0, 0, 0, 0] = 7.0
         return result
 
     def wrong_lse(*args, **kw):
-        out, lse = _gathered_attention(*args, **kw)
+        out, lse = kv_reference(*args, **kw)
         return out, lse + 1e-3
 
     for fn, words in ((off_by_a_bit, "max abs err"), (reads_past_the_length, "NaN"),
