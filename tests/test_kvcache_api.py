@@ -2,7 +2,6 @@
 both backends, and the oracle's KV-cache mode (that it passes a correct implementation and catches the faults it
 names). The Triton kernel behind the entry point runs under the interpreter in tests/test_triton_decode.py."""
 
-import math
 
 import pytest
 import torch
