@@ -288,9 +288,9 @@ def test_variant_table_follows_the_contract():
     for name, spec in triton_impl.VARIANTS.items():
         assert {"formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op"} <= set(spec) <= {
             "formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op", "tma", "gluon", "max_seqlen_q",
-            "local", "softcap"}
+            "local", "softcap", "varlen"}
         assert spec["op"] in ("fwd", "fwd_fp8", "fwd_blocked", "decode")
-        assert not (spec.get("local") or spec.get("softcap")) or spec["op"] == "fwd", name  # 16-bit kernels only
+        assert not (spec.get("local") or spec.get("softcap") or spec.get("varlen")) or spec["op"] == "fwd", name
         assert (spec["op"] == "decode") == ("max_seqlen_q" in spec), name
         assert importlib.util.find_spec(spec["kernels"]) is not None, spec["kernels"]
         reason = triton_impl.unavailable_reason(name)

@@ -1,5 +1,5 @@
-"""Local attention (window=) and softcap in triton_impl.attention, held to compare.oracle (which defines both as
-FlashAttention does).
+"""Local attention (window=) and softcap in triton_impl.attention, and packed variable-length batches
+(triton_impl.attention_varlen), held to compare.oracle (which defines all three as FlashAttention does).
 
 Interpreter tests: TRITON_INTERPRET must be set before any @triton.jit runs, so `test_local_interpreter_suite`
 runs this file in a subprocess with TRITON_INTERPRET=1, where the `interpreted` tests run on the CPU (fp16/fp32,
@@ -32,7 +32,8 @@ def test_local_interpreter_suite():
                          env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
     # inside: the oracle cases, the rows test and the refusals ran; the suite itself and the compiles skipped
-    assert f"{len(CASES) + 2} passed, 4 skipped" in run.stdout, run.stdout[-3000:]
+    ran, skipped = len(CASES) + len(VARLEN_CASES) + 3, len(COMPILE_OPTIONS) + 1
+    assert f"{ran} passed, {skipped} skipped" in run.stdout, run.stdout[-3000:]
 
 
 CASES = [
@@ -82,8 +83,42 @@ def test_other_variants_and_bad_arguments_are_refused():
     assert backends.get("triton:fa2").unsupported_reason(case) is None
 
 
+VARLEN_CASES = [
+    oracle.VarlenCase((5, 40, 1, 23), (9, 40, 30, 0), 4, 2, 64, fmt="fp16"),            # an empty key set
+    oracle.VarlenCase((33, 0, 17), (20, 4, 50), 2, 2, 64, causal=True, fmt="fp32"),      # Sq > Sk, an empty query set
+    oracle.VarlenCase((40, 12), (64, 12), 4, 1, 128, causal=True, fmt="fp16", window=(6, -1), softcap=3.0,
+                      dist="large"),
+]
+
+
+@interpreted
+@pytest.mark.parametrize("case", VARLEN_CASES, ids=[c.shape_str() for c in VARLEN_CASES])
+def test_fa2_varlen_matches_the_oracle(case):
+    import triton_impl
+    verdict = oracle.check_varlen(triton_impl.attention_varlen, case)
+    assert verdict.passed, verdict.summary()
+
+
+def test_varlen_refusals():
+    import triton_impl
+    case = oracle.VarlenCase((3, 5), (4, 6), 2, 2, 64, fmt="fp16")
+    inputs = oracle.make_varlen_inputs(case)
+    args = (inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, 5, 6)
+    with pytest.raises(NotImplementedError, match="takes no packed batches"):
+        triton_impl.attention_varlen(*args, variant="fa2-tma")
+    with pytest.raises(TypeError, match="int32"):
+        triton_impl.attention_varlen(*args[:3], inputs.cu_seqlens_q.long(), *args[4:])
+    with pytest.raises(ValueError, match="head_dim"):
+        bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, 32, fmt="fp16"))
+        triton_impl.attention_varlen(bad.q, bad.k, bad.v, bad.cu_seqlens_q, bad.cu_seqlens_k, 3, 4)
+
+
+COMPILE_OPTIONS = [dict(LOCAL=True), dict(SOFTCAP=True), dict(LOCAL=True, SOFTCAP=True), dict(VARLEN=True),
+                   dict(VARLEN=True, LOCAL=True, SOFTCAP=True)]
+
+
 @pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
-@pytest.mark.parametrize("options", [dict(LOCAL=True), dict(SOFTCAP=True), dict(LOCAL=True, SOFTCAP=True)])
+@pytest.mark.parametrize("options", COMPILE_OPTIONS)
 def test_the_options_compile_for_sm90_without_spills(options):
     from triton_impl.kernels import offline
     kernel = offline.compile_for("fa2", 128, True, dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3,

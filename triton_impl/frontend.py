@@ -384,6 +384,57 @@ def _attention_decode(q, k, v, causal, scale, variant):
     return out.transpose(1, 2).contiguous(), lse
 
 
+def _fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int, causal: bool, scale: float,
+                window_left: int, window_right: int, softcap: float,
+                variant: str) -> tuple[torch.Tensor, torch.Tensor]:
+    _check_runnable("fwd", variant, (q, k, v), {})
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    kernels = importlib.import_module(VARIANTS[variant]["kernels"])
+    with _device_scope(q):
+        kernels.launch_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
+                              scale, window=(window_left, window_right), softcap=softcap)
+    return out, lse
+
+
+_fwd_varlen_op = torch.library.custom_op("triton_fa::fwd_varlen", mutates_args=())(_fwd_varlen)
+
+
+@_fwd_varlen_op.register_fake
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left,
+                     window_right, softcap, variant):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+VARLEN_DEFAULT_VARIANT = "fa2"
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                     window=(-1, -1), softcap=0.0, scale=None, return_lse=False, variant=None):
+    """Packed variable-length batches, FlashAttention's flash_attn_varlen_func layouts (compare.varlen): q
+    (total_q, Hq, D), k / v (total_k, Hkv, D), cu_seqlens_q / cu_seqlens_k (B + 1,) int32 offsets on q's device,
+    max_seqlen_q / max_seqlen_k at least the longest sequence. causal, window and softcap per sequence as in
+    attention(). Returns out (total_q, Hq, D), and with return_lse lse (Hq, total_q) float32. The offsets are
+    not read on the host (no sync; compare.varlen.check_values checks them, one sync, for debugging). Variants
+    with "varlen" in VARIANTS only (variant=None: "fa2"); an untuned fixed tile per head_dim."""
+    from compare import varlen
+    window = tuple(window) if isinstance(window, list) else window
+    layout = varlen.check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window=window,
+                                 softcap=softcap)
+    variant = VARLEN_DEFAULT_VARIANT if variant is None else variant
+    takes = sorted(name for name, spec in VARIANTS.items() if spec.get("varlen"))
+    if variant in VARIANTS and not VARIANTS[variant].get("varlen"):
+        raise NotImplementedError(f"variant {variant!r} takes no packed batches; the variants that do: {takes}")
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
+    if layout.head_dim not in VARIANTS[variant]["head_dims"]:
+        raise ValueError(f"head_dim {layout.head_dim} not supported; supported: {VARIANTS[variant]['head_dims']}")
+    scale = _resolve_scale(scale, layout.head_dim)
+    out, lse = _run(_fwd_varlen_op, _fwd_varlen, (q, k, v, cu_seqlens_q, cu_seqlens_k), int(max_seqlen_q),
+                    int(max_seqlen_k), bool(causal), scale, int(window[0]), int(window[1]), float(softcap), variant)
+    return (out, lse) if return_lse else out
+
+
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
                            causal=False, scale=None, return_lse=False, k_descale=None, v_descale=None,
                            num_splits=None, split_size=None):

@@ -16,6 +16,7 @@ VARIANTS: dict[str, dict] = {
         "description": "FlashAttention-2 forward, pointer loads with strides (portable; runs under TRITON_INTERPRET=1)",
         "local": True,     # window=(left, right): only the key blocks the window touches (interpreter-tested)
         "softcap": True,
+        "varlen": True,    # attention_varlen: packed sequences (interpreter-tested)
     },
     "fa2-tma": {
         "kernels": "triton_impl.kernels.fa2_tma",

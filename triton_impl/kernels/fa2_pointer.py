@@ -6,8 +6,10 @@ kernel runs on any arch Triton supports (sm_80+) and under TRITON_INTERPRET=1. G
 side by side so its K/V stay in L2. Offsets: each slice's base and each tile's first row in 64 bits (strided
 views put rows H * D elements apart), offsets within a tile in 32, key offsets within a slice in 64 only where
 they could pass 2**31 (WIDE_OFFSETS). Local attention (LOCAL: a window around the bottom-right diagonal, only the
-key blocks it touches, every one masked) and softcap (SOFTCAP) are compile-time options; without them the kernel
-is the plain one.
+key blocks it touches, every one masked) and softcap (SOFTCAP) are compile-time options, and so is VARLEN: packed
+sequences (q (total_q, H, D), k / v (total_k, Hkv, D)) at the offsets CU_Q / CU_K, the grid's rows the longest
+sequence's, each program reading its sequence's rows and lengths (a block past them skips its keys); without
+them the kernel is the plain one.
 """
 import triton
 import triton.language as tl
@@ -17,43 +19,62 @@ from triton_impl.kernels import tuning
 
 
 # integers that only bound loops or index heads: one binary for all their values
-@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size", "window_left", "window_right"])
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size", "window_left", "window_right",
+                               "lse_rows"])
 def _fa2_fwd_pointer(
-    Q, K, V, O, LSE,
+    Q, K, V, O, LSE, CU_Q, CU_K,
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos,
-    window_left, window_right, softcap_in, softcap_out,
+    window_left, window_right, softcap_in, softcap_out, lse_rows,
     HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE_OFFSETS: tl.constexpr,
-    LOCAL: tl.constexpr, SOFTCAP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    LOCAL: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
-    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)
+    start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)  # VARLEN: seqlen_q / seqlen_k are the longest lengths
     batch = (bh // heads_q).to(tl.int64)
     head = bh % heads_q
     head_kv = (head // group_size).to(tl.int64)
     head = head.to(tl.int64)
+    if VARLEN:  # sequence `batch` of the packed tensors: rows from its offsets, lengths from their gaps
+        q_first = tl.load(CU_Q + batch).to(tl.int64)
+        k_first = tl.load(CU_K + batch).to(tl.int64)
+        seq_q = tl.load(CU_Q + batch + 1) - q_first.to(tl.int32)
+        seq_k = tl.load(CU_K + batch + 1) - k_first.to(tl.int32)
+        q_base, o_base = Q + q_first * sqs, O + q_first * sos
+        k_base, v_base = K + k_first * sks, V + k_first * svs
+        lse_base = LSE + head * lse_rows + q_first  # LSE (Hq, total_q)
+    else:
+        seq_q, seq_k = seqlen_q, seqlen_k
+        q_base, o_base = Q + batch * sqb, O + batch * sob
+        k_base, v_base = K + batch * skb, V + batch * svb
+        lse_base = LSE + bh.to(tl.int64) * seqlen_q
 
     row0 = (start_m * BLOCK_M).to(tl.int64)
     offs_tile = tl.arange(0, BLOCK_M)
     offs_m = start_m * BLOCK_M + offs_tile
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
-    row_ok = offs_m < seqlen_q
+    row_ok = offs_m < seq_q
 
-    q = tl.load(Q + batch * sqb + head * sqh + row0 * sqs + offs_tile[:, None] * sqs + offs_d[None, :] * sqd,
+    q = tl.load(q_base + head * sqh + row0 * sqs + offs_tile[:, None] * sqs + offs_d[None, :] * sqd,
                 mask=row_ok[:, None], other=0.0)
-    kt_ptrs = K + batch * skb + head_kv * skh + offs_n[None, :] * sks + offs_d[:, None] * skd
-    v_ptrs = V + batch * svb + head_kv * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
+    kt_ptrs = k_base + head_kv * skh + offs_n[None, :] * sks + offs_d[:, None] * skd
+    v_ptrs = v_base + head_kv * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
     if WIDE_OFFSETS:  # a key's offset in its slice can pass 2**31 (long strided views): 64-bit, one more register
         sks_n, svs_n = tl.cast(sks, tl.int64), tl.cast(svs, tl.int64)
     else:
         sks_n, svs_n = sks, svs
 
-    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seqlen_q, seqlen_k, CAUSAL,
+    m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seq_q, seq_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, HEAD_DIM)
+    if VARLEN:  # a query block past its sequence's rows visits no key
+        full_end = tl.where(row0 < seq_q, full_end, 0)
+        end = tl.where(row0 < seq_q, end, 0)
 
     if LOCAL:  # every visited block masked; the blocks outside every row's window skipped
-        first_masked, end = local_key_range(start_m, seqlen_q, seqlen_k, window_left, window_right, BLOCK_M,
+        first_masked, end = local_key_range(start_m, seq_q, seq_k, window_left, window_right, BLOCK_M,
                                             BLOCK_N)
+        if VARLEN:
+            end = tl.where(row0 < seq_q, end, 0)
     else:
         first_masked = full_end
         for start_n in range(0, full_end, BLOCK_N):
@@ -61,26 +82,26 @@ def _fa2_fwd_pointer(
             qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
             if SOFTCAP:
                 qk = capped(qk, softcap_in, softcap_out)
-            p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+            p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                               diagonal, False, CAUSAL)
             v = tl.load(v_ptrs + start_n * svs_n)
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
 
     for start_n in range(first_masked, end, BLOCK_N):
-        key_ok = (start_n + offs_n) < seqlen_k
+        key_ok = (start_n + offs_n) < seq_k
         kt = tl.load(kt_ptrs + start_n * sks_n, mask=key_ok[None, :], other=0.0)
         qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
         if SOFTCAP:
             qk = capped(qk, softcap_in, softcap_out)
-        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seqlen_k,
+        p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                           diagonal, True, CAUSAL, LOCAL, window_left, window_right)
         v = tl.load(v_ptrs + start_n * svs_n, mask=key_ok[:, None], other=0.0)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
 
     out, lse = finish_rows(acc, m_i, l_i)
-    tl.store(O + batch * sob + head * soh + row0 * sos + offs_tile[:, None] * sos + offs_d[None, :],
+    tl.store(o_base + head * soh + row0 * sos + offs_tile[:, None] * sos + offs_d[None, :],
              out.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + bh.to(tl.int64) * seqlen_q + offs_m, lse, mask=row_ok)
+    tl.store(lse_base + offs_m, lse, mask=row_ok)
 
 
 _fa2_fwd_pointer_tuned = tuning.autotuned(_fa2_fwd_pointer, "fa2")
@@ -102,15 +123,15 @@ def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0)
     right = 0 if causal else right
     local = (left, right) != (-1, -1)
     unbounded = seqlen_q + seqlen_k  # a side of -1: no key is that far from the diagonal
-    args = (q, k, v, out, lse,
+    args = (q, k, v, out, lse, out, out,  # no offsets (VARLEN off): any pointer stands in
             1.0 if softcap else scale * tuning.LOG2E, seqlen_q, seqlen_k, heads_q, heads_q // heads_kv,
             *tuning.strides(q), *tuning.strides(k), *tuning.strides(v), *out.stride()[:3],
             left if left >= 0 else unbounded, right if right >= 0 else unbounded,
-            scale / softcap if softcap else 0.0, softcap * tuning.LOG2E)
+            scale / softcap if softcap else 0.0, softcap * tuning.LOG2E, 0)
     meta = dict(HEAD_DIM=head_dim, CAUSAL=causal,
                 DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32",
                 WIDE_OFFSETS=wide_offsets(seqlen_k, tuning.strides(k)[2], tuning.strides(v)[2]),
-                LOCAL=local, SOFTCAP=bool(softcap))
+                LOCAL=local, SOFTCAP=bool(softcap), VARLEN=False)
     return args, meta, seqlen_q, batch * heads_q, (batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim)
 
 
@@ -124,3 +145,24 @@ def launch(q, k, v, out, lse, causal, scale, config=None, window=(-1, -1), softc
 
     return tuning.run(_fa2_fwd_pointer, _fa2_fwd_pointer_tuned, args, meta, config, rows, slices,
                       shape=shape, dtypes=(q.dtype,), proxy_args=proxy_args)
+
+
+# A fixed tile per head_dim for packed batches (not autotuned: the autotuner's proxies are dense problems).
+VARLEN_CONFIGS = {64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
+                  128: dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
+                  256: dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)}
+
+
+def launch_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
+                  window=(-1, -1), softcap=0.0):
+    """Packed sequences: q / out (total_q, Hq, D), k / v (total_k, Hkv, D), lse (Hq, total_q); the offsets
+    (B + 1,) int32 on the device (no host sync)."""
+    batch, heads_q, head_dim = cu_seqlens_q.numel() - 1, q.shape[1], q.shape[2]
+    as_bshd = lambda x: x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D): the dense layout's strides
+    args, meta, _, _, _ = _launch_args(as_bshd(q), as_bshd(k), as_bshd(v), as_bshd(out), lse, causal, scale, window,
+                                       softcap)
+    args = (*args[:5], cu_seqlens_q, cu_seqlens_k, args[7], max_seqlen_q, max_seqlen_k, *args[10:-1], q.shape[0])
+    meta.update(VARLEN=True, WIDE_OFFSETS=wide_offsets(k.shape[0], k.stride(0), v.stride(0)))
+    config = None if tuning.interpreting() else VARLEN_CONFIGS[head_dim]
+    return tuning.run(_fa2_fwd_pointer, _fa2_fwd_pointer_tuned, args, meta, config, max(max_seqlen_q, 1),
+                      batch * heads_q)

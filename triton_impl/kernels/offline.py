@@ -39,6 +39,8 @@ def _signature(kernel, variant, dtype):
         elif name in ("LSE", "Q_DESCALE", "K_DESCALE", "V_DESCALE"):
             signature[name] = "*fp32"
             aligned.append(name)
+        elif name in ("CU_Q", "CU_K"):  # fa2's varlen offsets
+            signature[name] = "*i32"
         elif name in _FLOAT_ARGS:
             signature[name] = "fp32"
         else:
@@ -50,14 +52,15 @@ def _signature(kernel, variant, dtype):
 
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>;
-    for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice), LOCAL and SOFTCAP (default False:
-    no window, no cap); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
+    for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice), LOCAL, SOFTCAP and VARLEN (default
+    False: no window, no cap, dense batches); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
         constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False),
-                          LOCAL=config.get("LOCAL", False), SOFTCAP=config.get("SOFTCAP", False))
+                          LOCAL=config.get("LOCAL", False), SOFTCAP=config.get("SOFTCAP", False),
+                          VARLEN=config.get("VARLEN", False))
     if variant == "fp8":
         constexprs.update(VT_VIA_TMA=True, PERMUTED_K=config.get("PERMUTED_K", True), EXACT_P_ROUNDING=False)
     constexprs.update({name: 1 for name in _UNIT_STRIDES[variant]})
