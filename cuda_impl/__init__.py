@@ -179,7 +179,7 @@ def unavailable_reason(variant: str) -> str | None:
     return None
 
 
-def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False):
+def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False, window=(-1, -1), softcap=0.0):
     """Softmax(scale * q k^T) v for q (B, Hq, Sq, D), k/v (B, Hkv, Sk, D) bf16/fp16 CUDA tensors,
     or, for variants hopper-fp8 / hopper-mxfp8 / hopper-nvfp4, compare.formats.QuantTensor in that
     format (q, k (B, H, S, D), v stored transposed (B, Hkv, D, Sk), as quantize_attention_inputs
@@ -191,7 +191,11 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     and with return_lse also lse (B, Hq, Sq) float32, natural log of the scaled scores.
     variant=None runs select_variant(q, k, v, causal=causal): the fastest variant for this GPU, format and
     head_dim (DEFAULT_VARIANTS). Unsupported input raises ValueError/TypeError naming the constraint; an
-    explicit variant is honoured or refused, never replaced."""
+    explicit variant is honoured or refused, never replaced. window / softcap (local attention, logit cap): not
+    in this package yet, NotImplementedError (triton_impl's "fa2" has them)."""
+    if tuple(window) != (-1, -1) or softcap:
+        raise NotImplementedError("cuda_impl has no local window / softcap yet; triton_impl.attention(..., "
+                                  "variant='fa2') has both")
     if variant in sm120.VARIANTS:
         return sm120.attention(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
     fmt = validate.format_of(q)

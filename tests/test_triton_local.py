@@ -77,6 +77,9 @@ def test_other_variants_and_bad_arguments_are_refused():
         triton_impl.attention(q, q, q, window=(4, -2))
     with pytest.raises(ValueError, match="softcap"):
         triton_impl.attention(q, q, q, softcap=-1.0)
+    import cuda_impl
+    with pytest.raises(NotImplementedError, match="cuda_impl has no local window"):
+        cuda_impl.attention(q, q, q, window=(4, 0))
     assert backends.get("triton:fa2").local and not backends.get("triton:fa2-tma").local
     case = oracle.Case(1, 2, 2, 8, 8, 64, window=(2, 0))
     assert backends.get("triton:fa2-tma").unsupported_reason(case) == "a local window (no window= argument)"
