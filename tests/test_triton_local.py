@@ -6,6 +6,7 @@ runs this file in a subprocess with TRITON_INTERPRET=1, where the `interpreted` 
 small shapes; the interpreter's 16-row, 16-key tiles, so these shapes span several tiles and windows cut them).
 The refusals and the compile check need no interpreter.
 """
+import dataclasses
 import os
 import subprocess
 import sys
@@ -28,8 +29,8 @@ def test_local_interpreter_suite():
         pytest.skip("this is the subprocess")
     env = dict(os.environ, TRITON_INTERPRET="1",
                PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", __file__], cwd=REPO,
-                         env=env, capture_output=True, text=True, timeout=900)
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-m", "not gpu",
+                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
     # inside: the oracle cases, the rows test and the refusals ran; the suite itself and the compiles skipped
     ran, skipped = len(CASES) + len(VARLEN_CASES) + 3, len(COMPILE_OPTIONS) + 1
@@ -127,3 +128,31 @@ def test_the_options_compile_for_sm90_without_spills(options):
     kernel = offline.compile_for("fa2", 128, True, dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3,
                                                         **options))
     assert offline.report(kernel)["STL"] == 0
+
+
+# ---------------------------------------------------------------- the same cases on a GPU (skipped without one)
+
+GPU_CASES = [c.replace(fmt="bf16") if c.fmt == "fp32" else c for c in CASES]
+GPU_VARLEN_CASES = [dataclasses.replace(c, fmt="bf16") if c.fmt == "fp32" else c for c in VARLEN_CASES]
+
+
+def _gpu_or_skip():
+    if INSIDE or not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU (or the interpreter)")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=[c.shape_str() for c in GPU_CASES])
+def test_gpu_fa2_window_and_softcap_match_the_oracle(case):
+    _gpu_or_skip()
+    verdict = oracle.check(backends.get("triton:fa2"), case, device="cuda")
+    assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", GPU_VARLEN_CASES, ids=[c.shape_str() for c in GPU_VARLEN_CASES])
+def test_gpu_fa2_varlen_matches_the_oracle(case):
+    _gpu_or_skip()
+    import triton_impl
+    verdict = oracle.check_varlen(triton_impl.attention_varlen, case, device="cuda")
+    assert verdict.passed, verdict.summary()
