@@ -42,6 +42,7 @@ class Backend:
     max_seqlen_q: int | None = None  # decode kernels: at most this many query tokens
     local: bool = False             # takes window=(left, right) (local attention)
     softcap: bool = False           # takes softcap=
+    varlen: bool = False            # its package's attention_varlen serves this variant
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
@@ -233,7 +234,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())
             else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
-            local=bool(caps.get("local")), softcap=bool(caps.get("softcap")),
+            local=bool(caps.get("local")), softcap=bool(caps.get("softcap")), varlen=bool(caps.get("varlen")),
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))

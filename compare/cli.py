@@ -386,9 +386,9 @@ def build_parser() -> argparse.ArgumentParser:
     z.add_argument("--out", type=Path, metavar="DIR",
                    help="directory for log.txt and failures.json (default: runs/fuzz-<time>, see "
                         "compare.bench.scratch_dir)")
-    z.add_argument("--mode", choices=("all",) + ("dense", "kvcache"), default="all",
-                   help="dense attention(), KV-cache attention_with_kvcache(), or both where a backend has it "
-                        "(default all)")
+    z.add_argument("--mode", choices=("all",) + ("dense", "kvcache", "varlen"), default="all",
+                   help="dense attention(), KV-cache attention_with_kvcache(), packed attention_varlen(), or all "
+                        "that a backend has (default all)")
     z.add_argument("--max-examples", type=int, metavar="N",
                    help="at most N examples per target (with a fixed --seed: a reproducible run whatever the speed)")
     z.add_argument("--example-timeout-s", type=float, metavar="S",

@@ -11,6 +11,9 @@ Every example is drawn within what a backend declares (``compare.backends.Backen
   larger NaN-filled buffer with padded rows; ``bshd-offset``: both; ``misaligned``: contiguous strides but a start
   one element past a 16-byte boundary. The NaN around a slice shows any read past the view. Judged by
   ``oracle.check``.
+* varlen (``mode="varlen"``, backends whose variant declares packed batches, through the package's
+  ``attention_varlen``): a ``VarlenExample`` = an ``oracle.VarlenCase`` (1..5 sequences, lengths 0 and tile edges,
+  causal, GQA, windows and caps where declared), packed contiguously. Judged by ``oracle.check_varlen``.
 * KV cache (``mode="kvcache"``, backends with ``attention_with_kvcache``: the decode variants of
   ``triton_impl`` / ``cuda_impl``, recognised by ``max_seqlen_q`` and the package's function): a ``KVExample`` =
   an ``oracle.KVCase`` (page size 16..256 or a contiguous cache, per-sequence lengths incl. 0, spare capacity,
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import json
 import math
@@ -65,7 +69,7 @@ from . import backends, bench, kvcache, oracle
 DENSE_LAYOUTS = ("contiguous", "bshd", "offset", "bshd-offset", "misaligned")
 KV_Q_LAYOUTS = ("contiguous", "bhsd", "offset")
 KV_CACHE_LAYOUTS = ("contiguous", "offset")
-MODES = ("dense", "kvcache")
+MODES = ("dense", "kvcache", "varlen")
 REFUSALS = (ValueError, TypeError, NotImplementedError)
 # Formats left out under Triton's interpreter: its bf16 dots multiply raw bits (see the sweeps' cpu.toml).
 INTERPRETER_EXCLUDED_FORMATS = ("bf16",)
@@ -137,11 +141,20 @@ class KVExample:
         return self.case.shape_str() + cap + f" seed {self.case.seed}" + lay
 
 
+@dataclass(frozen=True)
+class VarlenExample:
+    case: oracle.VarlenCase
+
+    def describe(self) -> str:
+        return self.case.shape_str() + (f" scale {self.case.scale:g}" if self.case.scale else "") + \
+            f" seed {self.case.seed}"
+
+
 @dataclass
 class Target:
     """One thing to fuzz: a backend in one mode, with the callable the oracle runs."""
     backend: backends.Backend
-    mode: str                        # "dense" | "kvcache"
+    mode: str                        # "dense" | "kvcache" | "varlen"
     fn: Callable
     profile: Profile
 
@@ -222,7 +235,9 @@ def classify(exc: BaseException) -> tuple[str, str]:
     return "crash", f"{name}: {_first_line(exc)}{_where(exc)}"
 
 
-def example_from_json(mode: str, data: dict) -> DenseExample | KVExample:
+def example_from_json(mode: str, data: dict) -> DenseExample | KVExample | VarlenExample:
+    if mode == "varlen":
+        return VarlenExample(oracle.VarlenCase(**data["case"]))
     if mode == "dense":
         return DenseExample(oracle.Case(**data["case"]), tuple(data["layouts"]))
     case = dict(data["case"], cache_seqlens=tuple(data["case"]["cache_seqlens"]))
@@ -262,16 +277,34 @@ def kvcache_function(backend: backends.Backend) -> Callable | None:
     return getattr(module, "attention_with_kvcache", None)
 
 
+def varlen_function(backend: backends.Backend) -> Callable | None:
+    """The package's attention_varlen bound to `backend`'s variant, when the variant declares packed batches."""
+    if not backend.varlen or backend.family not in _PACKAGES:
+        return None
+    try:
+        module = importlib.import_module(_PACKAGES[backend.family])
+    except ImportError:
+        return None
+    fn = getattr(module, "attention_varlen", None)
+    return None if fn is None else functools.partial(fn, variant=backend.variant)
+
+
+def _mode_function(backend: backends.Backend, mode: str) -> Callable | None:
+    if mode == "dense":
+        return backend
+    return kvcache_function(backend) if mode == "kvcache" else varlen_function(backend)
+
+
 def targets_for(chosen: list[backends.Backend], device: str, modes=MODES) -> tuple[list[Target], dict[str, str]]:
     """The targets of `chosen` backends in `modes`, and {target: why not} for those left out."""
     out, skipped = [], {}
     for b in chosen:
         profile = profile_for(b, device)
         for mode in modes:
-            fn = b if mode == "dense" else kvcache_function(b)
+            fn = _mode_function(b, mode)
             name = f"{b.name} {mode}"
             if fn is None:
-                continue  # no attention_with_kvcache: not a target, nothing to report
+                continue  # no attention_with_kvcache / attention_varlen: not a target, nothing to report
             fmts = formats_for(b, profile) if mode == "dense" else \
                 tuple(f for f in formats_for(b, profile) if f in KV_Q_FORMATS)
             if not fmts:
@@ -339,6 +372,33 @@ def dense_examples(backend: backends.Backend, profile: Profile):
         else:
             layouts = tuple(draw(st.sampled_from(DENSE_LAYOUTS)) for _ in range(3))
         return DenseExample(case, layouts)
+
+    return draw_example()
+
+
+def varlen_examples(backend: backends.Backend, profile: Profile):
+    """Packed batches for `backend`'s attention_varlen: 1..5 sequences, lengths 0 and tile edges included, each side
+    within the profile's dense bounds; causal, GQA, windows and caps where declared."""
+    fmts = tuple(f for f in formats_for(backend, profile) if f in oracle.VARLEN_FORMATS)
+    head_dims = tuple(backend.head_dims) if backend.head_dims else profile.any_head_dims
+
+    @st.composite
+    def draw_example(draw):
+        d = draw(st.sampled_from(head_dims))
+        heads_q, heads_kv = _heads(draw, profile, backend.gqa)
+        batch = draw(st.integers(1, 5))
+        longest = max(1, min(profile.max_len, math.isqrt(profile.work_limit // (batch * heads_q * d))))
+        lengths = st.one_of(st.just(0), _lengths(profile, longest))
+        seqlens_q = tuple(draw(lengths) for _ in range(batch))
+        seqlens_k = tuple(draw(lengths) for _ in range(batch))
+        hypothesis.assume(sum(seqlens_q) > 0)
+        case = oracle.VarlenCase(seqlens_q, seqlens_k, heads_q, heads_kv, d, causal=draw(st.booleans()),
+                                 fmt=draw(st.sampled_from(fmts)), scale=draw(_SCALES),
+                                 dist=draw(st.sampled_from(oracle.DISTRIBUTIONS)),
+                                 window=draw(_windows(max(seqlens_k))) if backend.local else (-1, -1),
+                                 softcap=draw(st.sampled_from((0.0, 2.5, 30.0))) if backend.softcap else 0.0,
+                                 seed=draw(st.integers(0, 1 << 16)))
+        return VarlenExample(case)
 
     return draw_example()
 
@@ -521,6 +581,8 @@ def run_example(target: Target, example, device: str, timeout: float | None = No
             inputs = dataclasses.replace(inputs, **{n: relayout(getattr(inputs, n), lay)
                                                     for n, lay in zip("qkv", example.layouts)})
         verdict = oracle.check(call, case, device=device, returns_lse=target.backend.returns_lse, inputs=inputs)
+    elif isinstance(example, VarlenExample):
+        verdict = oracle.check_varlen(call, example.case, device=device)
     else:
         case = example.case
         inputs = oracle.make_kvcache_inputs(case, device)
@@ -625,8 +687,8 @@ def _seed_for(seed: int, target: Target) -> int:
 
 def _fuzz_target(run: _Run, target: Target, stats: TargetStats, *, seed: int, share_end: float,
                  max_examples: int | None, timeout: float | None, hard_exit: bool, report: Report) -> Failure | None:
-    strategy = dense_examples(target.backend, target.profile) if target.mode == "dense" else \
-        kv_examples(target.backend, target.profile)
+    strategy = {"dense": dense_examples, "kvcache": kv_examples, "varlen": varlen_examples}[target.mode](
+        target.backend, target.profile)
     grace = max(SHRINK_GRACE_MIN_S, share_end - time.monotonic())
     failing: list[tuple[object, BaseException]] = []
     watchdog_after = None if timeout is None else 2 * timeout + 30

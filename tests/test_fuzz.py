@@ -25,9 +25,10 @@ import torch
 pytest.importorskip("hypothesis")
 
 from compare import backends, cli, fuzz, oracle  # noqa: E402
-from compare.oracle import Case, KVCase  # noqa: E402,F401  (eval of the written reprs)
-from compare.fuzz import DenseExample, KVExample  # noqa: E402,F401
+from compare.oracle import Case, KVCase, VarlenCase  # noqa: E402,F401  (eval of the written reprs)
+from compare.fuzz import DenseExample, KVExample, VarlenExample  # noqa: E402,F401
 from kv_reference import kv_reference  # noqa: E402
+from varlen_reference import packed_reference  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 MATH = backends.get("sdpa:math")
@@ -251,3 +252,21 @@ def test_cli_runs_writes_and_replays(capsys, in_process, tmp_path):
     fake["fake:crash"] = _fake("crash", MATH.run)  # "fixed"
     assert cli.main(["fuzz", "--replay", str(bad / "failures.json")]) == 0
     assert "passes now" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the varlen mode
+
+VARLEN_BACKEND = _fake("varlen", MATH.run, formats=("fp16", "fp32"), head_dims=(32,))
+
+
+def test_varlen_mode_passes_a_correct_packed_implementation(tmp_path):
+    report = _fuzz(VARLEN_BACKEND, tmp_path, mode="varlen", fn=packed_reference, max_examples=15)
+    assert report.ok and report.stats[0].passed == 15, report.summary()
+
+
+def test_varlen_mode_finds_a_sequence_boundary_fault_and_shrinks_it(tmp_path):
+    def shifted(*args, **kw):
+        return packed_reference(*args, **kw, shift_keys=1)  # sequence 1 reads its keys one row late
+    example = _only_failure(_fuzz(VARLEN_BACKEND, tmp_path, mode="varlen", fn=shifted, max_examples=60), "wrong")
+    case = example.case
+    assert case.batch == 2 and case.seqlens_q[1] >= 1 and case.seqlens_k[1] >= 1, example.describe()
