@@ -266,26 +266,25 @@ def formats_for(backend: backends.Backend, profile: Profile) -> tuple[str, ...]:
 _PACKAGES = {"triton": "triton_impl", "cuda": "cuda_impl"}
 
 
-def kvcache_function(backend: backends.Backend) -> Callable | None:
-    """The package's attention_with_kvcache when `backend` is its decode variant (it declares max_seqlen_q)."""
-    if backend.max_seqlen_q is None or backend.family not in _PACKAGES:
+def _package_function(backend: backends.Backend, name: str) -> Callable | None:
+    """`name` of the package behind `backend` (triton_impl / cuda_impl), or None."""
+    if backend.family not in _PACKAGES:
         return None
     try:
         module = importlib.import_module(_PACKAGES[backend.family])
     except ImportError:
         return None
-    return getattr(module, "attention_with_kvcache", None)
+    return getattr(module, name, None)
+
+
+def kvcache_function(backend: backends.Backend) -> Callable | None:
+    """The package's attention_with_kvcache when `backend` is its decode variant (it declares max_seqlen_q)."""
+    return None if backend.max_seqlen_q is None else _package_function(backend, "attention_with_kvcache")
 
 
 def varlen_function(backend: backends.Backend) -> Callable | None:
     """The package's attention_varlen bound to `backend`'s variant, when the variant declares packed batches."""
-    if not backend.varlen or backend.family not in _PACKAGES:
-        return None
-    try:
-        module = importlib.import_module(_PACKAGES[backend.family])
-    except ImportError:
-        return None
-    fn = getattr(module, "attention_varlen", None)
+    fn = _package_function(backend, "attention_varlen") if backend.varlen else None
     return None if fn is None else functools.partial(fn, variant=backend.variant)
 
 

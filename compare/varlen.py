@@ -67,8 +67,7 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         _need(isinstance(m, int) and not isinstance(m, bool) and m >= 0, f"{name} must be an int >= 0, got {m!r}",
               TypeError if not isinstance(m, int) or isinstance(m, bool) else ValueError)
     oracle.check_window(window)
-    _need(isinstance(softcap, (int, float)) and not isinstance(softcap, bool) and softcap >= 0
-          and softcap != float("inf"), f"softcap must be a finite number >= 0, got {softcap!r}")
+    oracle.check_softcap(softcap)
     return Layout(batch=cu_seqlens_q.numel() - 1, heads_q=q.shape[1], heads_kv=k.shape[1], head_dim=q.shape[2],
                   total_q=q.shape[0], total_k=k.shape[0])
 

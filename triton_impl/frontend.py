@@ -330,11 +330,11 @@ LOCAL_DEFAULT_VARIANT = "fa2"  # variant=None with a window or softcap
 
 
 def _attention_local(q, k, v, causal, scale, variant, window, softcap):
+    """window / softcap checked and the variant refused unless it declares both; the rest as _attention_16bit."""
     from compare import oracle
     window = tuple(window) if isinstance(window, list) else window
     oracle.check_window(window)
-    if isinstance(softcap, bool) or not isinstance(softcap, (int, float)) or not (0 <= softcap < math.inf):
-        raise ValueError(f"softcap must be a finite number >= 0, got {softcap!r}")
+    oracle.check_softcap(softcap)
     takes = sorted(name for name, spec in VARIANTS.items() if spec.get("local") and spec.get("softcap"))
     if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
         raise NotImplementedError(f"window / softcap: 16-bit and fp32 inputs only (variants {takes})")
@@ -342,19 +342,10 @@ def _attention_local(q, k, v, causal, scale, variant, window, softcap):
     if variant in VARIANTS and not (VARIANTS[variant].get("local") and VARIANTS[variant].get("softcap")):
         raise NotImplementedError(f"variant {variant!r} has no local window / softcap; the variants with them: "
                                   f"{takes}")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if not q.dtype == k.dtype == v.dtype or q.dtype not in _TORCH_FORMATS:
-        raise TypeError(f"q, k, v must share one of bfloat16, float16, float32, got {q.dtype}, {k.dtype}, {v.dtype}")
-    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
-    _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
-    scale = _resolve_scale(scale, q.shape[-1])
-    return _run(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
-                float(softcap), variant)
+    return _attention_16bit(q, k, v, causal, scale, variant, window, float(softcap))
 
 
-def _attention_16bit(q, k, v, causal, scale, variant):
+def _attention_16bit(q, k, v, causal, scale, variant, window=(-1, -1), softcap=0.0):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor or a QuantTensor, got {type(t).__name__}")
@@ -366,6 +357,9 @@ def _attention_16bit(q, k, v, causal, scale, variant):
     variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
     _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
     scale = _resolve_scale(scale, q.shape[-1])
+    if window != (-1, -1) or softcap:  # a variant that declares both (_attention_local)
+        return _run(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
+                    softcap, variant)
     if VARIANTS[variant]["op"] == "decode":
         return _attention_decode(q, k, v, causal, scale, variant)
     return _run(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
