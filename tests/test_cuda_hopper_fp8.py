@@ -56,7 +56,12 @@ def test_builds_without_spills_or_serialised_wgmma(fa_library):
             assert r["registers"] * threads <= 65536, r
     log = (spec.build_dir / "fwd_hopper_fp8.o.log").read_text()
     assert "C7508" not in log, "ptxas ignored setmaxnreg"
-    assert "C7513" not in log and "wgmma" not in log.lower(), f"ptxas serialised the wgmmas:\n{log}"
+    # One kernel is allowed ptxas's serialised wgmmas (C7511, too few registers for the wgmma pipeline): d64's
+    # counter-fed causal kernel with K in key order (seqlen_k % 16 != 0; P's keys moved by shuffles) at 160
+    # registers. Its GEMMs are waited for one by one anyway (hopper/mainloop_fp8.cuh kv_tiles).
+    serialised = set(re.findall(r"\(C751[13]\)[^\n]*'(\S+)'", log))
+    assert serialised <= {"_ZN2fa21fwd_hopper_fp8_kernelILi64ELb0ELi2EEEv12Fp8FwdParams14CUtensorMap_stS2_S2_"}, \
+        f"ptxas serialised the wgmmas:\n{log}"
 
 
 @pytest.mark.parametrize("schedule", [1, 2], ids=["persistent", "dynamic"])
@@ -81,24 +86,22 @@ def test_sm90a_machine_code(fp8_sass, head_dim, permuted_k, schedule):
     qk = [i for i in qgmma if "gdesc" in i.split(",")[1]]  # both operands from shared memory
     pv = [i for i in qgmma if i not in qk]
     # Q K^T: head_dim / 32 k-steps of m64n128k32 per issue (d256: 4 in each 128-byte panel); P V: 128 / 32
-    # k-steps of m64n{head_dim}k32, A from registers.
+    # k-steps of m64n{min(head_dim, 128)}k32 per part of O's columns (d256: two halves), A from registers.
+    part = min(head_dim, 128)
     assert qk and all("64x128x32.F32.E4M3.E4M3" in i for i in qk)
     assert len(qk) % (head_dim // 32) == 0
-    assert pv and all(f"64x{head_dim}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
+    assert pv and all(f"64x{part}x32.F32.E4M3.E4M3" in i and ", R" in i.split("gdesc")[0] for i in pv)
     assert len(pv) % 4 == 0
-    # S(t) is waited for alone; at d64 (retire at the top of the next step) softmax(t)'s exps run
-    # while P(t-1) V(t-1) may still.
-    assert ops["WARPGROUP.DEPBAR.LE"] > 0 and any("gsb0, 0x1" in i for i in instructions)
-    if head_dim == 64:
-        assert sass.exps_under_pending_wgmma(instructions) == 64 + 2  # every p, both rows' alpha
-    # A wait for S(t) alone per step in the code: d64 one loop of one step; d128 a loop of two steps and the odd last
-    # one; d256 the same plus a mask-free copy of the two-step loop ahead of it (Fp8Tiles::UNMASKED_LOOP, session 19)
-    waits_for_s = sum("gsb0, 0x1" in i for i in instructions)
-    assert waits_for_s == {64: 1, 128: 3, 256: 5}[head_dim]
-    # d128's two consumers take turns issuing their GEMMs on named barriers 1 and 2 of 256 threads (Fp8Tiles::PINGPONG,
-    # session 19); d64 and d256 issue whenever they are ready
+    # every tile's P V starts a fresh accumulator (its first k-step does not accumulate: RZ, !UPT) and is added
+    # to O outside the QGMMA, whose 14-bit accumulation erred with the keys when it held O itself
+    fresh = ["RZ, !UPT" in i for i in pv]
+    assert fresh == [k % 4 == 0 for k in range(len(pv))], pv
+    # a consumer's GEMMs run one after the other (hopper/mainloop_fp8.cuh kv_tiles): every wait is for all
+    # of them, no exp runs under a pending wgmma, and the consumers do not take turns on named barriers
+    assert ops["WARPGROUP.DEPBAR.LE"] > 0 and not any("gsb0, 0x1" in i for i in instructions)
+    assert sass.exps_under_pending_wgmma(instructions) == 0
     turns = [i for i in instructions if i.lstrip("@!P0123456789 ").startswith("BAR.") and ", 0x100" in i]
-    assert bool(turns) == (head_dim == 128), turns
+    assert not turns, turns
     assert ops["UTMALDG.4D"] > 0, "no TMA tile loads"
     if head_dim == 256:  # Q and K in two panels: the panel offset is a TMA coordinate
         loads = [i for i in instructions if i.startswith("UTMALDG")]

@@ -14,6 +14,10 @@ EXPECTED = {
     "fa2-tma": ("bf16", 2, {"HGMMA", "UTMALDG"}),
     "fp8": ("fp8", 1, {"QGMMA", "UTMALDG"}),
 }
+# fp8 at head_dim 256: P V's fresh accumulator beside O (fp8_tma, Precision) spills in every config tried; the
+# spilling ones ran fastest (0.7x the in-place kernel; the non-spilling 64-row 8-warp configs 0.53x; H200,
+# docs/journal/2026-12-02_fp8-accumulation.md). The bound is the spill stores counted here, so that more fails.
+SPILLS_ALLOWED = {("fp8", 256): 150}
 CANDIDATES = [(variant, head_dim, causal, config)
               for variant, (_, size, _) in EXPECTED.items()
               for head_dim in (64, 128, 256) for causal in (False, True)
@@ -29,7 +33,10 @@ def test_candidate_compiles_for_sm90(variant, head_dim, causal, config):
     missing = [op for op in wanted if usage[op] == 0]
     assert not missing, f"no {missing} in the SASS: {usage}"
     assert usage["HMMA"] == 0, f"mma.sync instead of wgmma: {usage}"
-    assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
+    if (variant, head_dim) in SPILLS_ALLOWED:
+        assert 0 < usage["STL"] <= SPILLS_ALLOWED[variant, head_dim], f"spills moved: {usage}"
+    else:
+        assert usage["stack"] == 0 and usage["STL"] == 0, f"register spills: {usage}"
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, f"shared memory over the sm_90 limit: {usage}"
 
 

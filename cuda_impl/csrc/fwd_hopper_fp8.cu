@@ -3,7 +3,7 @@
 // output bf16, LSE of the descaled, scaled scores.
 //
 // Same skeleton as fwd_hopper.cu (read its header comment first): 1 producer warpgroup issuing
-// TMA into a STAGES-deep K/V ring, 2 consumer warpgroups of 64 query rows. Differences:
+// TMA into a STAGES-deep K/V ring, 2 consumer warpgroups of 64 query rows (3 at d64). Differences:
 // - both products are QGMMA (wgmma .e4m3, k32, fp32 accumulate); fp8 wgmma reads shared
 //   operands K-major only, which is why V arrives transposed: a V^T tile (DIM rows x BLOCK_KV
 //   keys) is the K-major B operand of P @ V, the same way a K tile is for Q @ K^T;
@@ -15,26 +15,21 @@
 //   loads in order and sm90::qgmma_a_fragment moves the keys (byte permutes and 2 shuffles per row
 //   and k-step);
 // - head_dim 256: a 256-byte Q or K row is wider than the widest TMA swizzle, so both tiles load as two
-//   128-byte panels (Fp8Tiles::QK_PANELS) and Q K^T's k-steps walk them; P V is m64n256k32; three K/V
+//   128-byte panels (Fp8Tiles::QK_PANELS) and Q K^T's k-steps walk them; P V is two m64n128k32 halves; three K/V
 //   stages fill shared memory, and O is stored from the registers;
 // - descales: q_descale * k_descale * softmax scale is folded into the exponent, v_descale into
 //   the final 1 / l;
-// - S(t + 1) = Q K^T and P(t) V(t) are issued together; softmax(t + 1) runs under P(t) V(t)
-//   where the wait for P V sits at the top of the next step (Fp8Tiles::RETIRE_AT_TOP, d64), not
-//   where ptxas moves a wait written right after the softmax (d128: measured faster there;
-//   hopper/mainloop_fp8.cuh overlapped_tiles).
+// - each tile's P V goes into a fresh accumulator (S's registers, free once P is packed) and is added to O
+//   in fp32: QGMMA keeps about 14 bits aligned to its accumulator, so P V summed into O itself erred with
+//   the keys on non-zero-mean V. A consumer runs S, softmax and P V of a tile one after the other; the
+//   other consumers' GEMMs fill the tensor cores meanwhile (hopper/mainloop_fp8.cuh kv_tiles).
 //
 // Barrier protocol: as fwd_hopper.cu (q_full; k_full[s], v_full[s] count 1 with expect_tx; kv_empty[s]
 // count CONSUMER_THREADS; in the persistent kernels q_empty, count CONSUMER_THREADS, which each
 // consumer thread arrives on after an item's last S = Q K^T, so that the producer may load the next
-// item's Q), except that a consumer releases stage s of tile t after P(t) V(t) has retired: in step
-// t + 1, or at the top of step t + 2 with RETIRE_AT_TOP (after the loop for the last tiles). Each of the
-// n tiles is still released exactly once by every consumer thread, so the argument of fwd_hopper.cu
-// carries over. A consumer holds at most three stages (K of step t, V(t - 1) and, until its retire at
-// the top of step t, V(t - 2)); step t waits for K(t), whose stage was freed at the top of step t - 1
-// at the latest, so STAGES >= 3 cannot deadlock and 4 lets the producer run ahead. With
-// the ping-pong (Fp8Tiles::PINGPONG, d128) the consumers also take turns on named barriers 1 and 2 (see
-// consume_item: equal arrivals and syncs).
+// item's Q). A consumer releases stage s of tile t once P(t) V(t) has retired, before it waits for
+// K(t + 1): it holds one stage at a time, each of the n tiles is released exactly once by every consumer
+// thread, so the argument of fwd_hopper.cu carries over, and the producer fills the other stages ahead.
 #include "fwd_common.cuh"
 #include "hopper/config.cuh"
 #include "hopper/host.cuh"

@@ -87,14 +87,26 @@ def _issue_scores(j, q, k_smem, k_ready, s_layout: gl.constexpr, HEAD_DIM: gl.co
 @gluon.jit
 def _issue_pv(j, p_op, acc, v_smem, v_ready, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
               FP8: gl.constexpr):
-    """Wait for V(j) and issue O += P V(j) (asynchronous: the caller waits)."""
+    """Wait for V(j) and issue P V(j) (asynchronous: the caller waits, then _retire_pv). 16-bit: O += P V(j)
+    in O's registers. fp8: P V(j) into a fresh accumulator, since QGMMA adds its products with fewer bits
+    than fp32, aligned to the accumulator: summed into O, a tile's products would be cut by O's magnitude,
+    which grows with the keys (a one-signed error when V's mean is not zero)."""
     stage = j % STAGES
     mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
     if FP8:  # fp8 wgmma reads B K-major only: the (head_dim, keys) tile of V^T, viewed as (keys, head_dim)
         v_tile = v_smem.index(stage).reshape([HEAD_DIM, BLOCK_N]).permute((1, 0))
-    else:
-        v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
+        return warpgroup_mma(p_op, v_tile, gl.zeros_like(acc), use_acc=False,
+                             is_async=True)
+    v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
     return warpgroup_mma(p_op, v_tile, acc, is_async=True)
+
+
+@gluon.jit
+def _retire_pv(acc, pv, FP8: gl.constexpr):
+    """O after a retired _issue_pv: the product itself (16-bit) or O + P V(j) added in fp32 (fp8)."""
+    if FP8:
+        return acc + pv
+    return pv
 
 
 @gluon.jit
@@ -143,8 +155,9 @@ def _tile(j, q, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i, l_i, acc, qk_sc
     qk = warpgroup_mma_wait(0, deps=(qk, ))
     p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
                                        v_smem.dtype, BLOCK_N, MASKED, CAUSAL, PERMUTED_K)
-    acc = _issue_pv(j, p_op, acc * alpha_o, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
-    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    acc = acc * alpha_o
+    pv = warpgroup_mma_wait(0, deps=(_issue_pv(j, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8), ))
+    acc = _retire_pv(acc, pv, FP8)
     mbarrier.arrive(kv_empty.index(j % STAGES))
     return m_i, l_i, acc
 
@@ -157,13 +170,13 @@ def _overlapped_tile(j, q, p_op, k_smem, v_smem, k_ready, v_ready, kv_empty, m_i
     """Key tile j with the P V of tile j - 1 (OVERLAP on): S(j) and P(j-1) V(j-1) go to the tensor cores back
     to back, softmax(j) runs while P(j-1) V(j-1) may still be in flight; then O *= alpha(j), release j - 1."""
     qk = _issue_scores(j, q, k_smem, k_ready, s_layout, HEAD_DIM, BLOCK_N, STAGES)
-    acc = _issue_pv(j - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
+    pv = _issue_pv(j - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N, STAGES, FP8)
     qk = warpgroup_mma_wait(1, deps=(qk, ))  # S(j) retired; P(j-1) V(j-1) may be pending
     p_op, alpha_o, m_i, l_i = _softmax(qk, j, m_i, l_i, qk_scale, offs_m, offs_n, seqlen_k, diagonal, o_layout,
                                        v_smem.dtype, BLOCK_N, MASKED, CAUSAL, PERMUTED_K)
-    acc = warpgroup_mma_wait(0, deps=(acc, ))
+    pv = warpgroup_mma_wait(0, deps=(pv, ))
     mbarrier.arrive(kv_empty.index((j - 1) % STAGES))
-    return p_op, m_i, l_i, acc * alpha_o
+    return p_op, m_i, l_i, _retire_pv(acc, pv, FP8) * alpha_o
 
 
 @gluon.jit
@@ -217,8 +230,9 @@ def _consumer(cid: gl.constexpr, args, HEAD_DIM: gl.constexpr, BLOCK_N: gl.const
                                                        l_i, acc, qk_scale, offs_m, offs_n, seqlen_k, diagonal,
                                                        s_layout, o_layout, HEAD_DIM, BLOCK_N, STAGES, True,
                                                        CAUSAL, FP8, PERMUTED_K)
-            acc = warpgroup_mma_wait(0, deps=(_issue_pv(n_tiles - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N,
-                                                        STAGES, FP8), ))
+            pv = warpgroup_mma_wait(0, deps=(_issue_pv(n_tiles - 1, p_op, acc, v_smem, v_ready, HEAD_DIM, BLOCK_N,
+                                                       STAGES, FP8), ))
+            acc = _retire_pv(acc, pv, FP8)
             mbarrier.arrive(kv_empty.index((n_tiles - 1) % STAGES))
     else:
         for j in range(0, full_tiles):

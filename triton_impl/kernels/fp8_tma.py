@@ -19,6 +19,12 @@ so the scores, and with them the LSE, carry an error of about 2e-4 for N(0, 1) i
 (measured on an H200) where an fp32 matmul of the dequantized inputs gives ~1e-6. Promoting the Q.K^T
 partial sums to fp32 every 64 (32) products, Triton's max_num_imprecise_acc, halves (quarters) that
 error but costs 12% of the speed at 64 and spills registers at 32, so it is not used.
+Each tile's P V goes into a fresh accumulator and is added to O in fp32: the wgmma aligns its products to
+the accumulator's exponent and keeps about 14 bits, so summed into O itself a tile's products are cut
+relative to O, which grows with the keys; with V's mean not zero that error is one-signed and grew past
+the oracle's bound from about 1.5k keys (docs/journal/2026-12-02_fp8-decode-and-fuzz.md). The second
+O-sized block of registers costs nothing measurable at head_dim 64 and 128; at 256 every config spills
+and the kernel runs at about 0.7x its in-place speed (docs/journal/2026-12-02_fp8-accumulation.md).
 """
 import torch
 import triton
@@ -134,7 +140,7 @@ def _fp8_fwd(
             p = round_to_e4m3_grid(p)
         p = _keys_in_order(p, BLOCK_M, BLOCK_N, PERMUTED_K)
         vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, False)
-        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), vt.T)  # a fresh accumulator: see Precision
 
     for start_n in range(full_end, end, BLOCK_N):
         k = _load_k(k_desc, start_n, BLOCK_N, HEAD_DIM, PERMUTED_K)
@@ -145,7 +151,7 @@ def _fp8_fwd(
             p = round_to_e4m3_grid(p)
         p = _keys_in_order(p, BLOCK_M, BLOCK_N, PERMUTED_K)
         vt = _load_vt(vt_desc, vt_ptrs, start_n, seqlen_k, offs_n, svs, VT_VIA_TMA, True)
-        acc = tl.dot(p.to(tl.float8e4nv), vt.T, acc * alpha[:, None])
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.float8e4nv), vt.T)  # a fresh accumulator: see Precision
 
     out, lse = finish_rows(acc * v_descale, m_i, l_i)
     o_desc.store([start_m * BLOCK_M, 0], out.to(tl.bfloat16))

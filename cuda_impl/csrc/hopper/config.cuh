@@ -221,9 +221,6 @@ struct Fp8Tiles {
   static constexpr bool PERSISTENT = true;  // every fp8 launch: run_roles initialises q_empty (Q reloaded per item)
   static constexpr bool DYNAMIC = SCHEDULE == FP8_DYNAMIC;  // items from the counter: the hand-over
   static constexpr int CONSUMERS = DIM == 64 ? 3 : 2;
-  // The consumers issue their GEMMs in turn at d128 (at d64 it needs two consumers instead of three).
-  static constexpr bool PINGPONG = DIM == 128;
-  static_assert(!PINGPONG || CONSUMERS == 2, "the fp8 ping-pong takes two consumers");
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -233,10 +230,8 @@ struct Fp8Tiles {
   static constexpr int LAZY_RESCALE = 0;  // the online softmax rescales on every new max
   // Independent chains of the row max and row sum: four at d64, two at d128, one at d256 (two spilled there).
   static constexpr int SOFTMAX_CHAINS = by_head_dim(DIM, 4, 2, 1);
-  // P(t-1) V(t-1) waited for at the top of the next step at d64 (mainloop_fp8.cuh overlapped_tiles)
-  static constexpr bool RETIRE_AT_TOP = DIM == 64;
   static constexpr bool UNMASKED_LOOP = DIM == 256;  // the mask-free steady loop (as HopperTiles)
-  static_assert(STAGES >= 3, "a consumer holds up to three stages at once (see fwd_hopper_fp8.cu)");
+  static_assert(STAGES >= 2, "a consumer holds one stage at a time; the producer fills the others ahead");
   // A Q/K row is DIM bytes: one 64- or 128-byte swizzled row at d64 / d128; at d256 two 128-byte panels, each a
   // whole tile of 128-byte rows (the widest TMA swizzle), the second after the first.
   static constexpr int QK_SWIZZLE = DIM < 128 ? DIM : 128;
@@ -257,7 +252,7 @@ struct Fp8Tiles {
   static constexpr int SMEM_BYTES =
       STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
-  // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + two P 16 + O 32) <= 65536 registers.
+  // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;
   static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : 240;
   static constexpr int S_REGS = BLOCK_KV / 2;

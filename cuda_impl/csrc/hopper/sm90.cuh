@@ -429,34 +429,37 @@ __device__ __forceinline__ void qgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
       : "l"(desc_a), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
 }
 
-// D (64 x N, fp32) += A (64 x 32 e4m3, registers: qgmma_a_fragment's layout) * B (32 x N e4m3,
-// shared, K-major, i.e. V^T rows). N = 64, 128 or 256.
+// D (64 x N, fp32) = A (64 x 32 e4m3, registers: qgmma_a_fragment's layout) * B (32 x N e4m3,
+// shared, K-major, i.e. V^T rows) [+ D]. N = 64, 128 or 256. D's registers are bound "+f" also when
+// accumulate is false: that ties a fresh product to the registers it is written to (see
+// hopper_fp8::sequential_tiles).
 template <int N>
-__device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
-                                         uint64_t desc_b) {
+__device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
+                                         bool accumulate) {
   static_assert(N == 64 || N == 128 || N == 256, "qgmma_rs: N = 64, 128 or 256");
   if constexpr (N == 256) {
     asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " FA_OPS128
-        ", {%128, %129, %130, %131}, %132, 1, 1, 1;\n"
+        ", {%128, %129, %130, %131}, %132, acc, 1, 1;\n}\n"
         : FA_ACC128(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
   } else if constexpr (N == 128) {
     asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
-        ", {%64, %65, %66, %67}, %68, 1, 1, 1;\n"
+        ", {%64, %65, %66, %67}, %68, acc, 1, 1;\n}\n"
         : FA_ACC64(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
   } else {
     asm volatile(
+        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 " FA_OPS32
-        ", {%32, %33, %34, %35}, %36, 1, 1, 1;\n"
+        ", {%32, %33, %34, %35}, %36, acc, 1, 1;\n}\n"
         : FA_ACC32(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
   }
 }
-
-
 
 // Two fp32 -> e4m3x2 (round to nearest even, saturating to +-448: compare.formats.round_to_e4m3),
 // `lo` in the low byte. PTX puts the first source operand in the upper byte.
