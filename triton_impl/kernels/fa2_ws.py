@@ -95,8 +95,7 @@ def _issue_pv(j, p_op, acc, v_smem, v_ready, HEAD_DIM: gl.constexpr, BLOCK_N: gl
     mbarrier.wait(v_ready.index(stage), (j // STAGES) & 1)
     if FP8:  # fp8 wgmma reads B K-major only: the (head_dim, keys) tile of V^T, viewed as (keys, head_dim)
         v_tile = v_smem.index(stage).reshape([HEAD_DIM, BLOCK_N]).permute((1, 0))
-        return warpgroup_mma(p_op, v_tile, gl.zeros_like(acc), use_acc=False,
-                             is_async=True)
+        return warpgroup_mma(p_op, v_tile, gl.zeros_like(acc), use_acc=False, is_async=True)
     v_tile = v_smem.index(stage).reshape([BLOCK_N, HEAD_DIM])
     return warpgroup_mma(p_op, v_tile, acc, is_async=True)
 

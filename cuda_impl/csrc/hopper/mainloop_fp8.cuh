@@ -65,10 +65,10 @@ __device__ __forceinline__ void issue_pv(float (&PV)[N / 2], const uint32_t (&P)
 
 // KV tiles 0 .. n-1 of an item whose Q has arrived, one after the other: S(t), softmax(t), pack P(t); for
 // each part of O's columns (d256: two halves), P V(t) into S's registers and O = O alpha(t) + P V (tile 0:
-// alpha is 0 or 1 and O is 0); release the stage. Bound "+f" to S, every P V and S reuse the same registers (with a PV
-// array of its own, ptxas gave each part fresh registers, to overlap its adds with the next part's wgmma,
-// and spilled). Softmax does not overlap this consumer's own GEMMs; the other consumers' GEMMs fill the
-// tensor cores meanwhile (the overlapped loop with an O-sized P V block spilled and lost 5-55%,
+// alpha is 0 or 1 and O is 0); release the stage. Bound "+f" to S, every P V and S reuse the same registers
+// (with a PV array of its own, ptxas gave each part fresh registers, to overlap its adds with the next part's
+// wgmma, and spilled). Softmax does not overlap this consumer's own GEMMs; the other consumers' GEMMs fill the
+// tensor cores meanwhile (the overlapped loop with an O-sized P V block spilled and lost 5-58%,
 // docs/journal/2026-12-02_fp8-accumulation.md). The ring position of the item's tile t is ring_tiles + t:
 // ring_tiles counts the KV tiles of the CTA's earlier items (persistent CTAs).
 template <typename C, typename IssueQK, typename Softmax>

@@ -430,21 +430,14 @@ __device__ __forceinline__ void qgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 }
 
 // D (64 x N, fp32) = A (64 x 32 e4m3, registers: qgmma_a_fragment's layout) * B (32 x N e4m3,
-// shared, K-major, i.e. V^T rows) [+ D]. N = 64, 128 or 256. D's registers are bound "+f" also when
+// shared, K-major, i.e. V^T rows) [+ D]. N = 64 or 128. D's registers are bound "+f" also when
 // accumulate is false: that ties a fresh product to the registers it is written to (see
-// hopper_fp8::sequential_tiles).
+// hopper_fp8::kv_tiles).
 template <int N>
 __device__ __forceinline__ void qgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 64 || N == 128 || N == 256, "qgmma_rs: N = 64, 128 or 256");
-  if constexpr (N == 256) {
-    asm volatile(
-        "{\n.reg .pred acc;\nsetp.ne.b32 acc, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3 " FA_OPS128
-        ", {%128, %129, %130, %131}, %132, acc, 1, 1;\n}\n"
-        : FA_ACC128(d)
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(static_cast<uint32_t>(accumulate)));
-  } else if constexpr (N == 128) {
+  static_assert(N == 64 || N == 128, "qgmma_rs: N = 64 or 128");
+  if constexpr (N == 128) {
     asm volatile(
         "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FA_OPS64
