@@ -22,8 +22,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONWARNINGS
 if [ "${1:-}" = "--build-only" ]; then
   # the kernels, the quantizers, the sm_120a kernels' sm_90a emulation build (their oracle test), ceilings
   python3 -m cuda_impl.toolchain >/dev/null && python3 -m compare.ceilings --build-only || exit 1
-  python3 -c "from cuda_impl import build, quant, sm120
-for spec in (quant.library_spec(), sm120.library_spec(emulate=True)): build.build_library(spec)" || exit 1
+  python3 -c "from cuda_impl import toolchain, quant, sm120
+for spec in (quant.library_spec(), sm120.library_spec(emulate=True)): toolchain.build_library(spec)" || exit 1
   find cuda_impl/_build -name '*.o' -delete
   exit 0
 fi
