@@ -48,6 +48,7 @@ class Backend:
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
     description: str = ""
     last_config: Callable[[], str | None] = field(default=lambda: None, repr=False)  # autotuned tile choice
+    head_dim_pairs: tuple[tuple[int, int], ...] = ()  # (Q/K, V) head dims it takes besides equal ones in head_dims
 
     @property
     def backend(self) -> str:
@@ -82,8 +83,11 @@ class Backend:
         """Why this backend does not accept `case` by its declared capabilities (None: it does)."""
         if case.fmt not in self.formats:
             return f"format {case.fmt} not in {self.formats}"
-        if self.head_dims is not None and case.head_dim not in self.head_dims:
+        v_dim = getattr(case, "v_dim", case.head_dim)  # KV-cache cases have one head_dim
+        if self.head_dims is not None and v_dim == case.head_dim and case.head_dim not in self.head_dims:
             return f"head_dim {case.head_dim} not in {self.head_dims}"
+        if self.head_dims is not None and v_dim != case.head_dim and (case.head_dim, v_dim) not in self.head_dim_pairs:
+            return f"Q/K head_dim {case.head_dim} with V head_dim {v_dim} not in {self.head_dim_pairs}"
         if not self.gqa and case.heads_q != case.heads_kv:
             return "no GQA/MQA"
         if case.seqlen_k < self.min_seqlen_k:
@@ -228,7 +232,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             # design's (on the H200, triton:fa2 in fp32 exceeds 2x torch's fp32 error: exp2 with the
             # scale folded in costs ~1e-6 relative, see docs/journal/2026-11-29_triton.md).
             name=f"{family}:{variant}", family=family, formats=tuple(f for f in caps["formats"] if f in formats.FORMATS),
-            head_dims=tuple(caps["head_dims"]),
+            head_dims=tuple(caps["head_dims"]), head_dim_pairs=tuple(caps.get("head_dim_pairs", ())),
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
             # under TRITON_INTERPRET=1 the Triton kernels run on the CPU: triton_impl says which can
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())

@@ -62,8 +62,10 @@ def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[in
 
 
 def flops(case: oracle.Case) -> int:
-    return 4 * case.batch * case.heads_q * case.head_dim * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal,
-                                                                           case.window)
+    """2 (Q K^T: head_dim) + 2 (P V: V's head_dim) FLOPs per multiply-add of every visible (query, key) pair."""
+    dims = case.head_dim + getattr(case, "v_dim", case.head_dim)
+    return 2 * case.batch * case.heads_q * dims * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal,
+                                                                  case.window)
 
 
 def _tensors(result) -> list:

@@ -1,6 +1,7 @@
 """The one test oracle every backend is held to.
 
-* ``reference``: float64 attention (with LSE) on given inputs; causal is bottom-right aligned
+* ``reference``: float64 attention (with LSE) on given inputs, softmax(Q K^T) V with V's own head_dim (which
+  ``Case.head_dim_v`` may set apart from Q's and K's); causal is bottom-right aligned
   (query i sees key j iff j <= i + Sk - Sq); a query that sees no key gives out 0 and LSE -inf.
   ``rows`` restricts it to a subset of query rows (the row-sampled mode for big shapes,
   cost O(rows * Sk * D) per head).
@@ -62,11 +63,13 @@ class Case:
     seed: int = 0
     window: tuple[int, int] = (-1, -1)  # local attention (left, right) keys around the diagonal; -1: unbounded
     softcap: float = 0.0                # > 0: scores become softcap * tanh(scaled score / softcap)
+    head_dim_v: int | None = None       # V's (and the output's) head_dim; None: head_dim
 
     def __post_init__(self):
-        for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"):
-            if getattr(self, field) < 1:
-                raise ValueError(f"Case.{field} must be >= 1, got {getattr(self, field)}")
+        for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v"):
+            value = getattr(self, field)
+            if value is not None and value < 1:
+                raise ValueError(f"Case.{field} must be >= 1, got {value}")
         if isinstance(self.window, list):  # from JSON (a recorded fuzz example)
             object.__setattr__(self, "window", tuple(self.window))
         check_window(self.window)
@@ -94,6 +97,11 @@ class Case:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
 
     @property
+    def v_dim(self) -> int:
+        """V's and the output's head_dim."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    @property
     def local(self) -> bool:
         return self.window != (-1, -1)
 
@@ -112,7 +120,11 @@ class Case:
         extra = (f" win{self.window[0]},{self.window[1]}" if self.local else "") + (
             f" cap{self.softcap:g}" if self.softcap else "")
         return (f"{self.fmt} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{self.seqlen_k} "
-                f"d{self.head_dim} {mask}{extra} {self.dist}")
+                f"{self.dims_str()} {mask}{extra} {self.dist}")
+
+    def dims_str(self) -> str:
+        """'d128', or 'd192v128' where V's head_dim differs."""
+        return f"d{self.head_dim}" + (f"v{self.v_dim}" if self.v_dim != self.head_dim else "")
 
     def replace(self, **kw) -> "Case":
         return dataclasses.replace(self, **kw)
@@ -161,7 +173,8 @@ def make_inputs(case: Case, device: str | torch.device = "cpu") -> Inputs:
     gen = torch.Generator(device=device).manual_seed(case.seed)
     shape_q = (case.batch, case.heads_q, case.seqlen_q, case.head_dim)
     shape_kv = (case.batch, case.heads_kv, case.seqlen_k, case.head_dim)
-    masters = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in (shape_q, shape_kv, shape_kv)]
+    shape_v = (*shape_kv[:3], case.v_dim)
+    masters = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in (shape_q, shape_kv, shape_v)]
     if case.dist == "shifted":
         masters = [m + 1.0 for m in masters]
     elif case.dist == "large":
@@ -231,13 +244,13 @@ def _largest_score(q, k, rows: torch.Tensor, scale: float) -> float:
 
 def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None = None, window=(-1, -1),
               softcap: float = 0.0):
-    """float64 attention on (B, H, S, D) tensors. Returns (out, lse) for the selected query rows. window and
-    softcap as FlashAttention: local attention (left, right) around the bottom-right diagonal, and scaled scores
-    capped to softcap * tanh(s / softcap) before the softmax."""
+    """float64 attention on (B, H, S, D) tensors (v's D its own). Returns (out, lse) for the selected query rows, out
+    with v's head_dim. window and softcap as FlashAttention: local attention (left, right) around the bottom-right
+    diagonal, and scaled scores capped to softcap * tanh(s / softcap) before the softmax."""
     q, k, v = (x.double() for x in (q, k, v))
     rows = _all_rows(q.shape[2], rows, q.device)
     k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
-    out = torch.empty(q.shape[0], q.shape[1], rows.numel(), q.shape[3], dtype=torch.float64, device=q.device)
+    out = torch.empty(q.shape[0], q.shape[1], rows.numel(), v.shape[3], dtype=torch.float64, device=q.device)
     lse = torch.empty(q.shape[0], q.shape[1], rows.numel(), dtype=torch.float64, device=q.device)
     visible = _visible(rows, q.shape[2], k.shape[2], causal, q.device, window)
     for b in range(q.shape[0]):  # one batch at a time bounds memory to H * R * Sk
@@ -338,12 +351,12 @@ def check(fn, case: Case, *, device: str | torch.device = "cpu", returns_lse: bo
 
     ``max_rows`` forces the row-sampled mode with that many rows (None: automatic by size)."""
     inputs = inputs or make_inputs(case, device)
-    out_bytes = case.batch * case.heads_q * case.seqlen_q * case.head_dim * 4
+    out_bytes = case.batch * case.heads_q * case.seqlen_q * case.v_dim * 4
     poison_allocator(device, out_bytes)
     result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse,
                 **case.extra_kwargs())
     out, lse = result if returns_lse else (result, None)
-    expected = (case.batch, case.heads_q, case.seqlen_q, case.head_dim)
+    expected = (case.batch, case.heads_q, case.seqlen_q, case.v_dim)
     if tuple(out.shape) != expected:
         raise ValueError(f"backend returned out of shape {tuple(out.shape)}, expected {expected}")
     return judge(out, lse, inputs, case, rows=_pick_rows(case, out.device, max_rows))
@@ -675,6 +688,7 @@ class VarlenCase:
     window: tuple[int, int] = (-1, -1)
     softcap: float = 0.0
     seed: int = 0
+    head_dim_v: int | None = None    # V's (and the output's) head_dim; None: head_dim
 
     def __post_init__(self):
         for name in ("seqlens_q", "seqlens_k", "window"):
@@ -698,20 +712,21 @@ class VarlenCase:
         return Case(batch=1, heads_q=self.heads_q, heads_kv=self.heads_kv, seqlen_q=max(self.seqlens_q[b], 1),
                     seqlen_k=max(self.seqlens_k[b], 1), head_dim=self.head_dim, causal=self.causal, fmt=self.fmt,
                     scale=self.scale, dist=self.dist, seed=self.seed * 7919 + b, window=self.window,
-                    softcap=self.softcap)
+                    softcap=self.softcap, head_dim_v=self.head_dim_v)
 
     def shape_str(self) -> str:
         lengths = lambda ns: ",".join(map(str, ns)) if len(ns) <= 6 else f"{len(ns)} seqs, max {max(ns)}"
-        extra = self.dense(0).shape_str().split(f"d{self.head_dim} ", 1)[1]
+        dims = self.dense(0).dims_str()
+        extra = self.dense(0).shape_str().split(f"{dims} ", 1)[1]
         return (f"{self.fmt} varlen h{self.heads_q}/{self.heads_kv} q[{lengths(self.seqlens_q)}] "
-                f"k[{lengths(self.seqlens_k)}] d{self.head_dim} {extra}")
+                f"k[{lengths(self.seqlens_k)}] {dims} {extra}")
 
 
 @dataclass(frozen=True)
 class VarlenInputs:
     q: torch.Tensor                  # (total_q, Hq, D)
     k: torch.Tensor                  # (total_k, Hkv, D)
-    v: torch.Tensor
+    v: torch.Tensor                  # (total_k, Hkv, Dv)
     cu_seqlens_q: torch.Tensor       # (B + 1,) int32
     cu_seqlens_k: torch.Tensor
     sequences: tuple[Inputs, ...]    # per sequence, (1, H, S, D) with its true lengths, masters included
@@ -741,13 +756,14 @@ def make_varlen_inputs(case: VarlenCase, device: str | torch.device = "cpu") -> 
 
 def check_varlen(fn, case: VarlenCase, *, device: str | torch.device = "cpu",
                  inputs: VarlenInputs | None = None) -> Verdict:
-    """Run ``fn(q, k, v, **inputs.kwargs(case), return_lse=True)`` -> out (total_q, Hq, D), lse (Hq, total_q) and
+    """Run ``fn(q, k, v, **inputs.kwargs(case), return_lse=True)`` -> out (total_q, Hq, Dv), lse (Hq, total_q) and
     judge each sequence as a dense case of its own lengths."""
     inputs = inputs or make_varlen_inputs(case, device)
     total_q = sum(case.seqlens_q)
-    poison_allocator(device, total_q * case.heads_q * case.head_dim * 4)
+    v_dim = case.dense(0).v_dim
+    poison_allocator(device, total_q * case.heads_q * v_dim * 4)
     out, lse = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=True)
-    expected = (total_q, case.heads_q, case.head_dim)
+    expected = (total_q, case.heads_q, v_dim)
     if tuple(out.shape) != expected or tuple(lse.shape) != (case.heads_q, total_q):
         raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
                          f"{(case.heads_q, total_q)}")

@@ -1,11 +1,12 @@
 """The checks of `attention_varlen` (packed variable-length batches), shared by both backends (torch only; no kernel).
 
-Layouts (FlashAttention's `flash_attn_varlen_func`): q (total_q, Hq, D), k and v (total_k, Hkv, D), the sequences
-packed one after another; cu_seqlens_q / cu_seqlens_k (B + 1,) int32, sequence b's tokens at
-cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (cu_seqlens[0] = 0, non-decreasing, the last = the total); max_seqlen_q /
-max_seqlen_k, ints at least the longest sequence (the kernels size their grids by them). Output (total_q, Hq, D)
-in q's dtype and LSE (Hq, total_q) float32. A sequence with no keys gives 0 and LSE -inf; so does a query row whose
-local window holds no key.
+Layouts (FlashAttention's `flash_attn_varlen_func`): q (total_q, Hq, D), k (total_k, Hkv, D) and v (total_k, Hkv,
+Dv), the sequences packed one after another (Dv, V's head_dim: D unless a backend declares others; which pairs it
+takes, the backend checks); cu_seqlens_q / cu_seqlens_k (B + 1,) int32, sequence b's tokens at cu_seqlens[b] ..
+cu_seqlens[b + 1] - 1 (cu_seqlens[0] = 0, non-decreasing, the last = the total); max_seqlen_q / max_seqlen_k, ints
+at least the longest sequence (the kernels size their grids by them). Output (total_q, Hq, Dv) in q's dtype and LSE
+(Hq, total_q) float32. A sequence with no keys gives 0 and LSE -inf; so does a query row whose local window holds no
+key.
 
 `check_inputs` looks at shapes, dtypes, devices and strides only (no host sync: graph-capturable, the lengths stay
 on the device). `check_values` reads the lengths (one host sync) and turns unsorted offsets, totals that disagree
@@ -29,7 +30,8 @@ class Layout:
     batch: int
     heads_q: int
     heads_kv: int
-    head_dim: int
+    head_dim: int          # Q's and K's
+    head_dim_v: int        # V's and the output's
     total_q: int
     total_k: int
 
@@ -49,7 +51,8 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         _need(x.dtype in DTYPES, f"{name}: dtype {x.dtype} not supported (bfloat16, float16, float32)", TypeError)
         _need(x.stride(-1) == 1, f"{name} must have a unit head_dim stride, got strides {x.stride()}")
     _need(q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}", TypeError)
-    _need(k.shape == v.shape, f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    _need(k.shape[:2] == v.shape[:2],
+          f"k and v must have the same (total_tokens, heads), got {tuple(k.shape)} and {tuple(v.shape)}")
     _need(q.shape[2] == k.shape[2], f"q and k must have the same head_dim, got {q.shape[2]} and {k.shape[2]}")
     _need(k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0,
           f"heads of q ({q.shape[1]}) must be a multiple of the heads of k and v ({k.shape[1]})")
@@ -69,7 +72,7 @@ def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     oracle.check_window(window)
     oracle.check_softcap(softcap)
     return Layout(batch=cu_seqlens_q.numel() - 1, heads_q=q.shape[1], heads_kv=k.shape[1], head_dim=q.shape[2],
-                  total_q=q.shape[0], total_k=k.shape[0])
+                  head_dim_v=v.shape[2], total_q=q.shape[0], total_k=k.shape[0])
 
 
 def check_values(layout: Layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k) -> None:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from compare import kvcache
+from compare import kvcache, oracle
 from cuda_impl import _lib, decode, toolchain, ops, sm120, validate
 from cuda_impl.quant import quantize, quantize_attention_inputs
 
@@ -64,6 +64,9 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "tma": True,  # tiles load through TMA maps: positive strides only (checked before the launch)
+    # window=(left, right) and softcap=: their own kernel, scheduled as causal launches, every tile's mask checked
+    "local": True,
+    "softcap": True,
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
     "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64, but 2 for causal d64 up to 1k query rows), "
     "S(t) issued with P(t-1)V(t-1) (softmax(t) under that P V at d256), "
@@ -121,6 +124,8 @@ DEFAULT_VARIANTS: tuple[tuple[tuple[int, int], tuple[int, int], tuple[str, ...],
 
 # The longest query block variant=None sends to "decode" (longer ones are prefill tiles: hopper / v5).
 DECODE_MAX_SEQLEN_Q = 16
+# What variant=None runs with a window or softcap (the one variant that takes them).
+LOCAL_DEFAULT_VARIANT = "hopper"
 
 
 def _device_of(x) -> torch.device | None:
@@ -191,11 +196,13 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     and with return_lse also lse (B, Hq, Sq) float32, natural log of the scaled scores.
     variant=None runs select_variant(q, k, v, causal=causal): the fastest variant for this GPU, format and
     head_dim (DEFAULT_VARIANTS). Unsupported input raises ValueError/TypeError naming the constraint; an
-    explicit variant is honoured or refused, never replaced. window / softcap (local attention, logit cap): not
-    in this package yet, NotImplementedError (triton_impl's "fa2" has them)."""
+    explicit variant is honoured or refused, never replaced. window=(left, right): local attention as
+    FlashAttention defines it (query i sees keys i + Sk - Sq - left .. i + Sk - Sq + right; -1: unbounded; causal
+    sets right to 0), only the key tiles it touches computed; softcap > 0: scaled scores become
+    softcap * tanh(s / softcap). Both in the variants that declare them ("local" / "softcap" in VARIANTS;
+    variant=None runs LOCAL_DEFAULT_VARIANT), bf16/fp16; others raise NotImplementedError."""
     if tuple(window) != (-1, -1) or softcap:
-        raise NotImplementedError("cuda_impl has no local window / softcap yet; triton_impl.attention(..., "
-                                  "variant='fa2') has both")
+        return _attention_local(q, k, v, bool(causal), scale, variant, return_lse, window, softcap)
     if variant in sm120.VARIANTS:
         return sm120.attention(q, k, v, causal=causal, scale=scale, variant=variant, return_lse=return_lse)
     fmt = validate.format_of(q)
@@ -214,6 +221,25 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
             out, lse = _attention_decode(q, k, v, bool(causal), scale, spec)
         else:
             out, lse = ops.fwd(q, k, v, bool(causal), scale, variant)
+    return (out, lse) if return_lse else out
+
+
+def _attention_local(q, k, v, causal: bool, scale, variant, return_lse: bool, window, softcap):
+    """attention() with a window or softcap: both checked, the variant refused unless it declares both."""
+    window = tuple(window) if isinstance(window, list) else window
+    oracle.check_window(window)
+    oracle.check_softcap(softcap)
+    takes = sorted(name for name, spec in VARIANTS.items() if spec.get("local") and spec.get("softcap"))
+    if validate.is_quantized(q):
+        raise NotImplementedError(f"window / softcap: bf16/fp16 inputs only (variants {', '.join(takes)})")
+    variant = LOCAL_DEFAULT_VARIANT if variant is None else variant
+    spec = _spec(variant)
+    if not (spec.get("local") and spec.get("softcap")):
+        raise NotImplementedError(f"variant {variant!r} has no local window / softcap; the variants with them: "
+                                  f"{', '.join(takes)}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    validate.check_inputs(q, k, v, variant=variant, spec=spec, scale=scale)
+    out, lse = ops.fwd_local(q, k, v, causal, scale, window, float(softcap), variant)
     return (out, lse) if return_lse else out
 
 

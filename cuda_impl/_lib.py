@@ -48,6 +48,10 @@ class FwdParams(ctypes.Structure):
         ("dtype", ctypes.c_int32),
         ("tile_counter", ctypes.c_void_p),
         ("split_workspace", ctypes.c_void_p),
+        ("local", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
+        ("softcap", ctypes.c_float),
     ]
 
 
@@ -301,14 +305,20 @@ def _scheduler_buffers(lib: ctypes.CDLL, symbol: str, struct, params, base: FwdP
 
 
 def launch_forward(
-    variant: str, q, k, v, out, lse, *, causal: bool, scale: float, extra_flags: tuple[str, ...] = ()
+    variant: str, q, k, v, out, lse, *, causal: bool, scale: float, window: tuple[int, int] = (-1, -1),
+    softcap: float = 0.0, extra_flags: tuple[str, ...] = ()
 ) -> None:
-    """Run one forward on torch's current stream of q's device. Tensors are already checked."""
+    """Run one forward on torch's current stream of q's device. Tensors, window and softcap are already checked;
+    a window or softcap makes it a local launch (FwdParams::local; the kernel schedules it as a causal one)."""
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
+    local = tuple(window) != (-1, -1) or softcap > 0
+    if local:
+        params.local, (params.window_left, params.window_right), params.softcap = 1, window, softcap
     lib = load(extra_flags)
     symbol = variant.replace("-", "_")
-    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal, q.shape[3], q.device)  # noqa: F841
+    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal or local, q.shape[3],  # noqa: F841
+                              q.device)
     _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
 
 

@@ -1,4 +1,4 @@
-"""The torch.library custom ops "cuda_fa::fwd" (16-bit), "cuda_fa::fwd_fp8" (e4m3 with descales),
+"""The torch.library custom ops "cuda_fa::fwd" (16-bit; "cuda_fa::fwd_local" with a window or softcap), "cuda_fa::fwd_fp8" (e4m3 with descales),
 "cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage) and "cuda_fa::decode" (split-KV decode against a KV
 cache, cuda_impl.decode), with fake implementations for torch.compile.
 
@@ -27,9 +27,19 @@ def _fwd_impl(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, variant: str
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, Hq, Sq, D) in q's dtype, lse (B, Hq, Sq) float32). Inputs are validated by the caller."""
+    return _fwd_local_impl(q, k, v, causal, scale, -1, -1, 0.0, variant)
+
+
+def _fwd_local_impl(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, window_left: int,
+    window_right: int, softcap: float, variant: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """_fwd_impl with a local window (left, right keys around the diagonal; -1: unbounded) and a logit cap (0:
+    none), for the variants that declare them."""
     out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
-    _lib.launch_forward(variant, q, k, v, out, lse, causal=causal, scale=scale)
+    _lib.launch_forward(variant, q, k, v, out, lse, causal=causal, scale=scale, window=(window_left, window_right),
+                        softcap=softcap)
     return out, lse
 
 
@@ -43,6 +53,19 @@ def _fwd_fake(q, k, v, causal, scale, variant):
 
 def fwd(q, k, v, causal: bool, scale: float, variant: str):
     return (_fwd_impl if _eager((q, k, v)) else _fwd_op)(q, k, v, causal, scale, variant)
+
+
+_fwd_local_op = torch.library.custom_op("cuda_fa::fwd_local", mutates_args=(), device_types="cuda")(_fwd_local_impl)
+
+
+@_fwd_local_op.register_fake
+def _fwd_local_fake(q, k, v, causal, scale, window_left, window_right, softcap, variant):
+    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+def fwd_local(q, k, v, causal: bool, scale: float, window: tuple[int, int], softcap: float, variant: str):
+    impl = _fwd_local_impl if _eager((q, k, v)) else _fwd_local_op
+    return impl(q, k, v, causal, scale, int(window[0]), int(window[1]), float(softcap), variant)
 
 
 def _fwd_fp8_impl(

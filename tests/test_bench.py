@@ -19,6 +19,8 @@ def test_attention_pairs_bottom_right_is_exact(sq, sk):
 def test_flops_formula():
     case = oracle.Case(2, 8, 2, 100, 100, 64, causal=True)
     assert bench.flops(case) == 4 * 2 * 8 * 64 * (100 * 101 // 2)
+    # Q K^T at 192, P V at V's 128 columns
+    assert bench.flops(case.replace(head_dim=192, head_dim_v=128)) == 2 * 2 * 8 * (192 + 128) * (100 * 101 // 2)
 
 
 def test_named_sweeps_load():

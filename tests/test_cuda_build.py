@@ -263,7 +263,7 @@ def test_surface_matches_contract():
         assert spec["max_cc"] is None or high <= spec["max_cc"], variant
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
-        assert required <= set(spec) <= required | {"ceiling", "tma", "max_seqlen_q"}
+        assert required <= set(spec) <= required | {"ceiling", "tma", "max_seqlen_q", "local", "softcap"}
     if not torch.cuda.is_available():
         assert "GPU" in cuda_impl.unavailable_reason("v1")
 

@@ -56,7 +56,8 @@ def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int, consumers:
 
 
 def mangled_tag(fmt: str, head_dim: int, block_kv: int, cluster: int = 1, consumers: int = 0) -> str:
-    return f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}ELi{consumers}E"
+    # (Lb0E: the plain kernels; their local-launch twins, Lb1E, are tests/test_cuda_local.py's)
+    return f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li{head_dim}ELi{block_kv}ELi{cluster}ELi{consumers}ELb0E"
 
 
 def kernel(functions: dict, arch: str, fmt: str, head_dim: int, block_kv: int, cluster: int = 1,
@@ -326,8 +327,9 @@ def qkv(hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
 def test_surface_entry():
     assert SPEC["min_cc"] == (9, 0) and SPEC["max_cc"] == (9, 0)
     assert SPEC["head_dims"] == (64, 128, 256)
-    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling", "tma"}
-    assert SPEC["ceiling"] == "wgmma" and SPEC["tma"] is True
+    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling", "tma", "local",
+                         "softcap"}
+    assert SPEC["ceiling"] == "wgmma" and SPEC["tma"] is True and SPEC["local"] is SPEC["softcap"] is True
     if not torch.cuda.is_available():
         assert "GPU" in cuda_impl.unavailable_reason("hopper")
 

@@ -255,7 +255,39 @@ def test_reference_matches_torch_sdpa_on_random_inputs(shape):
         assert torch.isneginf(lse[:, :, : sq - sk]).all()
 
 
-@pytest.mark.parametrize("bad", [dict(heads_q=3, heads_kv=2), dict(fmt="int8"), dict(seqlen_q=0), dict(dist="zeros")])
+def test_v_takes_a_head_dim_of_its_own():
+    """Case.head_dim_v: V and the output 128 wide under Q/K 192. The reference matches SDPA (which takes V's own
+    width), a correct kernel passes, one that drops V's last column fails, and the output must be V's width."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 21, 192, generator=g, dtype=torch.float64)
+    k = torch.randn(1, 2, 30, 192, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 2, 30, 128, generator=g, dtype=torch.float64)
+    out, lse = oracle.reference(q, k, v, causal=True, scale=0.1)
+    want_out, want_lse = _sdpa_reference(q, k, v, causal=True, scale=0.1)
+    assert out.shape == (1, 4, 21, 128)
+    torch.testing.assert_close(out, want_out, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+
+    case = oracle.Case(1, 4, 2, 33, 45, 192, causal=True, fmt="bf16", head_dim_v=128)
+    inputs = oracle.make_inputs(case)
+    assert (inputs.q.shape[-1], inputs.k.shape[-1], inputs.v.shape[-1]) == (192, 192, 128)
+    assert case.v_dim == 128 and case.softmax_scale == 1 / math.sqrt(192) and "d192v128" in case.shape_str()
+    verdict = oracle.check(plain_kernel, case)
+    assert verdict.passed, verdict.summary()
+
+    def drops_a_column(q, k, v, **kw):
+        out, lse = plain_kernel(q, k, v, **kw)
+        out = out.clone()
+        out[..., -1] = 0
+        return out, lse
+    verdict = oracle.check(drops_a_column, case)
+    assert not verdict.passed and "max abs err" in verdict.reason
+    with pytest.raises(ValueError, match="shape"):
+        oracle.check(lambda q, k, v, **kw: plain_kernel(q, k, v[..., :64], **kw), case)
+
+
+@pytest.mark.parametrize("bad", [dict(heads_q=3, heads_kv=2), dict(fmt="int8"), dict(seqlen_q=0), dict(dist="zeros"),
+                                 dict(head_dim_v=0)])
 def test_case_validation(bad):
     kw = dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=8, seqlen_k=8, head_dim=64) | bad
     with pytest.raises(ValueError):

@@ -288,7 +288,7 @@ def test_variant_table_follows_the_contract():
     for name, spec in triton_impl.VARIANTS.items():
         assert {"formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op"} <= set(spec) <= {
             "formats", "head_dims", "min_cc", "max_cc", "description", "kernels", "op", "tma", "gluon", "max_seqlen_q",
-            "local", "softcap", "varlen"}
+            "local", "softcap", "varlen", "head_dim_pairs"}
         assert spec["op"] in ("fwd", "fwd_fp8", "fwd_blocked", "decode")
         assert not (spec.get("local") or spec.get("softcap") or spec.get("varlen")) or spec["op"] == "fwd", name
         assert (spec["op"] == "decode") == ("max_seqlen_q" in spec), name
@@ -328,7 +328,7 @@ def _bad_calls():
          TypeError, "formats"),
         ("16-bit to fp8 variant", lambda a: a(q, kv, kv, variant="fp8"), TypeError, "formats"),
         ("unknown variant", lambda a: a(q, kv, kv, variant="fa5"), ValueError, "unknown"),
-        ("head_dim 48", lambda a: a(q[..., :48], kv[..., :48], kv[..., :48]), ValueError, "head_dim"),
+        ("head_dim 36", lambda a: a(q[..., :36], kv[..., :36], kv[..., :36]), ValueError, "head_dim"),
         ("3-D input", lambda a: a(q[0], kv[0], kv[0]), ValueError, "4-D"),
         ("heads not divisible", lambda a: a(torch.randn(1, 3, 8, 64, **half), kv, kv), ValueError, "multiple"),
         ("k/v mismatch", lambda a: a(q, kv, kv[:, :, :5]), ValueError, "same"),

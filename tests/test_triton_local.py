@@ -79,8 +79,8 @@ def test_other_variants_and_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="softcap"):
         triton_impl.attention(q, q, q, softcap=-1.0)
     import cuda_impl
-    with pytest.raises(NotImplementedError, match="cuda_impl has no local window"):
-        cuda_impl.attention(q, q, q, window=(4, 0))
+    with pytest.raises(NotImplementedError, match="'v5' has no local window"):
+        cuda_impl.attention(q, q, q, window=(4, 0), variant="v5")
     assert backends.get("triton:fa2").local and not backends.get("triton:fa2-tma").local
     case = oracle.Case(1, 2, 2, 8, 8, 64, window=(2, 0))
     assert backends.get("triton:fa2-tma").unsupported_reason(case) == "a local window (no window= argument)"
@@ -113,7 +113,7 @@ def test_varlen_refusals():
     with pytest.raises(TypeError, match="int32"):
         triton_impl.attention_varlen(*args[:3], inputs.cu_seqlens_q.long(), *args[4:])
     with pytest.raises(ValueError, match="head_dim"):
-        bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, 32, fmt="fp16"))
+        bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, 36, fmt="fp16"))  # not a multiple of 8
         triton_impl.attention_varlen(bad.q, bad.k, bad.v, bad.cu_seqlens_q, bad.cu_seqlens_k, 3, 4)
 
 

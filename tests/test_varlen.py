@@ -16,6 +16,7 @@ CASES = [
     oracle.VarlenCase((9, 6), (6, 9), 8, 2, 64, causal=True, fmt="fp16"),               # Sq > Sk and Sq < Sk
     oracle.VarlenCase((12, 7), (12, 20), 4, 1, 32, fmt="fp32", window=(3, 2)),
     oracle.VarlenCase((6, 6), (6, 6), 2, 2, 32, fmt="fp32", dist="large", softcap=4.0),
+    oracle.VarlenCase((5, 9), (7, 4), 4, 2, 48, causal=True, fmt="fp32", head_dim_v=32),  # V narrower than Q/K
 ]
 
 
@@ -70,8 +71,9 @@ def _call(**change):
 
 def test_good_inputs_give_the_layout():
     layout = _call()
-    assert (layout.batch, layout.heads_q, layout.heads_kv, layout.head_dim, layout.total_q, layout.total_k) == \
-        (2, 4, 2, 32, 8, 10)
+    assert (layout.batch, layout.heads_q, layout.heads_kv, layout.head_dim, layout.head_dim_v, layout.total_q,
+            layout.total_k) == (2, 4, 2, 32, 32, 8, 10)
+    assert _call(v=torch.zeros(10, 2, 16, dtype=torch.float16)).head_dim_v == 16  # V's own head_dim
 
 
 @pytest.mark.parametrize("change,exc,words", [
@@ -84,6 +86,7 @@ def test_good_inputs_give_the_layout():
     (dict(max_seqlen_k=6.0), TypeError, "max_seqlen_k must be an int"),
     (dict(q=torch.zeros(8, 3, 32, dtype=torch.float16)), ValueError, "multiple of the heads"),
     (dict(q=torch.zeros(8, 4, 32)), TypeError, "share a dtype"),
+    (dict(v=torch.zeros(10, 1, 32, dtype=torch.float16)), ValueError, "the same (total_tokens, heads)"),
     (dict(q=torch.zeros(2, 4, 4, 32, dtype=torch.float16)), ValueError, "(total_tokens, heads, head_dim)"),
     (dict(window=(2,)), ValueError, "window"),
     (dict(softcap=-1.0), ValueError, "softcap"),

@@ -10,7 +10,7 @@ def packed_reference(q, k, v, *, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     """attention_varlen from the float64 reference, one sequence at a time (shift_keys: a boundary fault)."""
     assert return_lse
     scale = 1.0 / q.shape[-1] ** 0.5 if scale is None else scale
-    out = torch.full(q.shape, float("nan"), dtype=q.dtype)
+    out = torch.full((*q.shape[:2], v.shape[2]), float("nan"), dtype=q.dtype)
     lse = torch.full((q.shape[1], q.shape[0]), float("nan"))
     cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
     for b in range(len(cq) - 1):

@@ -114,7 +114,7 @@ def _run(op, impl, tensors, *args):
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
             variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     _check_runnable("fwd", variant, (q, k, v), dict(q=q, k=k, v=v) if VARIANTS[variant].get("tma") else {})
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
@@ -127,13 +127,13 @@ _fwd_op = torch.library.custom_op("triton_fa::fwd", mutates_args=())(_fwd)
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, causal, scale, variant):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return q.new_empty((*q.shape[:3], v.shape[3])), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _fwd_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, window_left: int,
                window_right: int, softcap: float, variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     _check_runnable("fwd", variant, (q, k, v), {})
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
@@ -146,7 +146,7 @@ _fwd_local_op = torch.library.custom_op("triton_fa::fwd_local", mutates_args=())
 
 @_fwd_local_op.register_fake
 def _fwd_local_fake(q, k, v, causal, scale, window_left, window_right, softcap, variant):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return q.new_empty((*q.shape[:3], v.shape[3])), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 def _fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torch.Tensor,
@@ -203,14 +203,14 @@ def _fwd_blocked_fake(q, q_scale, k, k_scale, vt, vt_scale, q_tensor_scale, k_te
 
 # ---------------------------------------------------------------- checks
 
-def _check_shapes(q, k, v_logical_shape, head_dims):
-    """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v's logical shape (B, Hkv, Sk, D)."""
+def _check_shapes(q, k, v_logical_shape, variant):
+    """q (B, Hq, Sq, D), k (B, Hkv, Sk, D), v's logical shape (B, Hkv, Sk, Dv), the head dims `variant`'s."""
     for name, shape in (("q", q.shape), ("k", k.shape), ("v", v_logical_shape)):
         if len(shape) != 4:
             raise ValueError(f"{name} must be 4-D (batch, heads, seqlen, head_dim), got shape {tuple(shape)}")
     batch, heads_q, seqlen_q, head_dim = q.shape
-    if tuple(k.shape) != tuple(v_logical_shape):
-        raise ValueError(f"k and v must have the same (batch, heads, seqlen, head_dim), "
+    if tuple(k.shape[:3]) != tuple(v_logical_shape[:3]):
+        raise ValueError(f"k and v must have the same (batch, heads, seqlen), "
                          f"got {tuple(k.shape)} and {tuple(v_logical_shape)}")
     if k.shape[0] != batch or k.shape[3] != head_dim:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
@@ -218,8 +218,37 @@ def _check_shapes(q, k, v_logical_shape, head_dims):
         raise ValueError(f"heads_q ({heads_q}) must be a multiple of heads_kv ({k.shape[1]})")
     if min(batch, heads_q, seqlen_q, k.shape[2]) < 1:
         raise ValueError(f"empty input: q {tuple(q.shape)}, k {tuple(k.shape)}")
-    if head_dim not in head_dims:
-        raise ValueError(f"head_dim {head_dim} not supported; supported: {head_dims}")
+    _check_head_dims(variant, head_dim, v_logical_shape[3])
+
+
+def _takes_head_dims(spec, head_dim, head_dim_v):
+    """Whether a VARIANTS row takes Q/K head_dim `head_dim` with V head_dim `head_dim_v`."""
+    if head_dim_v == head_dim:
+        return head_dim in spec["head_dims"]
+    return (head_dim, head_dim_v) in spec.get("head_dim_pairs", ())
+
+
+def _head_dims_text(spec):
+    """A variant's head dims for messages: '64, 128, 256', or '32 to 256 in steps of 8' for a long even run; and
+    its (Q/K, V) pairs."""
+    dims = spec["head_dims"]
+    steps = {b - a for a, b in zip(dims, dims[1:])}
+    text = f"{dims[0]} to {dims[-1]} in steps of {steps.pop()}" if len(dims) > 3 and len(steps) == 1 \
+        else ", ".join(map(str, dims))
+    pairs = spec.get("head_dim_pairs", ())
+    return text + "".join(f", or Q/K {d} with V {dv}" for d, dv in pairs)
+
+
+def _check_head_dims(variant, head_dim, head_dim_v):
+    """ValueError unless `variant` takes Q/K head_dim `head_dim` with V head_dim `head_dim_v`, naming what it
+    takes and the variants that take these."""
+    spec = VARIANTS[variant]
+    if _takes_head_dims(spec, head_dim, head_dim_v):
+        return
+    dims = f"head_dim {head_dim}" if head_dim_v == head_dim else f"Q/K head_dim {head_dim} with V head_dim {head_dim_v}"
+    others = sorted(name for name, other in VARIANTS.items() if _takes_head_dims(other, head_dim, head_dim_v))
+    raise ValueError(f"{dims} not supported by variant {variant!r}; it takes head_dim {_head_dims_text(spec)}"
+                     + (f" (variants that take {dims}: {others})" if others else ""))
 
 
 def _check_devices(tensors):
@@ -259,7 +288,8 @@ def _device_type(t):
 def select_variant(q, k=None, v=None, *, causal=False):
     """The variant attention(q, k, v, causal=causal) runs when variant=None: the first row of DEFAULT_VARIANTS
     that fits q's GPU (under TRITON_INTERPRET=1 or off the GPU: the first that is not a Gluon kernel), format,
-    head_dim and length. TypeError for a format no variant takes, ValueError where none runs the inputs here."""
+    head dims (q's and k's, and v's where given) and length. TypeError for a format no variant takes, ValueError
+    where none runs the inputs here."""
     quantized = _is_quantized(q)
     fmt = q.fmt if quantized else _TORCH_FORMATS.get(getattr(q, "dtype", None))
     if fmt is None:
@@ -269,6 +299,7 @@ def select_variant(q, k=None, v=None, *, causal=False):
         return t.logical_shape if _is_quantized(t) else t.shape
 
     head_dim = shape_of(q)[-1]
+    head_dim_v = shape_of(v)[-1] if v is not None else head_dim
     seqlen_q = shape_of(q)[-2]
     length = max(seqlen_q, shape_of(k)[-2] if k is not None else 0)
     data = q.data if quantized else q
@@ -285,16 +316,18 @@ def select_variant(q, k=None, v=None, *, causal=False):
         else:
             arch_ok = low <= cc and (high is None or cc <= high)
         if arch_ok and (head_dims is None or head_dim in head_dims) and (longest is None or length <= longest) \
-                and head_dim in VARIANTS[variant]["head_dims"]:
+                and _takes_head_dims(VARIANTS[variant], head_dim, head_dim_v):
             return variant
     where = "the interpreter" if cc is None else f"sm_{cc[0]}{cc[1]}"
-    raise ValueError(f"no triton variant runs {fmt} head_dim {head_dim} on {where}; the table: "
-                     f"{', '.join(r[5] for r in rows)} (triton_impl.DEFAULT_VARIANTS)")
+    dims = f"head_dim {head_dim}" + (f" with V head_dim {head_dim_v}" if head_dim_v != head_dim else "")
+    takes = "; ".join(f"{name}: {_head_dims_text(VARIANTS[name])}" for name in dict.fromkeys(r[5] for r in rows))
+    raise ValueError(f"no triton variant runs {fmt} {dims} on {where}; the table: "
+                     f"{', '.join(r[5] for r in rows)} (triton_impl.DEFAULT_VARIANTS); head dims: {takes}")
 
 
-def _choose_variant(fmt, variant, q, k, causal):
+def _choose_variant(fmt, variant, q, k, v, causal):
     if variant is None:
-        variant = select_variant(q, k, causal=causal)
+        variant = select_variant(q, k, v, causal=causal)
     if variant not in VARIANTS:
         raise ValueError(f"unknown triton variant {variant!r}; known: {sorted(VARIANTS)}")
     formats = VARIANTS[variant]["formats"]
@@ -306,7 +339,9 @@ def _choose_variant(fmt, variant, q, k, causal):
 # ---------------------------------------------------------------- public entry point
 
 def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=False, window=(-1, -1), softcap=0.0):
-    """q: (B, Hq, Sq, D), k/v: (B, Hkv, Sk, D); Hq % Hkv == 0 (GQA/MQA).
+    """q: (B, Hq, Sq, D), k/v: (B, Hkv, Sk, D); Hq % Hkv == 0 (GQA/MQA). Head dims: VARIANTS' "head_dims" (fa2:
+    every multiple of 8 from 32 to 256), and v's head_dim Dv may differ from D where "head_dim_pairs" say (fa2:
+    D 192 with Dv 128); variant=None picks a variant that takes them.
 
     16-bit formats: torch tensors (bf16/fp16; fp32 for variant "fa2"). fp8, mxfp8, nvfp4:
     compare.formats.QuantTensor (fp8 with per-head descales), v stored transposed (B, Hkv, D, Sk).
@@ -315,7 +350,7 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
     (query i sees keys i + Sk - Sq - left .. i + Sk - Sq + right, -1 unbounded; causal sets right to 0);
     softcap > 0: scaled scores become softcap * tanh(s / softcap). Both only in the variants that declare them
     ("local" / "softcap" in VARIANTS; variant=None picks "fa2"); others raise NotImplementedError. Returns out
-    (B, Hq, Sq, D) in q's dtype (bf16 for quantized inputs), and with return_lse the natural-log LSE (B, Hq, Sq)
+    (B, Hq, Sq, Dv) in q's dtype (bf16 for quantized inputs), and with return_lse the natural-log LSE (B, Hq, Sq)
     fp32 of the scaled (capped) scores."""
     if tuple(window) != (-1, -1) or softcap:
         out, lse = _attention_local(q, k, v, causal, scale, variant, window, softcap)
@@ -354,8 +389,8 @@ def _attention_16bit(q, k, v, causal, scale, variant, window=(-1, -1), softcap=0
     if q.dtype not in _TORCH_FORMATS:
         raise TypeError(f"dtype {q.dtype} not supported; use bfloat16, float16 (or float32 with 'fa2'), "
                         f"or a QuantTensor")
-    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
-    _check_shapes(q, k, v.shape, VARIANTS[variant]["head_dims"])
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, v, causal)
+    _check_shapes(q, k, v.shape, variant)
     scale = _resolve_scale(scale, q.shape[-1])
     if window != (-1, -1) or softcap:  # a variant that declares both (_attention_local)
         return _run(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
@@ -383,7 +418,7 @@ def _fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
                 window_left: int, window_right: int, softcap: float,
                 variant: str) -> tuple[torch.Tensor, torch.Tensor]:
     _check_runnable("fwd", variant, (q, k, v), {})
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:2], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     with _device_scope(q):
@@ -398,7 +433,7 @@ _fwd_varlen_op = torch.library.custom_op("triton_fa::fwd_varlen", mutates_args=(
 @_fwd_varlen_op.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left,
                      window_right, softcap, variant):
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty((*q.shape[:2], v.shape[2])), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 VARLEN_DEFAULT_VARIANT = "fa2"
@@ -409,9 +444,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     """Packed variable-length batches, FlashAttention's flash_attn_varlen_func layouts (compare.varlen): q
     (total_q, Hq, D), k / v (total_k, Hkv, D), cu_seqlens_q / cu_seqlens_k (B + 1,) int32 offsets on q's device,
     max_seqlen_q / max_seqlen_k at least the longest sequence. causal, window and softcap per sequence as in
-    attention(). Returns out (total_q, Hq, D), and with return_lse lse (Hq, total_q) float32. The offsets are
-    not read on the host (no sync; compare.varlen.check_values checks them, one sync, for debugging). Variants
-    with "varlen" in VARIANTS only (variant=None: "fa2"); an untuned fixed tile per head_dim."""
+    attention(); v (total_k, Hkv, Dv) with the head dims attention() takes. Returns out (total_q, Hq, Dv), and with
+    return_lse lse (Hq, total_q) float32. The offsets are not read on the host (no sync;
+    compare.varlen.check_values checks them, one sync, for debugging). Variants with "varlen" in VARIANTS only
+    (variant=None: "fa2"); an untuned fixed tile per head_dim."""
     from compare import varlen
     window = tuple(window) if isinstance(window, list) else window
     layout = varlen.check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window=window,
@@ -420,9 +456,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     takes = sorted(name for name, spec in VARIANTS.items() if spec.get("varlen"))
     if variant in VARIANTS and not VARIANTS[variant].get("varlen"):
         raise NotImplementedError(f"variant {variant!r} takes no packed batches; the variants that do: {takes}")
-    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, causal)
-    if layout.head_dim not in VARIANTS[variant]["head_dims"]:
-        raise ValueError(f"head_dim {layout.head_dim} not supported; supported: {VARIANTS[variant]['head_dims']}")
+    variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, v, causal)
+    _check_head_dims(variant, layout.head_dim, layout.head_dim_v)
     scale = _resolve_scale(scale, layout.head_dim)
     out, lse = _run(_fwd_varlen_op, _fwd_varlen, (q, k, v, cu_seqlens_q, cu_seqlens_k), int(max_seqlen_q),
                     int(max_seqlen_k), bool(causal), scale, int(window[0]), int(window[1]), float(softcap), variant)
@@ -471,7 +506,7 @@ def _attention_quantized(q, k, v, causal, scale, variant):
     fmts = {q.fmt, k.fmt, v.fmt}
     if len(fmts) != 1:
         raise TypeError(f"q, k, v must share one format, got {q.fmt}, {k.fmt}, {v.fmt}")
-    variant = _choose_variant(q.fmt, variant, q, k, causal)
+    variant = _choose_variant(q.fmt, variant, q, k, v, causal)
     if q.transposed or k.transposed or not v.transposed:
         raise ValueError("q and k must be stored untransposed and v transposed (B, H, D, Sk); "
                          "use compare.formats.quantize_attention_inputs")
@@ -483,8 +518,7 @@ def _attention_quantized(q, k, v, causal, scale, variant):
         if t.data.dim() != 4:
             raise ValueError(f"{name}.data must be 4-D, got shape {tuple(t.data.shape)}")
     vt = v.data
-    _check_shapes(q.data, k.data, (vt.shape[0], vt.shape[1], vt.shape[3], vt.shape[2]),
-                  VARIANTS[variant]["head_dims"])
+    _check_shapes(q.data, k.data, (vt.shape[0], vt.shape[1], vt.shape[3], vt.shape[2]), variant)
     descales = []
     for name, t in (("q", q), ("k", k), ("v", v)):
         expected = tuple(t.data.shape[:2])
@@ -515,7 +549,7 @@ def _attention_blocked(q, k, v, causal, scale, variant):
                                  or t.tensor_scale.dtype != torch.float32):
             raise ValueError(f"{name}.tensor_scale must be a one-element float32 tensor for nvfp4")
     _check_shapes(torch.empty(q.logical_shape, device="meta"), torch.empty(k.logical_shape, device="meta"),
-                  v.logical_shape, VARIANTS[variant]["head_dims"])
+                  v.logical_shape, variant)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
     if not hasattr(kernels, "launch"):
         raise NotImplementedError(kernels.LIMITATION)

@@ -3,6 +3,8 @@ frontend runs it: "kernels", the module whose launch() it calls (a module withou
 "op", the custom op that takes its inputs (fwd: 16-bit, fwd_fp8, fwd_blocked: MXFP8 / NVFP4, decode: the split-KV
 decode of triton_impl.decode, for at most "max_seqlen_q" query tokens); "tma": its Q/K (and
 16-bit V) are read through TMA descriptors; "gluon": written in Gluon, which Triton 3.6's interpreter cannot run.
+"head_dims": the head dims it takes with V's equal to Q/K's; "head_dim_pairs": the (Q/K, V) head dims it takes
+besides (output: V's head_dim).
 Adding a variant is a row here and a kernel module."""
 
 VARIANTS: dict[str, dict] = {
@@ -10,7 +12,8 @@ VARIANTS: dict[str, dict] = {
         "kernels": "triton_impl.kernels.fa2_pointer",
         "op": "fwd",
         "formats": ("bf16", "fp16", "fp32"),
-        "head_dims": (64, 128, 256),
+        "head_dims": tuple(range(32, 257, 8)),  # tiles padded to the next power of two (fa2_pointer)
+        "head_dim_pairs": ((192, 128),),
         "min_cc": (8, 0),
         "max_cc": None,
         "description": "FlashAttention-2 forward, pointer loads with strides (portable; runs under TRITON_INTERPRET=1)",
@@ -121,7 +124,8 @@ VARIANTS: dict[str, dict] = {
 # (figures/data/paper-h200-*.csv on the H200: the Gluon kernels from d128 and from 2k tokens at d64, the pointer
 # kernel for d64 up to 1k tokens, fp8-ws where it takes the head_dim); on other GPUs the variants their arch
 # allows. Under TRITON_INTERPRET=1 (no GPU) the first row that is not a Gluon kernel, whatever its arch.
-# "decode" only where Sq <= DECODE_MAX_SEQLEN_Q (longer query blocks are prefill tiles).
+# "decode" only where Sq <= DECODE_MAX_SEQLEN_Q (longer query blocks are prefill tiles). A row runs only the head
+# dims its variant takes: the ones only "fa2" takes (not 64 / 128 / 256, or V's unlike Q/K's) fall to its last row.
 # (lowest cc, highest cc or None, formats, head_dims or None, longest max(Sq, Sk) or None, variant)
 DECODE_MAX_SEQLEN_Q = 16
 DEFAULT_VARIANTS: tuple = (

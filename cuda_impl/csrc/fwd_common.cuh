@@ -31,6 +31,12 @@ struct FwdParams {
                            // scheduler, cuda_fa_hopper_dynamic_causal(head_dim)), else null and unused
   void* split_workspace;   // hopper's split last round: cuda_fa_hopper_split_workspace() bytes, the first
                            // `zeroed` of them zeroed by the caller for each launch; null when it asks for none
+  // A local launch (local != 0; hopper only, other kernels refuse it on the Python side): query i sees keys
+  // i + Sk - Sq - window_left .. i + Sk - Sq + window_right (-1: unbounded; causal: right 0), and scaled scores
+  // s become softcap * tanh(s / softcap) when softcap > 0. Zero-initialised: a plain launch.
+  int32_t local;
+  int32_t window_left, window_right;
+  float softcap;
 };
 }
 
@@ -52,6 +58,10 @@ struct CtaWork {
   int n_kv_tiles;    // KV tiles holding at least one key some row of the CTA sees (from kv_tile0 on)
   int kv_tile0;      // first KV tile: 0, or where a part of a split item starts (hopper, non-causal)
   int diag;          // seqlen_k - seqlen_q: causal row i sees keys j <= i + diag
+  // Local kernels (local_work): row i also sees only keys j >= i + left_diag when has_left, and keys from
+  // left_clear on are past the left bound of every row of the CTA.
+  bool has_left;
+  int left_diag, left_clear;
 };
 
 // The work of query tile `q_tile` of (batch, head_q).
@@ -70,6 +80,29 @@ __device__ __forceinline__ CtaWork tile_work(const FwdParams& p, int batch, int 
   }
   w.n_kv_tiles = (kv_end + BLOCK_KV - 1) / BLOCK_KV;
   w.kv_tile0 = 0;
+  w.has_left = false;
+  w.left_diag = w.left_clear = 0;
+  return w;
+}
+
+// The work of a local launch (window or softcap), from tile_work's: the host passes causal = 1 and window_right
+// >= 0 (hopper_local_params), so the right bound is the causal one moved by window_right, and a left bound
+// (window_left >= 0) moves the first KV tile up to the first key the CTA's first row sees.
+template <int BLOCK_Q, int BLOCK_KV>
+__device__ __forceinline__ CtaWork local_work(const FwdParams& p, CtaWork w) {
+  const int diag0 = p.seqlen_k - p.seqlen_q;
+  const int last_row = min(w.q_start + BLOCK_Q, p.seqlen_q) - 1;
+  w.diag = diag0 + p.window_right;
+  const int kv_end = max(0, min(p.seqlen_k, last_row + w.diag + 1));
+  int kv_begin = 0;
+  w.has_left = p.window_left >= 0;
+  if (w.has_left) {
+    w.left_diag = diag0 - p.window_left;
+    w.left_clear = last_row + w.left_diag;
+    kv_begin = min(max(0, w.q_start + w.left_diag), kv_end);
+  }
+  w.kv_tile0 = kv_begin / BLOCK_KV;
+  w.n_kv_tiles = (kv_end + BLOCK_KV - 1) / BLOCK_KV - w.kv_tile0;
   return w;
 }
 
@@ -119,6 +152,12 @@ __device__ __forceinline__ bool tile_needs_mask(const FwdParams& p, const CtaWor
   return p.causal && kv_start + BLOCK_KV - 1 > w.q_start + w.diag;
 }
 
+// The same for a local launch's tile: also where it starts before the left bound of the CTA's last row.
+template <int BLOCK_KV>
+__device__ __forceinline__ bool local_tile_needs_mask(const FwdParams& p, const CtaWork& w, int kv_start) {
+  return tile_needs_mask<BLOCK_KV>(p, w, kv_start) || (w.has_left && kv_start < w.left_clear);
+}
+
 // The first of an item's KV tiles 1 .. n-1 from which on every tile may need a mask (n: none does). Needing one is
 // monotonic in the tile (the tail past seqlen_k, the causal diagonal and after), so the Hopper kernels run tiles
 // 1 .. first-1 in a copy of their step without the mask branch (HopperTiles / Fp8Tiles::UNMASKED_LOOP).
@@ -129,6 +168,22 @@ __device__ __forceinline__ int first_masked_tile(const FwdParams& p, const CtaWo
   return first;
 }
 
+// Local launches: the first of an item's tiles 1 .. n from which on no tile starts before the window's left bound
+// of the CTA's last row (local_work's left_clear; 1 without a left bound), and the first tile from `clear` on from
+// which every tile may need a mask (first_masked_tile's walk, stopped at `clear`).
+template <int BLOCK_KV>
+__device__ __forceinline__ int first_clear_tile(const CtaWork& w, int n) {
+  if (!w.has_left) return min(1, n);
+  const int clear = (w.left_clear - w.kv_tile0 * BLOCK_KV + BLOCK_KV - 1) / BLOCK_KV;
+  return min(max(clear, 1), n);
+}
+
+template <int BLOCK_KV>
+__device__ __forceinline__ int first_masked_local_tile(const FwdParams& p, const CtaWork& w, int n, int clear) {
+  int first = n;
+  while (first > clear && tile_needs_mask<BLOCK_KV>(p, w, (w.kv_tile0 + first - 1) * BLOCK_KV)) first--;
+  return first;
+}
 
 // --- host side ---------------------------------------------------------------------------
 

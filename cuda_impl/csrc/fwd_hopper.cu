@@ -73,13 +73,13 @@
 
 namespace fa {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS>
-__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -123,6 +123,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>
   };
   const auto part_work = [&](uint32_t item, const SplitPart& part) {
     CtaWork w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group);
+    if constexpr (C::LOCAL) w = local_work<C::BLOCK_Q, C::BLOCK_KV>(p, w);
     if (part.t1 > 0) {
       w.kv_tile0 = part.t0;
       w.n_kv_tiles = part.t1 - part.t0;
@@ -233,10 +234,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>
 
 namespace hopper_host {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS = 0>
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>
 struct HopperLaunch {
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
-  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
+  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
   inline static std::atomic<int> fit_on[64];  // clusters that fit, per device (CLUSTER > 1)
 
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's epilogue). Causal
@@ -319,11 +320,14 @@ struct HopperLaunch {
 // Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
 extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_dynamic_causal(head_dim); }
 
-extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char* err, int err_len) {
-  return fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
+// (A local launch, a window or softcap, runs on its parameters as fa::hopper_local_params rewrites them.)
+extern "C" int cuda_fa_fwd_hopper(const FwdParams* params, cudaStream_t stream, char* err, int err_len) {
+  const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
+  return fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(*p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS>() {
-      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS>::launch(*p, stream, err, err_len);
+    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>() {
+      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>::launch(p, stream, err,
+                                                                                              err_len);
     });
   });
 }
@@ -331,14 +335,15 @@ extern "C" int cuda_fa_fwd_hopper(const FwdParams* p, cudaStream_t stream, char*
 // Bytes of FwdParams::split_workspace a launch of cuda_fa_fwd_hopper with these parameters needs (0: none; the
 // pointer may stay null), and in *zeroed how many of its first bytes the caller zeroes before each launch.
 // Negative: an error, described in err.
-extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* p, int64_t* zeroed, char* err, int err_len) {
+extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* params, int64_t* zeroed, char* err, int err_len) {
   int64_t bytes = 0;
   *zeroed = 0;
-  const int rc = fa::dispatch<fa::HeadDims<64, 128, 256>>(*p, err, err_len, [&]<typename T, int DIM>() {
+  const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
+  const int rc = fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(*p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS>() {
-      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS>;
-      return L::split_workspace(*p, bytes, *zeroed, err, err_len);
+    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>() {
+      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
+      return L::split_workspace(p, bytes, *zeroed, err, err_len);
     });
   });
   return rc != 0 ? -1 : bytes;

@@ -10,12 +10,49 @@ key blocks it touches, every one masked) and softcap (SOFTCAP) are compile-time 
 sequences (q (total_q, H, D), k / v (total_k, Hkv, D)) at the offsets CU_Q / CU_K, the grid's rows the longest
 sequence's, each program reading its sequence's rows and lengths (a block past them skips its keys); without
 them the kernel is the plain one.
+
+Head dims: any multiple of 8 from 32 to 256, and V's may differ from Q/K's (192 / 128). tl.arange needs a power of
+two, so each head_dim's tile is padded to the next one (BLOCK_D for Q/K, BLOCK_DV for V and the output, padded_dims)
+and the columns past it are masked: loaded as zeros, which add nothing to Q K^T, and never stored. The padding is
+computed (d80 multiplies as d128); a power-of-two head_dim has none, and there every mask on it compiles away.
 """
 import triton
 import triton.language as tl
 
 from triton_impl.kernels.common import capped, finish_rows, local_key_range, program_tile, softmax_step, start_rows
 from triton_impl.kernels import tuning
+
+
+@triton.jit
+def _columns_ok(offs, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
+    """offs < HEAD_DIM for a head_dim padded to BLOCK_D columns; None (no mask at all) when it is not padded."""
+    if HEAD_DIM == BLOCK_D:
+        ok = None
+    else:
+        ok = offs < HEAD_DIM
+    return ok
+
+
+@triton.jit
+def _both(a, b):
+    """a & b of two masks, either of which may be None (nothing masked)."""
+    if a is None:
+        mask = b
+    elif b is None:
+        mask = a
+    else:
+        mask = a & b
+    return mask
+
+
+@triton.jit
+def _load(ptrs, mask):
+    """The tile at ptrs, zeros where mask is False; mask None: an unmasked load."""
+    if mask is None:
+        tile = tl.load(ptrs)
+    else:
+        tile = tl.load(ptrs, mask=mask, other=0.0)
+    return tile
 
 
 # integers that only bound loops or index heads: one binary for all their values
@@ -26,7 +63,8 @@ def _fa2_fwd_pointer(
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos,
     window_left, window_right, softcap_in, softcap_out, lse_rows,
-    HEAD_DIM: tl.constexpr, CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE_OFFSETS: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE_OFFSETS: tl.constexpr,
     LOCAL: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
     start_m, bh = program_tile(seqlen_q, CAUSAL, BLOCK_M)  # VARLEN: seqlen_q / seqlen_k are the longest lengths
@@ -52,20 +90,25 @@ def _fa2_fwd_pointer(
     offs_tile = tl.arange(0, BLOCK_M)
     offs_m = start_m * BLOCK_M + offs_tile
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = tl.arange(0, BLOCK_D)
+    offs_dv = tl.arange(0, BLOCK_DV)
     row_ok = offs_m < seq_q
+    # the padding columns of Q (and K^T's rows) and of V / O; None where a head_dim is its own tile
+    q_cols = _columns_ok(offs_d[None, :], HEAD_DIM, BLOCK_D)
+    kt_rows = _columns_ok(offs_d[:, None], HEAD_DIM, BLOCK_D)
+    v_cols = _columns_ok(offs_dv[None, :], HEAD_DIM_V, BLOCK_DV)
 
-    q = tl.load(q_base + head * sqh + row0 * sqs + offs_tile[:, None] * sqs + offs_d[None, :] * sqd,
-                mask=row_ok[:, None], other=0.0)
+    q = _load(q_base + head * sqh + row0 * sqs + offs_tile[:, None] * sqs + offs_d[None, :] * sqd,
+              _both(row_ok[:, None], q_cols))
     kt_ptrs = k_base + head_kv * skh + offs_n[None, :] * sks + offs_d[:, None] * skd
-    v_ptrs = v_base + head_kv * svh + offs_n[:, None] * svs + offs_d[None, :] * svd
+    v_ptrs = v_base + head_kv * svh + offs_n[:, None] * svs + offs_dv[None, :] * svd
     if WIDE_OFFSETS:  # a key's offset in its slice can pass 2**31 (long strided views): 64-bit, one more register
         sks_n, svs_n = tl.cast(sks, tl.int64), tl.cast(svs, tl.int64)
     else:
         sks_n, svs_n = sks, svs
 
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seq_q, seq_k, CAUSAL,
-                                                        BLOCK_M, BLOCK_N, HEAD_DIM)
+                                                        BLOCK_M, BLOCK_N, BLOCK_DV)
     if VARLEN:  # a query block past its sequence's rows visits no key
         full_end = tl.where(row0 < seq_q, full_end, 0)
         end = tl.where(row0 < seq_q, end, 0)
@@ -78,29 +121,29 @@ def _fa2_fwd_pointer(
     else:
         first_masked = full_end
         for start_n in range(0, full_end, BLOCK_N):
-            kt = tl.load(kt_ptrs + start_n * sks_n)
+            kt = _load(kt_ptrs + start_n * sks_n, kt_rows)
             qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
             if SOFTCAP:
                 qk = capped(qk, softcap_in, softcap_out)
             p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                               diagonal, False, CAUSAL)
-            v = tl.load(v_ptrs + start_n * svs_n)
+            v = _load(v_ptrs + start_n * svs_n, v_cols)
             acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
 
     for start_n in range(first_masked, end, BLOCK_N):
         key_ok = (start_n + offs_n) < seq_k
-        kt = tl.load(kt_ptrs + start_n * sks_n, mask=key_ok[None, :], other=0.0)
+        kt = _load(kt_ptrs + start_n * sks_n, _both(key_ok[None, :], kt_rows))
         qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
         if SOFTCAP:
             qk = capped(qk, softcap_in, softcap_out)
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                           diagonal, True, CAUSAL, LOCAL, window_left, window_right)
-        v = tl.load(v_ptrs + start_n * svs_n, mask=key_ok[:, None], other=0.0)
+        v = _load(v_ptrs + start_n * svs_n, _both(key_ok[:, None], v_cols))
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
 
     out, lse = finish_rows(acc, m_i, l_i)
-    tl.store(o_base + head * soh + row0 * sos + offs_tile[:, None] * sos + offs_d[None, :],
-             out.to(O.dtype.element_ty), mask=row_ok[:, None])
+    tl.store(o_base + head * soh + row0 * sos + offs_tile[:, None] * sos + offs_dv[None, :],
+             out.to(O.dtype.element_ty), mask=_both(row_ok[:, None], v_cols))
     tl.store(lse_base + offs_m, lse, mask=row_ok)
 
 
@@ -112,6 +155,12 @@ def wide_offsets(seqlen_k, key_stride_k, key_stride_v):
     the slice bases and the query rows are 64-bit always; the key loop's offsets only where needed, since
     64-bit ones cost the 128x128 d128 config a spill (sm_90 compile)."""
     return seqlen_k * max(abs(key_stride_k), abs(key_stride_v)) >= 2 ** 31
+
+
+def padded_dims(head_dim, head_dim_v):
+    """The kernel's head_dim constexprs: Q/K's and V's head_dim and their tiles, the next powers of two."""
+    return dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v, BLOCK_D=triton.next_power_of_2(head_dim),
+                BLOCK_DV=triton.next_power_of_2(head_dim_v))
 
 
 def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0):
@@ -128,7 +177,7 @@ def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0)
             *tuning.strides(q), *tuning.strides(k), *tuning.strides(v), *out.stride()[:3],
             left if left >= 0 else unbounded, right if right >= 0 else unbounded,
             scale / softcap if softcap else 0.0, softcap * tuning.LOG2E, 0)
-    meta = dict(HEAD_DIM=head_dim, CAUSAL=causal,
+    meta = dict(**padded_dims(head_dim, v.shape[3]), CAUSAL=causal,
                 DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32",
                 WIDE_OFFSETS=wide_offsets(seqlen_k, tuning.strides(k)[2], tuning.strides(v)[2]),
                 LOCAL=local, SOFTCAP=bool(softcap), VARLEN=False)
@@ -136,18 +185,20 @@ def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0)
 
 
 def launch(q, k, v, out, lse, causal, scale, config=None, window=(-1, -1), softcap=0.0):
-    """Run the kernel; q/k/v may be strided, out/lse are fresh contiguous tensors."""
+    """Run the kernel; q/k/v may be strided (v's head_dim may differ from q's and k's), out (B, Hq, Sq, Dv) and
+    lse are fresh contiguous tensors."""
     args, meta, rows, slices, shape = _launch_args(q, k, v, out, lse, causal, scale, window, softcap)
 
     def proxy_args(proxy):
-        return (_launch_args(*tuning.proxy_16bit(q, proxy), causal, scale, window, softcap)[0], proxy[2],
-                proxy[0] * proxy[1])
+        return (_launch_args(*tuning.proxy_16bit(q, proxy, v.shape[-1]), causal, scale, window, softcap)[0],
+                proxy[2], proxy[0] * proxy[1])
 
     return tuning.run(_fa2_fwd_pointer, _fa2_fwd_pointer_tuned, args, meta, config, rows, slices,
                       shape=shape, dtypes=(q.dtype,), proxy_args=proxy_args)
 
 
-# A fixed tile per head_dim for packed batches (not autotuned: the autotuner's proxies are dense problems).
+# A fixed tile per head_dim for packed batches (not autotuned: the autotuner's proxies are dense problems); other
+# head dims take the one of tuning.table_head_dim.
 VARLEN_CONFIGS = {64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
                   128: dict(BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3),
                   256: dict(BLOCK_M=64, BLOCK_N=64, num_warps=8, num_stages=2)}
@@ -155,14 +206,14 @@ VARLEN_CONFIGS = {64: dict(BLOCK_M=128, BLOCK_N=64, num_warps=4, num_stages=3),
 
 def launch_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale,
                   window=(-1, -1), softcap=0.0):
-    """Packed sequences: q / out (total_q, Hq, D), k / v (total_k, Hkv, D), lse (Hq, total_q); the offsets
-    (B + 1,) int32 on the device (no host sync)."""
+    """Packed sequences: q (total_q, Hq, D), k (total_k, Hkv, D), v (total_k, Hkv, Dv), out (total_q, Hq, Dv),
+    lse (Hq, total_q); the offsets (B + 1,) int32 on the device (no host sync)."""
     batch, heads_q, head_dim = cu_seqlens_q.numel() - 1, q.shape[1], q.shape[2]
     as_bshd = lambda x: x.unsqueeze(0).transpose(1, 2)  # (1, H, total, D): the dense layout's strides
     args, meta, _, _, _ = _launch_args(as_bshd(q), as_bshd(k), as_bshd(v), as_bshd(out), lse, causal, scale, window,
                                        softcap)
     args = (*args[:5], cu_seqlens_q, cu_seqlens_k, args[7], max_seqlen_q, max_seqlen_k, *args[10:-1], q.shape[0])
     meta.update(VARLEN=True, WIDE_OFFSETS=wide_offsets(k.shape[0], k.stride(0), v.stride(0)))
-    config = None if tuning.interpreting() else VARLEN_CONFIGS[head_dim]
+    config = None if tuning.interpreting() else VARLEN_CONFIGS[tuning.table_head_dim(head_dim)]
     return tuning.run(_fa2_fwd_pointer, _fa2_fwd_pointer_tuned, args, meta, config, max(max_seqlen_q, 1),
                       batch * heads_q)

@@ -53,11 +53,13 @@ def _signature(kernel, variant, dtype):
 def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     """Compile `variant` with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages[, maxnreg]) for sm_<arch>;
     for fa2 also WIDE_OFFSETS (default False: 32-bit key offsets within a slice), LOCAL, SOFTCAP and VARLEN (default
-    False: no window, no cap, dense batches); for fp8 also PERMUTED_K (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
+    False: no window, no cap, dense batches) and HEAD_DIM_V (V's head_dim, default head_dim); for fp8 also PERMUTED_K
+    (default True: K tiles key-permuted, as launched when seqlen_k % 16 == 0)."""
     kernel = _KERNELS[variant]
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
+        constexprs.update(fa2_pointer.padded_dims(head_dim, config.get("HEAD_DIM_V", head_dim)))
         constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False),
                           LOCAL=config.get("LOCAL", False), SOFTCAP=config.get("SOFTCAP", False),
                           VARLEN=config.get("VARLEN", False))

@@ -110,9 +110,15 @@ def _entry(config):
     return entry + ((config.maxnreg,) if config.maxnreg else ())
 
 
+def table_head_dim(head_dim):
+    """The head_dim whose candidates a head_dim takes: the power of two fa2 pads its tiles to, at least 64, the
+    smallest the tables hold (d32 and the head dims between powers of two run the same tiles, untimed)."""
+    return max(triton.next_power_of_2(head_dim), 64)
+
+
 def candidates(variant, head_dim, causal, element_size):
     """The configs the autotuner would try, as launch dicts (for sweeps in dev scripts)."""
-    return [_launch_dict(entry) for entry in _CANDIDATES[variant][(head_dim, causal, element_size)]]
+    return [_launch_dict(entry) for entry in _CANDIDATES[variant][(table_head_dim(head_dim), causal, element_size)]]
 
 
 def strides(t):
@@ -216,12 +222,14 @@ def proxy_zeros(like, *shape, dtype=None):
     return torch.zeros(shape, dtype=dtype, device=like.device)
 
 
-def proxy_16bit(q, proxy):
-    """Zero q, k, v, out (B, H, S, D) and lse of the proxy (proxy_shape's) of a 16-bit forward, contiguous."""
+def proxy_16bit(q, proxy, head_dim_v=None):
+    """Zero q, k (B, H, S, D), v, out (B, H, S, Dv; head_dim_v None: D) and lse of the proxy (proxy_shape's) of a
+    16-bit forward, contiguous."""
     slices, group, seqlen_q, seqlen_k = proxy
     head_dim = q.shape[-1]
+    head_dim_v = head_dim_v or head_dim
     return (proxy_zeros(q, 1, slices * group, seqlen_q, head_dim), proxy_zeros(q, 1, slices, seqlen_k, head_dim),
-            proxy_zeros(q, 1, slices, seqlen_k, head_dim), proxy_zeros(q, 1, slices * group, seqlen_q, head_dim),
+            proxy_zeros(q, 1, slices, seqlen_k, head_dim_v), proxy_zeros(q, 1, slices * group, seqlen_q, head_dim_v),
             proxy_zeros(q, 1, slices * group, seqlen_q, dtype=torch.float32))
 
 
@@ -243,7 +251,7 @@ class Tuner:
         key = tune_key(self.variant, shape, meta, dtypes)
         if key not in self.choices:
             started = time.perf_counter()
-            entries = self.table[(shape[-1], meta["CAUSAL"], element_size)]
+            entries = self.table[(table_head_dim(shape[-1]), meta["CAUSAL"], element_size)]
             proxy = proxy_shape(*shape)
             best = entries[0] if len(entries) == 1 else self._fastest(entries, meta, *proxy_args(proxy))
             self.choices[key] = (_config(best), proxy, time.perf_counter() - started)

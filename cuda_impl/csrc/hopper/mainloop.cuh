@@ -41,6 +41,12 @@ struct PingPong {
   }
 };
 
+// What the softmax multiplies raw scores by: the softmax scale, or 1 where a local launch's cap already applied it.
+template <typename C>
+__device__ __forceinline__ float score_scale(const FwdParams& p) {
+  return C::LOCAL && p.softcap > 0.f ? 1.f : p.scale;
+}
+
 // S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
 template <typename T, typename C>
 __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
@@ -79,7 +85,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 #pragma unroll
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  const float scale_log2 = p.scale * LOG2E;
+  const float scale_log2 = score_scale<C>(p) * LOG2E;
+  const float cap_in = C::LOCAL ? p.scale / p.softcap : 0.f;  // (used only where softcap > 0)
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
   const uint32_t q_smem = smem + consumer * 64 * 128;
   const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * 2 * C::KV_BYTES; };
@@ -99,10 +106,16 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   float alpha[2];
 
   // Masks keys past seqlen_k and after the diagonal (if the tile may need it), then the first half of the softmax.
+  // Local launches cap the scores first (softcap > 0) and also mask the window's left side.
   const auto softmax = [&](int tile, auto may_mask) {
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
-    if constexpr (decltype(may_mask)::value)
+    if constexpr (C::LOCAL) {
+      if (p.softcap > 0.f) softcap_scores(S, cap_in, p.softcap);
+      if constexpr (decltype(may_mask)::value)
+        if (local_tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores_local(S, p, w, row0, kv_start);
+    } else if constexpr (decltype(may_mask)::value) {
       if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
+    }
     softmax_exp<C>(S, row_max, row_sum, alpha, scale_log2);
   };
   const std::true_type may_mask;
@@ -181,9 +194,16 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if (!C::RETIRE_AT_TOP) retire(-1);  // P(0); then each retire right after its softmax
     trace::mark(role, done.q_loads, trace::LOOP_IN);
     int tile = 1;
-    if constexpr (C::UNMASKED_LOOP)
+    if constexpr (C::UNMASKED_LOOP && C::LOCAL) {
+      // a window's left edge first (masked), then its interior, then the right edge and the tail
+      const int clear = first_clear_tile<C::BLOCK_KV>(w, n);
+      for (; tile < clear; tile++) step(tile, may_mask);
+      for (const int first_masked = first_masked_local_tile<C::BLOCK_KV>(p, w, n, clear); tile < first_masked; tile++)
+        step(tile, std::false_type{});
+    } else if constexpr (C::UNMASKED_LOOP) {
       for (const int first_masked = first_masked_tile<C::BLOCK_KV>(p, w, n); tile < first_masked; tile++)
         step(tile, std::false_type{});
+    }
     for (; tile < n; tile++) step(tile, may_mask);
     trace::mark(role, done.q_loads, trace::LOOP_OUT);
     last_pv();
@@ -200,7 +220,7 @@ template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
                                            const float (&row_max)[2], const float (&row_sum)[2], uint32_t smem) {
   store_wgmma_rows_via<C::STAGED_STORE, T>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
-                                           [&p](float m, float l) { return m * p.scale + logf(l); });
+                                           [&p](float m, float l) { return m * score_scale<C>(p) + logf(l); });
 }
 
 }  // namespace fa::hopper

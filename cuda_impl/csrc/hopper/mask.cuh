@@ -1,5 +1,6 @@
 // Score masks of the Hopper kernels on a wgmma accumulator: keys past seqlen_k and after the causal diagonal
-// set to -inf. Which tiles need one at all: fwd_common.cuh tile_needs_mask / first_masked_tile.
+// (and, in local launches, before the window's left bound) set to -inf. Which tiles need one at all:
+// fwd_common.cuh tile_needs_mask / local_tile_needs_mask / first_masked_tile.
 #pragma once
 
 #include <cmath>
@@ -30,6 +31,19 @@ __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams&
     const int row = row0 + ((i / 2) % 2) * 8;
     const int col = kv_start + wgmma_key<PERMUTED_KEYS>(i, t);
     if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+  }
+}
+
+// mask_scores of a local launch (fwd_common.cuh local_work: causal is set, w.diag is the right bound).
+template <int S_REGS>
+__device__ __forceinline__ void mask_scores_local(float (&S)[S_REGS], const FwdParams& p, const CtaWork& w,
+                                                  int row0, int kv_start) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int i = 0; i < S_REGS; i++) {
+    const int row = row0 + ((i / 2) % 2) * 8;
+    const int col = kv_start + wgmma_key<false>(i, t);
+    if (col >= p.seqlen_k || col > row + w.diag || (w.has_left && col < row + w.left_diag)) S[i] = -INFINITY;
   }
 }
 

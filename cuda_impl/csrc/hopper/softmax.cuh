@@ -88,6 +88,14 @@ __device__ __forceinline__ void softmax_exp(float (&S)[C::S_REGS], float (&row_m
   }
 }
 
+// The logit cap of a local launch, on raw scores: S = softcap * tanh(S * cap_in), cap_in = scale / softcap (the
+// SFU's tanh, as FlashAttention-3's; the softmax then takes S unscaled, score_scale).
+template <int S_REGS>
+__device__ __forceinline__ void softcap_scores(float (&S)[S_REGS], float cap_in, float softcap) {
+#pragma unroll
+  for (int i = 0; i < S_REGS; i++) S[i] = softcap * fast_tanh(S[i] * cap_in);
+}
+
 // Second half, once P V of the previous tile has retired: O *= alpha, P = S as wgmma A
 // fragments. Key block kk (16 keys) = accumulator column blocks 2kk, 2kk+1: the A-fragment order
 // (row g keys 0-7, row g+8 keys 0-7, row g keys 8-15, row g+8 keys 8-15) is register order.
