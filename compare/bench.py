@@ -209,7 +209,7 @@ def _done_keys(path: Path) -> set[tuple]:
 
 
 def _key(row: dict) -> tuple:
-    return tuple(str(row[c]) for c in KEY_COLUMNS)
+    return tuple(_fmt(row[c]) for c in KEY_COLUMNS)  # as the CSV writes the cells (softcap 0.0 -> '0')
 
 
 def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = None, shard: str | None = None,
@@ -265,7 +265,8 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
 def _case_fields(backend, case) -> dict:
     return dict(backend=backend.backend, family=backend.family, variant=backend.variant, format=case.fmt,
                 batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, seqlen_q=case.seqlen_q,
-                seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal)
+                seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal, head_dim_v=case.v_dim,
+                window_left=case.window[0], window_right=case.window[1], softcap=case.softcap)
 
 
 def _fmt(value) -> str:

@@ -1,7 +1,8 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
-``generate()`` reads every CSV under ``figures/data/`` (the schema of ``compare.bench``), keeps the newest
-row per (gpu, case), and draws five figures and one appendix figure, each as PNG and PDF:
+``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode and local
+sweeps' in ``decode/`` and ``local/``), keeps the newest row per (gpu, case), and draws seven figures and one
+appendix figure, each as PNG and PDF:
 
 1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
    not, for the fastest CUDA and the fastest Triton variant of each panel and the PyTorch SDPA peers
@@ -11,6 +12,8 @@ row per (gpu, case), and draws five figures and one appendix figure, each as PNG
 3. where custom CUDA wins: best-CUDA / best-Triton TFLOP/s over (head_dim x seqlen),
 4. accuracy (relative L2 against the unquantized fp64 result) against TFLOP/s,
 5. a roofline of achieved TFLOP/s against the measured ceilings recorded in the rows,
+6. decode: K and V bytes per second against the KV cache's size (``decode/``),
+7. local attention: TFLOP/s on the FLOPs done against the window, beside each backend's dense rate (``local/``),
 
 A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
@@ -40,17 +43,19 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
 from matplotlib.ticker import LogFormatter, NullFormatter
 
-from .schema import CASE_COLUMNS
+from .schema import CASE_COLUMNS, LATER_CASE_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_FOR_CAPTION = ["gpu", "driver", "cuda", "torch", "triton"]
-REQUIRED_COLUMNS = (["timestamp", "git_commit"] + ENV_FOR_CAPTION + CASE_COLUMNS
+REQUIRED_COLUMNS = (["timestamp", "git_commit"] + ENV_FOR_CAPTION
+                    + [c for c in CASE_COLUMNS if c not in LATER_CASE_COLUMNS]
                     + ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
                        "rel_l2_unquantized", "oracle"])
 # The same measurement recorded by several runs (other commits or versions): the newest one is drawn.
 DEDUP_KEY = ["gpu"] + CASE_COLUMNS
-NUMERIC = ["batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "ms_p20", "ms_p50", "ms_p80",
-           "tflops", "ceiling_tflops", "pct_sol", "rel_l2_unquantized"]
+NUMERIC = ["batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "head_dim_v", "window_left",
+           "window_right", "softcap", "ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling_tflops", "pct_sol",
+           "rel_l2_unquantized"]
 
 GRID_TOKENS = 16384  # the paper sweep keeps batch * seqlen fixed so every point does the same work per token
 FOUNDING_SHAPE = dict(batch=1, heads_q=8, heads_kv=8, seqlen_q=4096, seqlen_k=8192, head_dim=128, causal=False)
@@ -102,9 +107,12 @@ def load_results(data_dir: Path) -> pd.DataFrame:
         missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
         if missing:
             raise ValueError(f"{path} is not a compare.bench results CSV: missing columns {missing}")
+        for column, default in LATER_CASE_COLUMNS.items():  # a CSV from before the column: its dense meaning
+            if column not in frame.columns:
+                frame[column] = frame["head_dim"] if default is None else default
         frames.append(frame)
     if not frames:
-        return pd.DataFrame(columns=REQUIRED_COLUMNS + ["label"])
+        return pd.DataFrame(columns=REQUIRED_COLUMNS + list(LATER_CASE_COLUMNS) + ["label"])
     df = pd.concat(frames, ignore_index=True)
     for column in NUMERIC:
         df[column] = pd.to_numeric(df[column].replace("", np.nan), errors="coerce")
@@ -658,6 +666,51 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
     return fig
 
 
+def local_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 7 draws: passing causal rows of the local sweep without a cap, windowed (window_left >= 0) and
+    dense (the reference each windowed line is read against)."""
+    rows = passed(df)
+    return rows[rows["causal"] & (rows["softcap"] == 0) & (rows["window_right"] < 0)]
+
+
+def fig_local(df: pd.DataFrame) -> Figure:
+    """Figure 7: local attention's FLOP rate on the FLOPs done against the window (keys left of the diagonal), one
+    panel per head_dim, one line per backend that takes windows; each backend's dense causal rate dotted."""
+    rows = local_data(df)
+    windowed = rows[rows["window_left"] >= 0]
+    if windowed.empty:
+        raise NothingToDraw("no passing windowed causal rows in the local data")
+    style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    dims = sorted(windowed["head_dim"].unique())
+    fig = Figure(figsize=(4.0 * len(dims), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(dims), squeeze=False, sharey=True)[0]
+    for ax, head_dim in zip(axes, dims):
+        panel = rows[rows["head_dim"] == head_dim]
+        for label in style.ordered(panel["label"]):
+            mine = panel[panel["label"] == label]
+            line = mine[mine["window_left"] >= 0].groupby("window_left", as_index=False)["tflops"].max()
+            if not line.empty:
+                ax.plot(line["window_left"], line["tflops"], color=style.color[label], marker=style.marker[label],
+                        linewidth=1.2, markersize=4)
+            dense = mine[mine["window_left"] < 0]
+            if not dense.empty:
+                ax.axhline(dense["tflops"].max(), color=style.color[label], linestyle=":", linewidth=1.2)
+        sizes = sorted(windowed["window_left"].unique())
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [_seqlen_tick(w) for w in sizes])
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_ylim(bottom=0)
+        keys = "/".join(_seqlen_tick(k) for k in sorted(panel["seqlen_k"].unique()))
+        ax.set_title(f"d{int(head_dim)}, causal, {keys} keys", fontsize=9)
+        ax.set_xlabel("window (keys left of the diagonal)")
+        ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s on the FLOPs done")
+    _legend(fig, style, rows["label"])
+    _footer(fig, [environment_caption(rows), "bf16, one sequence per batch; dotted: the backend's dense causal rate; "
+                  "CUDA-graph replays, median"])
+    return fig
+
+
 def _format_key(fmt: str):
     return (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER else len(FORMAT_ORDER), fmt)
 
@@ -691,9 +744,12 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
     written = []
     decode_dir = Path(data_dir) / "decode"
     decode = load_results(decode_dir) if decode_dir.is_dir() else df.iloc[0:0]
+    local_dir = Path(data_dir) / "local"
+    local = load_results(local_dir) if local_dir.is_dir() else df.iloc[0:0]
     for gpu in gpus:
         rows = df[df["gpu"] == gpu]
         decode_rows = decode[decode["gpu"] == gpu]
+        local_rows = local[local["gpu"] == gpu]
         suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
         makers = {
             "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
@@ -702,6 +758,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig4_accuracy_vs_speed": lambda: fig_accuracy(rows, style),
             "fig5_roofline": lambda: fig_roofline(rows, style),
             "fig6_decode_bandwidth": lambda: fig_decode_bandwidth(decode_rows),
+            "fig7_local_attention": lambda: fig_local(local_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

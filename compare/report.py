@@ -430,20 +430,68 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
     return [text + "."]
 
 
+LOCAL_CASE = ["head_dim", "causal", "window_left", "window_right", "softcap"]
+
+
+def _local_rates(rows: pd.DataFrame) -> pd.DataFrame:
+    """TFLOP/s (on the FLOPs done) per local-sweep case (LOCAL_CASE) and backend label."""
+    return rows.pivot_table(index=LOCAL_CASE, columns="label", values="tflops", aggfunc="max")
+
+
+def _local_where(key: tuple) -> str:
+    head_dim, causal, left, right, softcap = key
+    window = "" if (left, right) == (-1, -1) else f" window {_seq(left)}" + ("" if right < 0 else f"+{_seq(right)}")
+    return f"d{int(head_dim)}{' causal' if causal else ''}{window}{f' softcap {softcap:g}' if softcap else ''}"
+
+
+def local_findings(df: pd.DataFrame) -> list[str]:
+    """The README's local-attention finding: `cuda:hopper` with windows and softcap against the one Triton kernel
+    that takes them and against its own dense rows, one local sweep (figures/data/local), every number computed
+    here."""
+    rows = passed(df)
+    rates = _local_rates(rows) if not rows.empty else pd.DataFrame()
+    if "cuda:hopper" not in rates or "triton:fa2" not in rates:
+        return []
+    index = rates.index.to_frame(index=False)
+    local = ((index["window_left"] >= 0) | (index["window_right"] >= 0)).to_numpy()
+    capped = (index["softcap"] > 0).to_numpy()
+    windows = rates[local & ~capped]
+    versus_triton = (windows["cuda:hopper"] / windows["triton:fa2"]).dropna()
+    # each local case against the same backend's dense row with the same head_dim and mask
+    dense = rates[~local & ~capped]["cuda:hopper"].droplevel(["window_left", "window_right", "softcap"])
+    own = windows["cuda:hopper"] / dense.reindex(windows.index.droplevel(["window_left", "window_right",
+                                                                          "softcap"])).to_numpy()
+    cap = rates[capped & ~local]["cuda:hopper"].droplevel(["window_left", "window_right", "softcap"])
+    cap_cost = (cap / dense.reindex(cap.index).to_numpy()).dropna()
+    sizes = sorted(int(w) for w in index.loc[local, "window_left"].unique() if w >= 0)
+    seqlens = "/".join(_seq(n) for n in sorted(rows["seqlen_k"].unique()))
+    worst = own.dropna().idxmin()
+    text = (f"**Local attention** (bf16, one sequence of {seqlens} keys, windows of {_seq(sizes[0])}–{_seq(sizes[-1])} "
+            f"keys, TFLOP/s on the FLOPs done, {len(versus_triton)} window cases of one run): `cuda:hopper` is "
+            f"{_span(versus_triton)} `triton:fa2`, the one Triton kernel with windows, and runs at "
+            f"{_span(own.dropna())} its own dense rate on the same mask (lowest at {_local_where(worst)})")
+    if not cap_cost.empty:
+        text += f"; softcap {float(index.loc[capped, 'softcap'].max()):g} runs at {_span(cap_cost)} of its rate without it"
+    return [text + "."]
+
+
 def readme_findings(data_dir: Path) -> str:
     groups = by_gpu(load_results(data_dir))
     if not groups:
         return "(no GPU results)"
     gpu, rows = groups[0]
     others = [name for name, _ in groups[1:]]
-    head = (f"Measured on {gpu} ({_environments(rows)}), "
-            f"prefill at 16k tokens per batch (decode: below), every number passed the oracle"
-            + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
     items = findings(rows, Path(data_dir) / "paired")
-    decode_dir = Path(data_dir) / "decode"
-    if decode_dir.is_dir():
-        decode = load_results(decode_dir)
-        items += decode_findings(decode[decode["gpu"] == gpu])
+    below = []  # the other sweeps' findings, each from its subfolder of data_dir
+    for name, folder, section in (("decode", "decode", decode_findings), ("local attention", "local", local_findings)):
+        if (Path(data_dir) / folder).is_dir():
+            sub = load_results(Path(data_dir) / folder)
+            extra = section(sub[sub["gpu"] == gpu])
+            items += extra
+            below += [name] if extra else []
+    head = (f"Measured on {gpu} ({_environments(rows)}), prefill at 16k tokens per batch"
+            + (f" ({' and '.join(below)}: below)" if below else "") + ", every number passed the oracle"
+            + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
     return "\n".join([head, ""] + [f"{i}. {text}" for i, text in enumerate(items, 1)])
 
 

@@ -7,7 +7,9 @@ the table expands to the product of its lists. Shape keys:
 * ``seqlen`` (sets both lengths) or ``seqlen_q`` and ``seqlen_k``;
 * ``batch``, or ``tokens`` (batch = tokens // seqlen_q, the design's fixed 16k-token budget);
 * ``heads_q``, or ``model_dim`` (heads_q = model_dim // head_dim); ``heads_kv`` (default heads_q);
-* ``head_dim``, ``causal``, and ``formats`` (overrides the top-level list for this table).
+* ``head_dim``, ``causal``, and ``formats`` (overrides the top-level list for this table);
+* ``head_dim_v`` (V's head_dim, default head_dim), ``window_left`` / ``window_right`` (a local window, -1:
+  unbounded; default none) and ``softcap`` (default 0), for the backends that declare them.
 
 A top-level ``triton_interpret = true`` marks a sweep sized for Triton's interpreter: on a machine without a
 CUDA GPU, ``compare run`` sets TRITON_INTERPRET=1 for it, so that the Triton kernels run on the CPU
@@ -26,7 +28,7 @@ from ..oracle import Case
 SWEEP_DIR = Path(__file__).resolve().parent
 _TOP_KEYS = {"description", "backends", "formats", "shapes", "triton_interpret"}
 _SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
-               "head_dim", "causal", "formats"}
+               "head_dim", "causal", "formats", "head_dim_v", "window_left", "window_right", "softcap"}
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ def _case(d: dict, where: str) -> Case:
         heads_q = d["heads_q"] if "heads_q" in d else d["model_dim"] // d["head_dim"]
         return Case(batch=batch, heads_q=heads_q, heads_kv=d.get("heads_kv", heads_q), seqlen_q=seqlen_q,
                     seqlen_k=seqlen_k, head_dim=d["head_dim"], causal=bool(d.get("causal", False)),
-                    fmt=d["formats"])
+                    fmt=d["formats"], head_dim_v=d.get("head_dim_v"),
+                    window=(d.get("window_left", -1), d.get("window_right", -1)), softcap=d.get("softcap", 0.0))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{where}: incomplete shape {d} ({exc!r})") from exc
 
