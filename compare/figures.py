@@ -699,11 +699,11 @@ def fig_local(df: pd.DataFrame) -> Figure:
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [_seqlen_tick(w) for w in sizes])
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(bottom=0)
         keys = "/".join(_seqlen_tick(k) for k in sorted(panel["seqlen_k"].unique()))
         ax.set_title(f"d{int(head_dim)}, causal, {keys} keys", fontsize=9)
         ax.set_xlabel("window (keys left of the diagonal)")
         ax.grid(True, which="major", alpha=0.3)
+    axes[0].set_ylim(0, 1.08 * rows["tflops"].max())  # (shared by every panel)
     axes[0].set_ylabel("TFLOP/s on the FLOPs done")
     _legend(fig, style, rows["label"])
     _footer(fig, [environment_caption(rows), "bf16, one sequence per batch; dotted: the backend's dense causal rate; "
