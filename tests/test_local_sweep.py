@@ -119,3 +119,25 @@ def test_figure_7_is_drawn_from_the_local_folder_only(tmp_path):
     assert {p.name for p in written} >= {"fig7_local_attention.png", "fig7_local_attention.pdf"}
     # the dense figures do not see the local rows
     assert "local" not in figures.load_results(data)["sweep"].unique()
+
+
+def test_the_timed_call_is_the_judged_call():
+    """measure() passes window= / softcap= to the timed calls as to the oracle's (a sweep once timed the dense
+    kernel under the windowed FLOP count)."""
+    from compare.backends import Backend
+
+    calls = []
+
+    def run(q, k, v, *, causal=False, scale=None, return_lse=False, window=(-1, -1), softcap=0.0):
+        calls.append((window, softcap))
+        out, lse = oracle.reference(q, k, v, causal=causal, scale=scale or q.shape[-1] ** -0.5, window=window,
+                                    softcap=softcap)
+        out = out.to(q.dtype)
+        return (out, lse.float()) if return_lse else out
+
+    backend = Backend(name="test:local", family="test", formats=("fp32",), head_dims=None, run=run,
+                      availability=lambda: None, local=True, softcap=True)
+    case = oracle.Case(1, 2, 2, 48, 64, 32, causal=True, fmt="fp32", window=(8, -1), softcap=5.0)
+    row = bench.measure(backend, case, "cpu", {}, warmup_ms=1, rep_ms=1)
+    assert row["oracle"] == "pass", row
+    assert len(calls) >= 2 and set(calls) == {((8, -1), 5.0)}
