@@ -36,6 +36,7 @@ class Layout:
     heads_q: int
     heads_kv: int
     head_dim: int
+    head_dim_v: int         # V's and the output's (MLA: 512 of K's 576)
     page_size: int | None   # None: contiguous cache
     capacity: int           # keys one sequence can hold (max_blocks * page_size, or S_max)
     fp8: bool
@@ -62,9 +63,11 @@ def _check_rows(name: str, x: torch.Tensor):
 
 
 def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_new, k_descale, v_descale,
-                 dtypes: tuple[torch.dtype, ...], head_dims: tuple[int, ...], backend: str) -> Layout:
+                 dtypes: tuple[torch.dtype, ...], head_dims: tuple[int, ...], backend: str,
+                 head_dim_pairs: tuple[tuple[int, int], ...] = ()) -> Layout:
     """Shapes, dtypes, devices and strides of an attention_with_kvcache call (no device memory read).
-    Raises TypeError / ValueError naming the argument; returns the Layout."""
+    V's head_dim may differ from Q's and K's where (D, Dv) is one of `head_dim_pairs` (MLA: (576, 512), V often
+    a view of K's first columns). Raises TypeError / ValueError naming the argument; returns the Layout."""
     _need(isinstance(q, torch.Tensor), f"q must be a torch.Tensor, got {type(q).__name__}", TypeError)
     _need(q.dim() == 4, f"q must be 4-D (B, Sq, Hq, D), got shape {tuple(q.shape)}")
     names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
@@ -73,11 +76,15 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
     _need(1 <= seqlen_q <= MAX_SEQLEN_Q, f"q: Sq = {seqlen_q}, the decode path takes 1..{MAX_SEQLEN_Q} query "
           "tokens per sequence (longer blocks: attention())")
     _need(batch >= 1 and heads_q >= 1, f"q: empty batch or heads, shape {tuple(q.shape)}")
-    _need(head_dim in head_dims, f"head_dim {head_dim}: {backend} decode takes {head_dims}")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         _check_tensor(name, x, dims=4, device=q.device)
-    _need(k_cache.shape == v_cache.shape, f"k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} "
-          "must have the same shape")
+    head_dim_v = v_cache.shape[3]
+    pairs = ", ".join(f"{d}/{dv}" for d, dv in head_dim_pairs)
+    _need(head_dim in head_dims if head_dim_v == head_dim else (head_dim, head_dim_v) in head_dim_pairs,
+          f"head_dim {head_dim} with V head_dim {head_dim_v}: {backend} decode takes {head_dims}"
+          + (f" and Q/K with V {pairs}" if pairs else ""))
+    _need(k_cache.shape[:3] == v_cache.shape[:3], f"k_cache {tuple(k_cache.shape)} and v_cache "
+          f"{tuple(v_cache.shape)} must have the same shape (but for V's head_dim where a pair allows it)")
     _need(k_cache.dtype == v_cache.dtype, f"k_cache is {k_cache.dtype}, v_cache {v_cache.dtype}", TypeError)
     fp8 = k_cache.dtype == E4M3
     _need(fp8 or k_cache.dtype == q.dtype, f"k_cache/v_cache must be q's dtype ({q.dtype}) or {E4M3}, got "
@@ -123,15 +130,32 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
             _check_tensor(name, x, dims=4, device=q.device)
             _need(x.dtype == k_cache.dtype, f"{name} must have the cache's dtype {k_cache.dtype}, got {x.dtype}",
                   TypeError)
-            _need(x.shape[0] == batch and x.shape[2:] == k_cache.shape[2:] and x.shape[1] >= 1,
-                  f"{name} must be (B, S_new, Hkv, D) = ({batch}, S_new, {heads_kv}, {head_dim}), got "
+            cache = k_cache if name == "k_new" else v_cache
+            _need(x.shape[0] == batch and x.shape[2:] == cache.shape[2:] and x.shape[1] >= 1,
+                  f"{name} must be (B, S_new, Hkv, D) = ({batch}, S_new, {heads_kv}, {cache.shape[3]}), got "
                   f"{tuple(x.shape)}")
-        _need(k_new.shape == v_new.shape, f"k_new {tuple(k_new.shape)} and v_new {tuple(v_new.shape)} differ")
+        _need(k_new.shape[:3] == v_new.shape[:3], f"k_new {tuple(k_new.shape)} and v_new {tuple(v_new.shape)} "
+              "differ in batch, length or heads")
         _need(not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
               "k_new/v_new: the append checks the lengths on the host, which a CUDA graph capture cannot do; "
               "write the cache before the captured call instead")
     return Layout(batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
-                  page_size=page_size, capacity=capacity, fp8=fp8)
+                  head_dim_v=head_dim_v, page_size=page_size, capacity=capacity, fp8=fp8)
+
+
+MLA_HEAD_DIM, MLA_HEAD_DIM_V = 576, 512  # DeepSeek's latent cache: 512 latent + 64 rotary columns, V the latent
+
+
+def latent_views(kv_cache, head_dim_v: int):
+    """(k_cache, v_cache) of one latent cache (MLA): K the whole rows, V a view of their first head_dim_v columns
+    (no copy: the kernels see V's rows are K's and read each once). TypeError / ValueError naming the problem."""
+    _need(isinstance(kv_cache, torch.Tensor), f"kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}",
+          TypeError)
+    _need(kv_cache.dim() == 4, f"kv_cache must be 4-D (num_blocks, page_size, 1, {MLA_HEAD_DIM}) or (B, S_max, 1, "
+          f"{MLA_HEAD_DIM}), got shape {tuple(kv_cache.shape)}")
+    _need(isinstance(head_dim_v, int) and not isinstance(head_dim_v, bool) and 0 < head_dim_v < kv_cache.shape[3],
+          f"head_dim_v must be an int within kv_cache's head_dim {kv_cache.shape[3]}, got {head_dim_v!r}")
+    return kv_cache, kv_cache[..., :head_dim_v]
 
 
 def check_splits(num_splits, split_size) -> None:

@@ -446,11 +446,15 @@ class KVCase:
     dist: str = "normal"
     hostile: bool = False           # block-table entries past each sequence's pages: -1 and num_blocks + 7
     seed: int = 0
+    head_dim_v: int | None = None   # V's (and the output's) head_dim; None: head_dim
+    latent: bool = False            # MLA: one cache, V its first head_dim_v columns (v_cache a view of k_cache)
 
     def __post_init__(self):
         for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "head_dim"):
             if getattr(self, field) < 1:
                 raise ValueError(f"KVCase.{field} must be >= 1, got {getattr(self, field)}")
+        if not 1 <= self.v_dim <= self.head_dim and self.latent:
+            raise ValueError(f"KVCase.latent: V's head_dim {self.v_dim} must be within K's {self.head_dim}")
         if len(self.cache_seqlens) != self.batch:
             raise ValueError(f"KVCase.cache_seqlens has {len(self.cache_seqlens)} lengths for batch {self.batch}")
         if min(self.cache_seqlens) < 0 or max(self.cache_seqlens) > self.keys_capacity:
@@ -474,6 +478,11 @@ class KVCase:
         return -(-self.keys_capacity // self.page_size)
 
     @property
+    def v_dim(self) -> int:
+        """V's and the output's head_dim."""
+        return self.head_dim if self.head_dim_v is None else self.head_dim_v
+
+    @property
     def softmax_scale(self) -> float:
         return self.scale if self.scale is not None else 1.0 / math.sqrt(self.head_dim)
 
@@ -481,15 +490,16 @@ class KVCase:
         """Sequence b as a dense case (batch 1, its own length)."""
         return Case(batch=1, heads_q=self.heads_q, heads_kv=self.heads_kv, seqlen_q=self.seqlen_q,
                     seqlen_k=max(self.cache_seqlens[b], 1), head_dim=self.head_dim, causal=self.causal,
-                    fmt=self.fmt, scale=self.scale, dist=self.dist, seed=self.seed)
+                    fmt=self.fmt, scale=self.scale, dist=self.dist, seed=self.seed, head_dim_v=self.head_dim_v)
 
     def shape_str(self) -> str:
         lengths = ",".join(map(str, self.cache_seqlens)) if len(set(self.cache_seqlens)) > 1 else \
             str(self.cache_seqlens[0])
         cache = "contiguous" if self.page_size is None else f"page{self.page_size}"
         kv = "" if self.kv_fmt == "same" else f" kv-{self.kv_fmt}"
+        dims = f"d{self.head_dim}" + (f"v{self.v_dim}" if self.v_dim != self.head_dim else "")
         return (f"{self.fmt}{kv} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{lengths} "
-                f"d{self.head_dim} {cache} {'causal' if self.causal else 'full'} {self.dist}"
+                f"{dims}{' latent' if self.latent else ''} {cache} {'causal' if self.causal else 'full'} {self.dist}"
                 + (" hostile" if self.hostile else ""))
 
     def replace(self, **kw) -> "KVCase":
@@ -555,14 +565,18 @@ def make_kvcache_inputs(case: KVCase, device: str | torch.device = "cpu") -> KVI
     gen = torch.Generator(device=device).manual_seed(case.seed)
     cap = case.keys_capacity
     shapes = ((case.batch, case.heads_q, case.seqlen_q, case.head_dim),
-              (case.batch, case.heads_kv, cap, case.head_dim), (case.batch, case.heads_kv, cap, case.head_dim))
+              (case.batch, case.heads_kv, cap, case.head_dim), (case.batch, case.heads_kv, cap, case.v_dim))
     masters = [torch.randn(s, generator=gen, device=device, dtype=torch.float32) for s in shapes]
     masters = [m + 1.0 for m in masters] if case.dist == "shifted" else \
         [m * 4.0 for m in masters] if case.dist == "large" else masters
     q_master, k_master, v_master = masters
+    if case.latent:  # V is K's first columns, the values and (fp8) the descales too
+        v_master = k_master[..., :case.v_dim]
     dtype = _Q_DTYPES[case.fmt]
     if case.kv_fmt == "fp8":
         (k_lp, k_descale), (v_lp, v_descale) = _to_fp8_per_head(k_master), _to_fp8_per_head(v_master)
+        if case.latent:
+            v_lp, v_descale = k_lp[..., :case.v_dim], k_descale
     else:
         k_lp, v_lp, k_descale, v_descale = k_master.to(dtype), v_master.to(dtype), None, None
 
@@ -581,8 +595,10 @@ def make_kvcache_inputs(case: KVCase, device: str | torch.device = "cpu") -> KVI
     # NaN-filled rows: compute in float32, then cast (e4m3fn and 16-bit both keep NaN).
     as_cache = lambda lp: _scatter_cache(lp.float(), case, pages, num_blocks).to(lp.dtype) \
         if lp.dtype == torch.float8_e4m3fn else _scatter_cache(lp, case, pages, num_blocks)
-    return KVInputs(q=q_master.to(dtype).transpose(1, 2).contiguous(), k_cache=as_cache(k_lp),
-                    v_cache=as_cache(v_lp), cache_seqlens=torch.tensor(case.cache_seqlens, dtype=torch.int32,
+    k_cache = as_cache(k_lp)
+    v_cache = k_cache[..., :case.v_dim] if case.latent else as_cache(v_lp)
+    return KVInputs(q=q_master.to(dtype).transpose(1, 2).contiguous(), k_cache=k_cache,
+                    v_cache=v_cache, cache_seqlens=torch.tensor(case.cache_seqlens, dtype=torch.int32,
                                                                        device=device),
                     block_table=block_table, k_descale=k_descale, v_descale=v_descale, q_master=q_master,
                     k_master=k_master, v_master=v_master, k_dense=k_lp, v_dense=v_lp)
@@ -620,9 +636,9 @@ def check_kvcache(fn, case: KVCase, *, device: str | torch.device = "cpu", input
     LSE -inf. The caches must come back bit for bit unchanged."""
     inputs = inputs or make_kvcache_inputs(case, device)
     cache_before = (_bits(inputs.k_cache).clone(), _bits(inputs.v_cache).clone())
-    poison_allocator(device, case.batch * case.heads_q * case.seqlen_q * case.head_dim * 4)
+    poison_allocator(device, case.batch * case.heads_q * case.seqlen_q * case.v_dim * 4)
     out, lse = fn(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
-    expected = (case.batch, case.seqlen_q, case.heads_q, case.head_dim)
+    expected = (case.batch, case.seqlen_q, case.heads_q, case.v_dim)
     if tuple(out.shape) != expected or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
         raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
                          f"{(case.batch, case.heads_q, case.seqlen_q)}")

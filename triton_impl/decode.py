@@ -82,16 +82,17 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
     _check_devices(tensors)
     from triton_impl.kernels import decode as kernels
     batch, seqlen_q, heads_q, head_dim = q.shape
+    head_dim_v = v_cache.shape[3]
     heads_kv = k_cache.shape[2]
     rows = seqlen_q * (heads_q // heads_kv)
     capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
     tile, split_keys, n_splits = plan(batch, heads_kv, rows, capacity, head_dim, num_splits or None,
                                       split_size or None, q.device, config, k_cache.element_size())
-    out = torch.empty((batch, seqlen_q, heads_q, head_dim), dtype=q.dtype, device=q.device)
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     ws_o = ws_lse = None
     if n_splits > 1:
-        ws_o = torch.empty((batch, heads_kv, n_splits, rows, head_dim), dtype=torch.float32, device=q.device)
+        ws_o = torch.empty((batch, heads_kv, n_splits, rows, head_dim_v), dtype=torch.float32, device=q.device)
         ws_lse = torch.empty((batch, heads_kv, n_splits, rows), dtype=torch.float32, device=q.device)
     with _device_scope(q):
         kernels.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse,
@@ -114,8 +115,8 @@ _decode_op = torch.library.custom_op("triton_fa::decode", mutates_args=())(_deco
 @_decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
                  num_splits, split_size):
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    return (q.new_empty((batch, seqlen_q, heads_q, head_dim)),
+    batch, seqlen_q, heads_q = q.shape[:3]
+    return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3])),
             q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
 
 
@@ -129,7 +130,8 @@ def _split_arg(name, value):
 
 def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float,
             k_descale=None, v_descale=None, num_splits: Optional[int] = None, split_size: Optional[int] = None):
-    """Decode attention of q (B, Sq, Hq, D) against the cache; returns (out (B, Sq, Hq, D), lse (B, Hq, Sq)).
+    """Decode attention of q (B, Sq, Hq, D) against the cache; returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq)), Dv
+    V's head_dim (D but for MLA's 576 / 512, where v_cache is best a view of k_cache's first 512 columns).
 
     Paged cache (block_table (B, max_blocks) int32): k_cache/v_cache (num_blocks, page_size, Hkv, D);
     contiguous (block_table None): (B, S_max, Hkv, D). cache_seqlens (B,) int32 or None (full capacity).

@@ -485,7 +485,8 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16, torch.float32),
-                                  head_dims=VARIANTS["decode"]["head_dims"], backend="triton_impl")
+                                  head_dims=VARIANTS["decode"]["head_dims"], backend="triton_impl",
+                                  head_dim_pairs=VARIANTS["decode"]["head_dim_pairs"])
     kvcache.check_splits(num_splits, split_size)
     scale = kvcache.resolve_scale(scale, layout.head_dim)
     reason = unavailable_reason("decode")
@@ -497,6 +498,21 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
                               k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
                               split_size=split_size)
     return (out, lse) if return_lse else out
+
+
+def attention_mla_decode(q, kv_cache, *, cache_seqlens, block_table=None, head_dim_v=512, causal=False, scale=None,
+                         return_lse=False, kv_descale=None, num_splits=None, split_size=None):
+    """Multi-head latent attention decode (DeepSeek's MLA, FlashMLA's shapes): q (B, Sq, Hq, 576) with Sq 1..64
+    against one latent cache, paged (num_blocks, page_size, 1, 576) with block_table (B, max_blocks) int32 or
+    contiguous (B, S_max, 1, 576); V is the cache's first head_dim_v (512) columns, read from the same rows
+    (no second copy). An e4m3 cache takes kv_descale (B, 1) float32 for both. scale defaults to 1/sqrt(576): pass
+    the model's own (DeepSeek-V3: 1/sqrt(192) times its YaRN factor). Returns out (B, Sq, Hq, head_dim_v) and with
+    return_lse the LSE (B, Hq, Sq); otherwise as attention_with_kvcache(q, kv_cache, kv_cache[..., :head_dim_v])."""
+    from compare import kvcache
+    k_cache, v_cache = kvcache.latent_views(kv_cache, head_dim_v)
+    return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
+                                  causal=causal, scale=scale, return_lse=return_lse, k_descale=kv_descale,
+                                  v_descale=kv_descale, num_splits=num_splits, split_size=split_size)
 
 
 def _attention_quantized(q, k, v, causal, scale, variant):

@@ -48,6 +48,7 @@ VARIANTS: dict[str, dict] = {
         "op": "decode",
         "formats": ("bf16", "fp16", "fp32"),
         "head_dims": (64, 128, 256),
+        "head_dim_pairs": ((576, 512),),  # MLA decode: Q/K 576, V 512 (attention_mla_decode)
         "min_cc": (8, 0),
         "max_cc": None,
         "max_seqlen_q": 64,

@@ -22,6 +22,9 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
   sequence and the chunk size (batch-invariant with a fixed split_size).
 * fp8 e4m3 K/V (FP8): tiles are loaded as fp8 and converted to q's dtype in registers; the per-(batch, KV
   head) K descale is folded into the softmax multiplier and the V descale into the output.
+* Q/K wider than V (QK_EXTRA, MLA's 576 = 512 + 64): S = Q[:, :D] K[:, :D]^T + Q[:, D:] K[:, D:]^T with D = V's
+  head_dim, both chunks powers of two; V_IS_K (one latent cache, V the first D columns of K): P V reads K's tile
+  again from registers, so each key row is loaded once.
 """
 import triton
 import triton.language as tl
@@ -40,6 +43,10 @@ LN2 = tl.constexpr(0.6931471805599453)
 # stages and one split. d64, d256 and the fp8 rows are set from their sm_90 compiles (shared memory, registers,
 # no spills), not timed.
 CONFIGS = {
+    # MLA (Q/K 576, V 512 from K): 32 query rows x 32 keys, 8 warps for the 32 x 512 fp32 accumulator: the sm_90
+    # compiles that do not spill (190 / 238 registers bf16 / e4m3); 64 rows (wgmma) spill 376+ bytes. Not timed.
+    (576, 2): (32, 8, 3),
+    (576, 1): (32, 8, 3),
     (64, 2): (64, 4, 4),
     (128, 2): (64, 4, 3),
     (256, 2): (32, 4, 3),
@@ -52,7 +59,7 @@ CONFIGS = {
 # at 3 + 2 stages for d128, 1 at 3 or 4)
 GATHER_EXTRA_STAGES = 2
 # largest query tile per head_dim (accumulator registers: BLOCK_M * HEAD_DIM fp32)
-MAX_BLOCK_M = {64: 64, 128: 64, 256: 32}
+MAX_BLOCK_M = {64: 64, 128: 64, 256: 32, 576: 32}
 MERGE_BLOCK_M, MERGE_WARPS, MERGE_STAGES = 16, 4, 2
 SMEM_PER_SM = 232448  # sm_90: the most shared memory one SM gives its blocks
 # under TRITON_INTERPRET=1: small tiles so that tiny test shapes span several tiles and splits
@@ -77,7 +84,8 @@ def _decode_split(
     swb, swh, sws, swr, slwb, slwh, slws,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_TILES: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr,
-    SPLIT: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    SPLIT: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr, QK_EXTRA: tl.constexpr,
+    V_IS_K: tl.constexpr,
 ):
     pid, hk, b = _program(heads_kv, n_splits * M_TILES)
     split = pid // M_TILES
@@ -93,8 +101,11 @@ def _decode_split(
     offs_d = tl.arange(0, HEAD_DIM)
     offs_n = tl.arange(0, BLOCK_N)
 
-    q = tl.load(Q + b64 * sqb + q_pos[:, None].to(tl.int64) * sqs + q_head[:, None].to(tl.int64) * sqh
-                + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    q_rows = Q + b64 * sqb + q_pos[:, None].to(tl.int64) * sqs + q_head[:, None].to(tl.int64) * sqh
+    q = tl.load(q_rows + offs_d[None, :], mask=row_ok[:, None], other=0.0)
+    if QK_EXTRA > 0:  # Q / K columns past V's (MLA's rotary part)
+        offs_e = HEAD_DIM + tl.arange(0, QK_EXTRA)
+        q_extra = tl.load(q_rows + offs_e[None, :], mask=row_ok[:, None], other=0.0)
 
     if HAS_SEQLENS:
         seqlen = tl.load(SEQLENS + b)
@@ -148,6 +159,11 @@ def _decode_split(
         if FP8:
             k = k.to(Q.dtype.element_ty)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        if QK_EXTRA > 0:
+            k_extra = tl.load(k_base + row_off[:, None] + offs_e[None, :], mask=key_ok[:, None], other=0.0)
+            if FP8:
+                k_extra = k_extra.to(Q.dtype.element_ty)
+            qk = tl.dot(q_extra, tl.trans(k_extra), qk, input_precision=DOT_PRECISION)
         visible = key_ok[None, :]
         if CAUSAL:
             visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal)
@@ -158,9 +174,12 @@ def _decode_split(
         p = tl.math.exp2(s - m_shift[:, None])
         alpha = tl.math.exp2(m_i - m_shift)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + vrow_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
-        if FP8:
-            v = v.to(Q.dtype.element_ty)
+        if V_IS_K:
+            v = k
+        else:
+            v = tl.load(v_base + vrow_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
+            if FP8:
+                v = v.to(Q.dtype.element_ty)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
         m_i = m_new
 
@@ -287,12 +306,21 @@ def programs_per_sm(tile, head_dim, kv_element_size):
     return min(per_sm, 64 // warps)
 
 
+def v_is_k(k_cache, v_cache) -> bool:
+    """Whether V is K's first columns (one latent cache, v_cache a view of k_cache): the kernel then reads each
+    key row once."""
+    return (v_cache.data_ptr() == k_cache.data_ptr() and v_cache.stride() == k_cache.stride()
+            and v_cache.dtype == k_cache.dtype)
+
+
 def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
            causal, scale, split_keys, n_splits, tile):
-    """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, D)
-    and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, D) and ws_lse (B, Hkv, n_splits, R) fp32
-    contiguous (None with one split); tile from tiles()."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
+    """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, Dv)
+    and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, Dv) and ws_lse (B, Hkv, n_splits, R) fp32
+    contiguous (None with one split); tile from tiles(). Dv < D: Q/K's columns past Dv (QK_EXTRA) add to S only."""
+    batch, seqlen_q, heads_q = q.shape[:3]
+    head_dim = out.shape[3]  # V's, the kernels' HEAD_DIM
+    qk_extra = q.shape[3] - head_dim
     heads_kv = k_cache.shape[2]
     group = heads_q // heads_kv
     rows = seqlen_q * group
@@ -326,7 +354,8 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         *ws_strides,
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, M_TILES=m_tiles,
         PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal,
-        SPLIT=split, FP8=fp8, DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32",
+        SPLIT=split, FP8=fp8, DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32", QK_EXTRA=qk_extra,
+        V_IS_K=qk_extra > 0 and v_is_k(k_cache, v_cache),
         num_warps=warps, num_stages=stages,
     )
     if split:

@@ -73,6 +73,50 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
 
 
+def compile_decode(head_dim, config=None, *, head_dim_v=None, paged=True, page_size=64, split=True, fp8=False,
+                   v_is_k=None, arch=90):
+    """Compile the decode split kernel for Q/K head_dim `head_dim` and V's `head_dim_v` (default head_dim; MLA 576
+    / 512, V read from K's tile unless v_is_k is False) with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages)
+    (default: kernels.decode.tiles for a full query tile) for sm_<arch>, bf16 queries (e4m3 cache with fp8)."""
+    from triton_impl.kernels import decode
+
+    head_dim_v = head_dim if head_dim_v is None else head_dim_v
+    if config is None:
+        block_m, block_n, warps, stages = decode.tiles(head_dim, 1 << 10, 1 if fp8 else 2)
+        config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+    kernel = decode._decode_split
+    cache = "*fp8e4nv" if fp8 else "*bf16"
+    signature, aligned = {}, []
+    for param in kernel.params:
+        name = param.name
+        if param.is_constexpr:
+            signature[name] = "constexpr"
+        elif name in ("Q", "O"):
+            signature[name] = "*bf16"
+            aligned.append(name)
+        elif name in ("K", "V"):
+            signature[name] = cache
+            aligned.append(name)
+        elif name in ("LSE", "WS_O", "WS_LSE", "KDS", "VDS"):
+            signature[name] = "*fp32"
+            aligned.append(name)
+        elif name in ("SEQLENS", "BT"):
+            signature[name] = "*i32"
+        elif name == "qk_scale":
+            signature[name] = "fp32"
+        else:
+            signature[name] = "i32"
+    constexprs = dict(HEAD_DIM=head_dim_v, QK_EXTRA=head_dim - head_dim_v,
+                      V_IS_K=head_dim > head_dim_v if v_is_k is None else v_is_k, BLOCK_M=config["BLOCK_M"],
+                      BLOCK_N=config["BLOCK_N"], M_TILES=1, PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=True,
+                      CAUSAL=False, SPLIT=split, FP8=fp8, DOT_PRECISION="tf32")
+    names = list(signature)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = {name: config[name] for name in ("num_warps", "num_stages") if name in config}
+    return triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+
+
 def compile_ws(head_dim, causal, config=None, *, dtype="bf16", arch=90):
     """Compile the Gluon kernel of "fa2-ws" (dtype bf16/fp16) or "fp8-ws" (dtype fp8) with config
     dict(BLOCK_N, STAGES, OVERLAP[, PERMUTED_K]) (default: fa2_ws.config_for; fp8 K key-permuted unless

@@ -1,0 +1,156 @@
+"""MLA decode (DeepSeek's multi-head latent attention, FlashMLA's shapes) in triton_impl: Q/K head_dim 576 against
+one latent cache whose first 512 columns are V, through attention_mla_decode and attention_with_kvcache, held to
+compare.oracle.check_kvcache (KVCase.latent: v_cache a view of k_cache, the fp64 reference on the gathered pages).
+
+Interpreter tests run in a TRITON_INTERPRET=1 subprocess (`test_mla_interpreter_suite`); the refusals need no
+interpreter; GPU tests (bf16, realistic sizes) are marked `gpu` and skip cleanly without one.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from compare import backends, kvcache, oracle
+
+pytest.importorskip("triton")
+
+INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
+REPO = Path(__file__).resolve().parents[1]
+interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+gpu = pytest.mark.gpu
+
+
+def test_mla_interpreter_suite():
+    if INSIDE:
+        pytest.skip("this is the subprocess")
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu",
+                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    ran = len(CASES) + 3 + len(BAD_CALLS) + 1  # the oracle cases, the three checks below, the refusals, the registry
+    assert f"{ran} passed" in run.stdout, run.stdout[-3000:]
+
+
+def _mla(q, k_cache, v_cache, *, return_lse, k_descale=None, v_descale=None, **kw):
+    """attention_mla_decode with check_kvcache's calling convention (v_cache is k_cache's view: not passed on)."""
+    import triton_impl
+    assert v_cache.data_ptr() == k_cache.data_ptr() and v_cache.shape[-1] == 512
+    return triton_impl.attention_mla_decode(q, k_cache, return_lse=return_lse, kv_descale=k_descale, **kw)
+
+
+KV = oracle.KVCase
+MLA = dict(head_dim=576, head_dim_v=512, latent=True)
+# query heads 16 (one query tile) and 32 (two under the interpreter's 32-row tiles) against the single latent head,
+# Sq 1 and 2 (speculative), mixed lengths with 0 and odd ones, pages and a contiguous cache, hostile tables, e4m3
+CASES = [
+    KV(2, 16, 1, 1, (37, 70), page_size=16, fmt="fp16", scale=0.06, **MLA),
+    KV(3, 32, 1, 2, (0, 5, 61), page_size=16, causal=True, fmt="fp16", hostile=True, scale=0.06, **MLA),
+    KV(2, 16, 1, 2, (1, 40), causal=True, fmt="fp16", scale=0.06, **MLA),                      # contiguous
+    KV(1, 16, 1, 1, (45,), page_size=32, capacity=96, fmt="fp32", dist="large", scale=0.06, **MLA),
+    KV(2, 16, 1, 1, (23, 50), page_size=16, fmt="fp16", kv_fmt="fp8", scale=0.06, **MLA),
+]
+
+
+@interpreted
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
+def test_mla_matches_the_oracle(case):
+    verdict = oracle.check_kvcache(_mla, case)
+    assert verdict.passed, verdict.summary()
+
+
+@interpreted
+def test_kvcache_entry_with_a_separate_v_and_with_the_view_agree():
+    """attention_with_kvcache with V a view of K's first 512 columns (each row read once) and with V a copy of them
+    (read again) give the same bits; both are the oracle's answer."""
+    import triton_impl
+    case = CASES[0]
+    inputs = oracle.make_kvcache_inputs(case)
+    kw = inputs.kwargs(case)
+    view = triton_impl.attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache, **kw)
+    copy = triton_impl.attention_with_kvcache(inputs.q, inputs.k_cache, inputs.v_cache.contiguous(), **kw)
+    assert view.shape == (2, 1, 16, 512) and torch.equal(view, copy)
+
+
+@interpreted
+def test_mla_splits_agree_with_the_oracle_and_each_other():
+    import triton_impl
+    case = CASES[1]
+    inputs = oracle.make_kvcache_inputs(case)
+    kw = inputs.kwargs(case)
+    outs = [triton_impl.attention_mla_decode(inputs.q, inputs.k_cache, num_splits=n, **kw) for n in (1, 3)]
+    assert torch.allclose(outs[0].float(), outs[1].float(), atol=2e-3, rtol=0)
+    verdict = oracle.check_kvcache(lambda *a, **k: _mla(*a, **k, num_splits=1), case)
+    assert verdict.passed, verdict.summary()
+
+
+@interpreted
+def test_the_kernel_reads_v_from_k_when_it_is_a_view():
+    """The V-is-K path is taken for the view only: poisoning the copy's storage changes nothing for the view."""
+    from triton_impl.kernels import decode as kernels
+    k = torch.zeros(4, 16, 1, 576)
+    assert kernels.v_is_k(k, k[..., :512])
+    assert not kernels.v_is_k(k, k[..., :512].contiguous())
+    assert not kernels.v_is_k(k, k[..., 64:])
+
+
+BAD_CALLS = [
+    ("v head_dim 256", dict(v_dim=256), ValueError, "head_dim 576 with V head_dim 256"),
+    ("q head_dim 512", dict(q_dim=512), ValueError, "head_dim 512 with V head_dim 512: triton_impl decode takes"),
+    ("head_dim_v 576", dict(head_dim_v=576), ValueError, "head_dim_v must be an int within"),
+    ("cache not 4-D", dict(flat=True), ValueError, "kv_cache must be 4-D"),
+    ("int64 lengths", dict(lengths_dtype=torch.int64), TypeError, "cache_seqlens must be int32"),
+]
+
+
+@pytest.mark.parametrize("kind, bad, error, message", BAD_CALLS, ids=[c[0] for c in BAD_CALLS])
+def test_bad_mla_calls_are_refused_by_name(kind, bad, error, message):
+    import triton_impl
+    q = torch.zeros(1, 1, 16, bad.get("q_dim", 576), dtype=torch.float16)
+    cache = torch.zeros(4, 16, 1, 576, dtype=torch.float16)
+    if bad.get("flat"):
+        cache = cache.flatten(0, 1)
+    lengths = torch.tensor([5], dtype=bad.get("lengths_dtype", torch.int32))
+    table = torch.arange(4, dtype=torch.int32)[None]
+    with pytest.raises(error, match=message):
+        if "v_dim" in bad:
+            triton_impl.attention_with_kvcache(q, cache, cache[..., :bad["v_dim"]], cache_seqlens=lengths,
+                                               block_table=table)
+        else:
+            triton_impl.attention_mla_decode(q, cache, cache_seqlens=lengths, block_table=table,
+                                             head_dim_v=bad.get("head_dim_v", 512))
+
+
+@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@pytest.mark.parametrize("fp8", [False, True], ids=["bf16-cache", "e4m3-cache"])
+def test_the_mla_tile_compiles_for_sm90_without_spills(fp8):
+    from triton_impl.kernels import offline
+    usage = offline.report(offline.compile_decode(576, head_dim_v=512, fp8=fp8))
+    assert usage["stack"] == 0 and usage["STL"] == 0, usage
+    assert usage["smem"] <= offline.SM90_SMEM_LIMIT, usage
+
+
+def test_the_registry_declares_the_pair():
+    decode = backends.get("triton:decode")
+    assert decode.head_dim_pairs == ((576, 512),) and (kvcache.MLA_HEAD_DIM, kvcache.MLA_HEAD_DIM_V) == (576, 512)
+
+
+# ---------------------------------------------------------------- on a GPU (skipped without one)
+
+GPU_CASES = [
+    KV(4, 128, 1, 1, (4096, 1000, 0, 777), page_size=64, fmt="bf16", scale=0.072, **MLA),
+    KV(2, 16, 1, 2, (8193, 300), page_size=64, causal=True, fmt="bf16", hostile=True, scale=0.072, **MLA),
+    KV(3, 64, 1, 1, (2048, 33, 5000), page_size=64, fmt="bf16", kv_fmt="fp8", scale=0.072, **MLA),
+]
+
+
+@gpu
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
+def test_gpu_mla_matches_the_oracle(case):
+    if INSIDE or not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU (or the interpreter)")
+    verdict = oracle.check_kvcache(_mla, case, device="cuda")
+    assert verdict.passed, verdict.summary()
