@@ -619,6 +619,12 @@ def fig_roofline(df: pd.DataFrame, style: Style) -> Figure:
     return fig
 
 
+def _panel_row(panels: int, width: float) -> tuple[Figure, list]:
+    """A figure of `panels` panels side by side, `width` inches each, sharing one y axis."""
+    fig = Figure(figsize=(width * panels, 3.6), layout="constrained")
+    return fig, fig.subplots(1, panels, squeeze=False, sharey=True)[0]
+
+
 def decode_data(df: pd.DataFrame) -> pd.DataFrame:
     """What figure 6 draws: passing single-token decode rows, with the K and V bytes they must read once and the
     bandwidth that gives (K and V bytes per second, as the README's decode finding; Q and O add under 1% at the
@@ -639,8 +645,7 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
         raise NothingToDraw("no passing Sq = 1 rows in the decode data")
     style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
     groups = sorted(rows["group"].unique())
-    fig = Figure(figsize=(4.2 * len(groups), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(groups), squeeze=False, sharey=True)[0]
+    fig, axes = _panel_row(len(groups), 4.2)
     ceilings = df[(df["backend"] == "ceiling") & (df["variant"].isin(BANDWIDTH_CEILINGS))]
     for ax, group in zip(axes, groups):
         panel = rows[rows["group"] == group]
@@ -682,8 +687,7 @@ def fig_local(df: pd.DataFrame) -> Figure:
         raise NothingToDraw("no passing windowed causal rows in the local data")
     style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
     dims = sorted(windowed["head_dim"].unique())
-    fig = Figure(figsize=(4.0 * len(dims), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(dims), squeeze=False, sharey=True)[0]
+    fig, axes = _panel_row(len(dims), 4.0)
     for ax, head_dim in zip(axes, dims):
         panel = rows[rows["head_dim"] == head_dim]
         for label in style.ordered(panel["label"]):

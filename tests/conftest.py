@@ -1,8 +1,28 @@
 """Fixtures shared by the CUDA test files: a library is built once per session (or found in the
-build cache); without nvcc and without a cached build the test is skipped with the reason."""
+build cache); without nvcc and without a cached build the test is skipped with the reason. And the Triton test
+files' way into the interpreter: their own tests again in a TRITON_INTERPRET=1 subprocess."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from cuda_impl import _lib, toolchain
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def run_interpreter_subprocess(test_file, *pytest_args: str, timeout: int = 900) -> str:
+    """`test_file` run again by pytest in a subprocess with TRITON_INTERPRET=1 (it must be set before any
+    @triton.jit runs, which no in-process switch can do) and `pytest_args`; returns its stdout, after asserting it
+    exited 0 (the failure shows the tail of its output)."""
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest_args,
+                          str(test_file)], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    return run.stdout
 
 
 def _built(spec: toolchain.LibrarySpec):

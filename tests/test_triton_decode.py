@@ -8,17 +8,14 @@ sizes) are marked `gpu` and skip cleanly without one.
 """
 import math
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from compare import oracle
+from conftest import run_interpreter_subprocess
 
 INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[1]
 interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
 
 
@@ -26,12 +23,8 @@ def test_decode_interpreter_suite():
     if INSIDE:
         pytest.skip("this is the subprocess")
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu",
-                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
-    assert " passed" in run.stdout  # the inner tests really ran
+    stdout = run_interpreter_subprocess(__file__, "-m", "not gpu", timeout=600)
+    assert " passed" in stdout  # the inner tests really ran
 
 
 def _public():

@@ -9,34 +9,27 @@ choice and the refusals need no interpreter and run in both processes; the compi
 """
 import dataclasses
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from compare import backends, oracle
+from conftest import run_interpreter_subprocess
 
 pytest.importorskip("triton")
 
 INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[1]
 interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
 
 
 def test_headdims_interpreter_suite():
     if INSIDE:
         pytest.skip("this is the subprocess")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "-m", "not gpu",
-                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    stdout = run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu")
     # inside: every test but this one and the compiles ran (the oracle cases, the strided and default-variant runs,
     # the checks)
     ran = len(CASES) + len(VARLEN_CASES) + 2 + len(DEFAULTS) + len(BAD_CALLS) + len(BAD_VARLEN_CALLS) + 1
-    assert f"{ran} passed, {len(COMPILES) + 1} skipped" in run.stdout, run.stdout[-3000:]
+    assert f"{ran} passed, {len(COMPILES) + 1} skipped" in stdout, stdout[-3000:]
 
 
 CASES = [

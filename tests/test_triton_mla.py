@@ -6,19 +6,16 @@ Interpreter tests run in a TRITON_INTERPRET=1 subprocess (`test_mla_interpreter_
 interpreter; GPU tests (bf16, realistic sizes) are marked `gpu` and skip cleanly without one.
 """
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
 from compare import backends, kvcache, oracle
+from conftest import run_interpreter_subprocess
 
 pytest.importorskip("triton")
 
 INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[1]
 interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
 gpu = pytest.mark.gpu
 
@@ -26,13 +23,9 @@ gpu = pytest.mark.gpu
 def test_mla_interpreter_suite():
     if INSIDE:
         pytest.skip("this is the subprocess")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not gpu",
-                          __file__], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
+    stdout = run_interpreter_subprocess(__file__, "-m", "not gpu")
     ran = len(CASES) + 3 + len(BAD_CALLS) + 1  # the oracle cases, the three checks below, the refusals, the registry
-    assert f"{ran} passed" in run.stdout, run.stdout[-3000:]
+    assert f"{ran} passed" in stdout, stdout[-3000:]
 
 
 def _mla(q, k_cache, v_cache, *, return_lse, k_descale=None, v_descale=None, **kw):

@@ -112,7 +112,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     if constexpr (C::LOCAL) {
       if (p.softcap > 0.f) softcap_scores(S, cap_in, p.softcap);
       if constexpr (decltype(may_mask)::value)
-        if (local_tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores_local(S, p, w, row0, kv_start);
+        if (local_tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores<false, true>(S, p, w, row0, kv_start);
     } else if constexpr (decltype(may_mask)::value) {
       if (tile_needs_mask<C::BLOCK_KV>(p, w, kv_start)) mask_scores(S, p, w, row0, kv_start);
     }

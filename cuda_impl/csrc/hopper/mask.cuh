@@ -21,8 +21,9 @@ __device__ __forceinline__ int wgmma_key(int i, int t) {
 
 // The same for a wgmma accumulator (the Hopper kernels): S_REGS registers of one 64 x N tile, where
 // register i holds row row0 + 8 * ((i / 2) % 2) (row0 is this thread's first row) and key
-// wgmma_key<PERMUTED_KEYS>(i, lane % 4).
-template <bool PERMUTED_KEYS = false, int S_REGS>
+// wgmma_key<PERMUTED_KEYS>(i, lane % 4). LOCAL: a local launch (fwd_common.cuh local_work), whose right bound is
+// w.diag (causal is always set there) and which also masks keys before the window's left bound.
+template <bool PERMUTED_KEYS = false, bool LOCAL = false, int S_REGS>
 __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams& p, const CtaWork& w,
                                             int row0, int kv_start) {
   const int t = threadIdx.x % 4;
@@ -30,20 +31,11 @@ __device__ __forceinline__ void mask_scores(float (&S)[S_REGS], const FwdParams&
   for (int i = 0; i < S_REGS; i++) {
     const int row = row0 + ((i / 2) % 2) * 8;
     const int col = kv_start + wgmma_key<PERMUTED_KEYS>(i, t);
-    if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
-  }
-}
-
-// mask_scores of a local launch (fwd_common.cuh local_work: causal is set, w.diag is the right bound).
-template <int S_REGS>
-__device__ __forceinline__ void mask_scores_local(float (&S)[S_REGS], const FwdParams& p, const CtaWork& w,
-                                                  int row0, int kv_start) {
-  const int t = threadIdx.x % 4;
-#pragma unroll
-  for (int i = 0; i < S_REGS; i++) {
-    const int row = row0 + ((i / 2) % 2) * 8;
-    const int col = kv_start + wgmma_key<false>(i, t);
-    if (col >= p.seqlen_k || col > row + w.diag || (w.has_left && col < row + w.left_diag)) S[i] = -INFINITY;
+    if constexpr (LOCAL) {
+      if (col >= p.seqlen_k || col > row + w.diag || (w.has_left && col < row + w.left_diag)) S[i] = -INFINITY;
+    } else {
+      if (col >= p.seqlen_k || (p.causal && col > row + w.diag)) S[i] = -INFINITY;
+    }
   }
 }
 
