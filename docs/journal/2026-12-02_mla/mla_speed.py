@@ -24,7 +24,7 @@ for batch, heads, seqlen_q, length in [(1, 16, 1, 65536), (32, 16, 1, 8192), (12
                                                   scale=576 ** -0.5)
     fn()
     torch.cuda.synchronize()
-    p20, p50, p80, how = time_call(fn, "cuda")
+    p20, p50, p80, how = time_call(fn, "cuda", graph=True)
     read = batch * length * 576 * 2
     flops = 2 * batch * heads * seqlen_q * length * (576 + 512)
     rows.append(dict(batch=batch, heads_q=heads, seqlen_q=seqlen_q, cache_len=length, page=page, ms_p20=p20,

@@ -22,7 +22,7 @@ for batch, heads, length in [(1, 16, 65536), (32, 16, 8192), (32, 128, 8192)]:
                                                       num_splits=splits)
         fn()
         torch.cuda.synchronize()
-        p20, p50, p80, how = time_call(fn, "cuda")
+        p20, p50, p80, how = time_call(fn, "cuda", graph=True)
         rows.append(dict(batch=batch, heads_q=heads, cache_len=length, num_splits=splits or "auto", ms_p50=p50,
                          tb_per_s=batch * length * 1152 / (p50 * 1e-3) / 1e12, note=how))
         print(f"b{batch} h{heads} L{length} splits {splits or 'auto':>4}: {p50 * 1e3:8.1f} us "
