@@ -1,6 +1,6 @@
 """cuda:hopper's local kernel (window=, softcap=) against its dense kernel and triton:fa2 / fa2-ws, bf16, 32k keys:
-FLOP rate on the FLOPs done (compare.bench.attention_pairs), two rounds in reversed order, medians of CUDA-graph
-replays (compare.bench.time_call). With LOCAL_BASELINE_LIB (another build of the library) the CUDA cases also run
+FLOP rate on the FLOPs done (compare.bench.attention_pairs), two rounds in reversed order, medians of eager calls
+(compare.bench.time_call without graph=True: host time included). With LOCAL_BASELINE_LIB (another build of the library) the CUDA cases also run
 on it, as backend "cuda-base:hopper", in the same rounds. Writes $OUT/local_speed.csv."""
 import csv
 import os
