@@ -4,7 +4,8 @@ Every example is drawn within what a backend declares (``compare.backends.Backen
 ``max_seqlen_q``, ``causal_unequal``, ``min_seqlen_k``) and held to the oracle:
 
 * dense (``mode="dense"``, every backend): a ``DenseExample`` = an ``oracle.Case`` (batch, heads_q, GQA ratio,
-  Sq, Sk incl. 1 and odd tails, head_dim, causal, dist normal/shifted/large, a custom scale, fmt among the
+  Sq, Sk incl. 1 and odd tails, head_dim (or a declared (D, Dv) pair), causal, dist normal/shifted/large, a custom
+  scale, fmt among the
   backend's formats incl. fp8/mxfp8/nvfp4 where declared, a local window and a softcap where declared) plus a
   layout for each of q, k, v (16-bit and fp32 only; quantized containers are passed as built): ``contiguous``;
   ``bshd``: a (B, H, S, D) view of (B, S, H, D) storage; ``offset``: a slice, at a non-zero storage offset, of a
@@ -17,7 +18,8 @@ Every example is drawn within what a backend declares (``compare.backends.Backen
 * KV cache (``mode="kvcache"``, backends with ``attention_with_kvcache``: the decode variants of
   ``triton_impl`` / ``cuda_impl``, recognised by ``max_seqlen_q`` and the package's function): a ``KVExample`` =
   an ``oracle.KVCase`` (page size 16..256 or a contiguous cache, per-sequence lengths incl. 0, spare capacity,
-  hostile block tables, Sq 1..64, causal, a q-dtype or e4m3 cache) plus a layout of q (``contiguous``,
+  hostile block tables, Sq 1..64, causal, a q-dtype or e4m3 cache, a declared (D, Dv) pair with V a cache of its
+  own or a view of K's first columns, as MLA's latent cache) plus a layout of q (``contiguous``,
   ``bhsd``: a view of (B, Hq, Sq, D) storage, ``offset``) and of the caches (``contiguous``, ``offset``: a slice
   of a larger NaN-filled buffer, whole pages and a padded head_dim). Judged by ``oracle.check_kvcache``.
 
@@ -338,16 +340,26 @@ def _windows(seqlen_k: int):
     return st.one_of(st.just((-1, -1)), st.tuples(side, side))
 
 
+def _dims(head_dims, backend: backends.Backend):
+    """(Q/K head_dim, V's or None): one of the head dims, or now and then a (D, Dv) pair the backend declares."""
+    same = st.sampled_from(head_dims).map(lambda d: (d, None))
+    if not backend.head_dim_pairs:
+        return same
+    return st.one_of(same, st.sampled_from(backend.head_dim_pairs))
+
+
 def dense_examples(backend: backends.Backend, profile: Profile):
     """Dense cases within what `backend` declares, bounded by `profile`."""
     fmts = formats_for(backend, profile)
     head_dims = tuple(backend.head_dims) if backend.head_dims else profile.any_head_dims
     max_sq = min(profile.max_len, backend.max_seqlen_q or profile.max_len)
 
+    dims = _dims(head_dims, backend)
+
     @st.composite
     def draw_example(draw):
         fmt = draw(st.sampled_from(fmts))
-        d = draw(st.sampled_from(head_dims))
+        d, dv = draw(dims)
         batch = draw(st.integers(1, profile.max_batch))
         heads_q, heads_kv = _heads(draw, profile, backend.gqa)
         causal = draw(st.booleans())
@@ -364,7 +376,7 @@ def dense_examples(backend: backends.Backend, profile: Profile):
         softcap = draw(st.sampled_from((0.0, 1.0, 2.5, 30.0))) if backend.softcap else 0.0
         case = oracle.Case(batch, heads_q, heads_kv, sq, sk, d, causal=causal, fmt=fmt, scale=draw(_SCALES),
                            dist=draw(st.sampled_from(oracle.DISTRIBUTIONS)), seed=draw(st.integers(0, 1 << 16)),
-                           window=window, softcap=softcap)
+                           window=window, softcap=softcap, head_dim_v=dv)
         hypothesis.assume(backend.unsupported_reason(case) is None)
         if case.quantized:
             layouts = ("contiguous",) * 3
@@ -407,12 +419,14 @@ def kv_examples(backend: backends.Backend, profile: Profile):
     fmts = tuple(f for f in formats_for(backend, profile) if f in KV_Q_FORMATS)
     head_dims = tuple(backend.head_dims) if backend.head_dims else profile.any_head_dims
     max_sq = min(profile.kv_max_seqlen_q, backend.max_seqlen_q or kvcache.MAX_SEQLEN_Q)
+    dims = _dims(head_dims, backend)
 
     @st.composite
     def draw_example(draw):
         fmt = draw(st.sampled_from(fmts))
         kv_fmt = draw(st.sampled_from(oracle.KV_FORMATS))
-        d = draw(st.sampled_from(head_dims))
+        d, dv = draw(dims)
+        latent = dv is not None and draw(st.booleans())  # V a view of K's first columns (MLA), or a cache of its own
         batch = draw(st.integers(1, profile.kv_max_batch))
         heads_q, heads_kv = _heads(draw, profile, True)
         sq = draw(st.integers(1, max_sq))
@@ -431,7 +445,7 @@ def kv_examples(backend: backends.Backend, profile: Profile):
         case = oracle.KVCase(batch, heads_q, heads_kv, sq, lengths, d, page_size=page_size, capacity=capacity,
                              causal=causal, fmt=fmt, kv_fmt=kv_fmt, scale=draw(_SCALES),
                              dist=draw(st.sampled_from(oracle.DISTRIBUTIONS)), hostile=hostile,
-                             seed=draw(st.integers(0, 1 << 16)))
+                             seed=draw(st.integers(0, 1 << 16)), head_dim_v=dv, latent=latent)
         return KVExample(case, draw(st.sampled_from(KV_Q_LAYOUTS)), draw(st.sampled_from(KV_CACHE_LAYOUTS)))
 
     return draw_example()
@@ -585,9 +599,9 @@ def run_example(target: Target, example, device: str, timeout: float | None = No
     else:
         case = example.case
         inputs = oracle.make_kvcache_inputs(case, device)
-        inputs = dataclasses.replace(inputs, q=relayout(inputs.q, example.q_layout),
-                                     k_cache=cache_relayout(inputs.k_cache, example.cache_layout),
-                                     v_cache=cache_relayout(inputs.v_cache, example.cache_layout))
+        k_cache = cache_relayout(inputs.k_cache, example.cache_layout)
+        v_cache = k_cache[..., :case.v_dim] if case.latent else cache_relayout(inputs.v_cache, example.cache_layout)
+        inputs = dataclasses.replace(inputs, q=relayout(inputs.q, example.q_layout), k_cache=k_cache, v_cache=v_cache)
         verdict = oracle.check_kvcache(call, case, device=device, inputs=inputs)
     if call.nan:
         raise NaNOutput(f"NaN in the output or LSE: {verdict.reason or verdict.summary()}")
