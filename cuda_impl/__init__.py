@@ -64,7 +64,7 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "tma": True,  # tiles load through TMA maps: positive strides only (checked before the launch)
-    # window=(left, right) and softcap=: their own kernel, scheduled as causal launches, every tile's mask checked
+    # window=(left, right) and softcap=: their own kernel, scheduled as causal launches (docs/design/hopper.md)
     "local": True,
     "softcap": True,
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
