@@ -18,7 +18,7 @@ from typing import Callable
 
 import torch
 
-from . import formats
+from . import formats, oracle
 
 SIXTEEN_BIT = ("bf16", "fp16")
 
@@ -83,10 +83,11 @@ class Backend:
         """Why this backend does not accept `case` by its declared capabilities (None: it does)."""
         if case.fmt not in self.formats:
             return f"format {case.fmt} not in {self.formats}"
-        v_dim = getattr(case, "v_dim", case.head_dim)  # KV-cache cases have one head_dim
-        if self.head_dims is not None and v_dim == case.head_dim and case.head_dim not in self.head_dims:
-            return f"head_dim {case.head_dim} not in {self.head_dims}"
-        if self.head_dims is not None and v_dim != case.head_dim and (case.head_dim, v_dim) not in self.head_dim_pairs:
+        v_dim = getattr(case, "v_dim", case.head_dim)  # (a case type without one: V's head_dim is Q's)
+        if self.head_dims is not None and not oracle.takes_head_dims(self.head_dims, self.head_dim_pairs,
+                                                                     case.head_dim, v_dim):
+            if v_dim == case.head_dim:
+                return f"head_dim {case.head_dim} not in {self.head_dims}"
             return f"Q/K head_dim {case.head_dim} with V head_dim {v_dim} not in {self.head_dim_pairs}"
         if not self.gqa and case.heads_q != case.heads_kv:
             return "no GQA/MQA"

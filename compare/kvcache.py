@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
+from . import oracle
+
 E4M3 = torch.float8_e4m3fn
 PAGE_SIZES = tuple(1 << i for i in range(4, 9))  # 16 .. 256: the kernels' page-address arithmetic is tested there
 MAX_SEQLEN_Q = 64  # speculative decoding and chunked prefill; longer query blocks are prefill (attention())
@@ -80,7 +82,7 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
         _check_tensor(name, x, dims=4, device=q.device)
     head_dim_v = v_cache.shape[3]
     pairs = ", ".join(f"{d}/{dv}" for d, dv in head_dim_pairs)
-    _need(head_dim in head_dims if head_dim_v == head_dim else (head_dim, head_dim_v) in head_dim_pairs,
+    _need(oracle.takes_head_dims(head_dims, head_dim_pairs, head_dim, head_dim_v),
           f"head_dim {head_dim} with V head_dim {head_dim_v}: {backend} decode takes {head_dims}"
           + (f" and Q/K with V {pairs}" if pairs else ""))
     _need(k_cache.shape[:3] == v_cache.shape[:3], f"k_cache {tuple(k_cache.shape)} and v_cache "

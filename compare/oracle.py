@@ -204,6 +204,12 @@ def check_softcap(softcap) -> None:
         raise ValueError(f"softcap must be a finite number >= 0, got {softcap!r}")
 
 
+def takes_head_dims(head_dims, head_dim_pairs, head_dim: int, head_dim_v: int) -> bool:
+    """Whether a kernel declaring `head_dims` (equal Q/K and V head dims) and `head_dim_pairs` ((Q/K, V) pairs
+    besides them) takes Q/K head_dim `head_dim` with V head_dim `head_dim_v`."""
+    return head_dim in head_dims if head_dim_v == head_dim else (head_dim, head_dim_v) in head_dim_pairs
+
+
 def visible_range(row, seqlen_q: int, seqlen_k: int, causal: bool, window=(-1, -1)):
     """(first, last) key a query row sees, bottom-right aligned as FlashAttention: with diag = row + Sk - Sq, keys
     diag - left .. diag + right (right = 0 under causal; -1 = unbounded), clipped to 0 .. Sk - 1 by the caller.

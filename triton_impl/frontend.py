@@ -223,9 +223,8 @@ def _check_shapes(q, k, v_logical_shape, variant):
 
 def _takes_head_dims(spec, head_dim, head_dim_v):
     """Whether a VARIANTS row takes Q/K head_dim `head_dim` with V head_dim `head_dim_v`."""
-    if head_dim_v == head_dim:
-        return head_dim in spec["head_dims"]
-    return (head_dim, head_dim_v) in spec.get("head_dim_pairs", ())
+    from compare import oracle
+    return oracle.takes_head_dims(spec["head_dims"], spec.get("head_dim_pairs", ()), head_dim, head_dim_v)
 
 
 def _head_dims_text(spec):

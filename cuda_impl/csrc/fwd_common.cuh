@@ -158,31 +158,24 @@ __device__ __forceinline__ bool local_tile_needs_mask(const FwdParams& p, const 
   return tile_needs_mask<BLOCK_KV>(p, w, kv_start) || (w.has_left && kv_start < w.left_clear);
 }
 
-// The first of an item's KV tiles 1 .. n-1 from which on every tile may need a mask (n: none does). Needing one is
-// monotonic in the tile (the tail past seqlen_k, the causal diagonal and after), so the Hopper kernels run tiles
-// 1 .. first-1 in a copy of their step without the mask branch (HopperTiles / Fp8Tiles::UNMASKED_LOOP).
+// The first of an item's KV tiles from .. n-1 from which on every tile may need a mask (n: none does). Needing one
+// is monotonic in the tile (the tail past seqlen_k, the causal diagonal and after), so the Hopper kernels run tiles
+// from .. first-1 in a copy of their step without the mask branch (HopperTiles / Fp8Tiles::UNMASKED_LOOP): from 1
+// (tile 0 is always masked), or in a local launch from its first tile past the window's left edge.
 template <int BLOCK_KV>
-__device__ __forceinline__ int first_masked_tile(const FwdParams& p, const CtaWork& w, int n) {
+__device__ __forceinline__ int first_masked_tile(const FwdParams& p, const CtaWork& w, int n, int from = 1) {
   int first = n;
-  while (first > 1 && tile_needs_mask<BLOCK_KV>(p, w, (w.kv_tile0 + first - 1) * BLOCK_KV)) first--;
+  while (first > from && tile_needs_mask<BLOCK_KV>(p, w, (w.kv_tile0 + first - 1) * BLOCK_KV)) first--;
   return first;
 }
 
 // Local launches: the first of an item's tiles 1 .. n from which on no tile starts before the window's left bound
-// of the CTA's last row (local_work's left_clear; 1 without a left bound), and the first tile from `clear` on from
-// which every tile may need a mask (first_masked_tile's walk, stopped at `clear`).
+// of the CTA's last row (local_work's left_clear; 1 without a left bound).
 template <int BLOCK_KV>
 __device__ __forceinline__ int first_clear_tile(const CtaWork& w, int n) {
   if (!w.has_left) return min(1, n);
   const int clear = (w.left_clear - w.kv_tile0 * BLOCK_KV + BLOCK_KV - 1) / BLOCK_KV;
   return min(max(clear, 1), n);
-}
-
-template <int BLOCK_KV>
-__device__ __forceinline__ int first_masked_local_tile(const FwdParams& p, const CtaWork& w, int n, int clear) {
-  int first = n;
-  while (first > clear && tile_needs_mask<BLOCK_KV>(p, w, (w.kv_tile0 + first - 1) * BLOCK_KV)) first--;
-  return first;
 }
 
 // --- host side ---------------------------------------------------------------------------

@@ -198,7 +198,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
       // a window's left edge first (masked), then its interior, then the right edge and the tail
       const int clear = first_clear_tile<C::BLOCK_KV>(w, n);
       for (; tile < clear; tile++) step(tile, may_mask);
-      for (const int first_masked = first_masked_local_tile<C::BLOCK_KV>(p, w, n, clear); tile < first_masked; tile++)
+      for (const int first_masked = first_masked_tile<C::BLOCK_KV>(p, w, n, clear); tile < first_masked; tile++)
         step(tile, std::false_type{});
     } else if constexpr (C::UNMASKED_LOOP) {
       for (const int first_masked = first_masked_tile<C::BLOCK_KV>(p, w, n); tile < first_masked; tile++)
