@@ -15,6 +15,7 @@ with the tensors and max_seqlen below a sequence's length into a ValueError; tes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -90,3 +91,32 @@ def check_values(layout: Layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
         _need(offsets[-1] == total, f"{name}[-1] = {offsets[-1]} but the packed tensor holds {total} tokens")
         _need(max(lengths) <= longest, f"max_seqlen ({longest}) is below the longest sequence of {name} "
                                        f"({max(lengths)})")
+
+
+# Length mixes of the benchmarks' packed batches: (name, what it models).
+LENGTH_MIXES = {
+    "longtail": "document lengths, log-normal around a mean of about 2k tokens, cut to 64..16k, one 16k sequence",
+    "uniform": "lengths uniform in 1..4k",
+    "equal": "every sequence 4k long (the dense batch packed)",
+}
+
+
+def length_mix(name: str, tokens: int, seed: int = 0) -> tuple[int, ...]:
+    """Sequence lengths of mix `name` (LENGTH_MIXES) summing to about `tokens` (the last one cut to fit exactly),
+    reproducible from `seed` (CPU generator, whatever the machine)."""
+    if name not in LENGTH_MIXES:
+        raise ValueError(f"length mix {name!r}: known {sorted(LENGTH_MIXES)}")
+    if tokens < 1:
+        raise ValueError(f"tokens must be >= 1, got {tokens}")
+    if name == "equal":
+        return (4096,) * max(1, tokens // 4096)
+    gen = torch.Generator().manual_seed(seed)
+    lengths = [16384] if name == "longtail" and tokens > 16384 else []
+    while sum(lengths) < tokens:
+        if name == "longtail":  # log-normal, sigma 1: mean exp(mu + 1/2) = 2000
+            n = float(torch.empty(1).log_normal_(mean=math.log(2000) - 0.5, std=1.0, generator=gen))
+            lengths.append(int(min(max(n, 64), 16384)))
+        else:
+            lengths.append(int(torch.randint(1, 4097, (1,), generator=gen)))
+    lengths[-1] -= sum(lengths) - tokens
+    return tuple(n for n in lengths if n > 0)

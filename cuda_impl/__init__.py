@@ -6,7 +6,8 @@ kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never
 quantizers that produce compare.formats containers (cuda_impl.quant).
 
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANTS, select_variant(), attention(),
-attention_with_kvcache() (decode against a contiguous or paged KV cache: "decode", split-KV), unavailable_reason(),
+attention_with_kvcache() (decode against a contiguous or paged KV cache: "decode", split-KV), attention_varlen()
+(packed variable-length batches: "hopper"), unavailable_reason(),
 quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.toolchain into a torch-free shared
 library and launched on torch's current stream, through the custom ops "cuda_fa::fwd" / "fwd_fp8" /
@@ -64,9 +65,11 @@ VARIANTS["hopper"] = {
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
     "tma": True,  # tiles load through TMA maps: positive strides only (checked before the launch)
-    # window=(left, right) and softcap=: their own kernel, scheduled as causal launches (docs/design/hopper.md)
+    # window=(left, right) and softcap=: their own kernel, scheduled as causal launches (docs/design/hopper.md);
+    # attention_varlen: packed sequences on that kernel's varlen twin (docs/design/local-and-varlen.md)
     "local": True,
     "softcap": True,
+    "varlen": True,
     "description": "sm_90a: TMA K/V ring on mbarriers, wgmma (S from shared, P from registers), "
     "1 producer + 2 ping-pong consumer warpgroups (3 in turn at d64, but 2 for causal d64 up to 1k query rows), "
     "S(t) issued with P(t-1)V(t-1) (softmax(t) under that P V at d256), "
@@ -243,6 +246,44 @@ def _attention_local(q, k, v, causal: bool, scale, variant, return_lse: bool, wi
     return (out, lse) if return_lse else out
 
 
+# What attention_varlen runs when variant=None (the one variant that takes packed sequences).
+VARLEN_DEFAULT_VARIANT = "hopper"
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False,
+                     window=(-1, -1), softcap=0.0, scale=None, return_lse=False, variant=None):
+    """Packed variable-length batches, FlashAttention's flash_attn_varlen_func layouts (compare.varlen): q
+    (total_q, Hq, D), k / v (total_k, Hkv, D) bf16/fp16 CUDA tensors, cu_seqlens_q / cu_seqlens_k (B + 1,) int32
+    offsets on q's device, max_seqlen_q / max_seqlen_k at least the longest sequence (they size the grid). causal,
+    window and softcap per sequence as in attention(). Returns out (total_q, Hq, D), and with return_lse lse
+    (Hq, total_q) float32. The offsets are not read on the host (no sync, graph-capturable;
+    compare.varlen.check_values checks them, one sync, for debugging): each CTA walks its sequences' query tiles
+    from them on the device. Variants with "varlen" in VARIANTS only (variant=None: VARLEN_DEFAULT_VARIANT)."""
+    from compare import varlen
+    window = tuple(window) if isinstance(window, list) else window
+    layout = varlen.check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, window=window,
+                                 softcap=softcap)
+    variant = VARLEN_DEFAULT_VARIANT if variant is None else variant
+    spec = _spec(variant)
+    if not spec.get("varlen"):
+        takes = sorted(name for name, s in VARIANTS.items() if s.get("varlen"))
+        raise NotImplementedError(f"variant {variant!r} takes no packed batches; the variants that do: {takes}")
+    if q.dtype not in validate.DTYPE_FORMATS:
+        raise TypeError(f"dtype: variant {variant} supports bfloat16 and float16, got {q.dtype}")
+    if layout.head_dim_v != layout.head_dim:
+        raise ValueError(f"head_dim: variant {variant} takes V's head_dim equal to Q's, got {layout.head_dim} and "
+                         f"{layout.head_dim_v}")
+    scale = 1.0 / math.sqrt(layout.head_dim) if scale is None else float(scale)
+    as_bhsd = lambda x: x.unsqueeze(0).transpose(1, 2)  # noqa: E731 - the kernel's view of the packed tensors
+    if min(layout.total_q, layout.total_k) > 0:
+        validate.check_inputs(as_bhsd(q), as_bhsd(k), as_bhsd(v), variant=variant, spec=spec, scale=scale)
+    else:  # (nothing to launch: zeros / -inf; the checks that need rows skipped)
+        validate.check_device_and_arch([q, k, v], "q, k, v", variant, spec)
+    out, lse = ops.fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                              bool(causal), scale, window, float(softcap), variant)
+    return (out, lse) if return_lse else out
+
+
 def _attention_decode(q, k, v, causal: bool, scale: float, spec: dict):
     """The dense (B, H, S, D) call on the decode kernel: a contiguous cache of Sk keys per sequence, read through
     (B, S, H, D) views of the same storage (no copy of the inputs)."""
@@ -304,6 +345,6 @@ def _attention_blocked(q, k, v, causal: bool, scale: float, variant: str, spec: 
                       v.tensor_scale, q.shape[-1], k.shape[2], causal, scale)
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "attention_with_kvcache",
+__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "attention_varlen", "attention_with_kvcache",
            "unavailable_reason", "quantize",
            "quantize_attention_inputs"]

@@ -52,6 +52,10 @@ class FwdParams(ctypes.Structure):
         ("window_left", ctypes.c_int32),
         ("window_right", ctypes.c_int32),
         ("softcap", ctypes.c_float),
+        ("cu_seqlens_q", ctypes.c_void_p),
+        ("cu_seqlens_k", ctypes.c_void_p),
+        ("total_q", ctypes.c_int32),
+        ("total_k", ctypes.c_int32),
     ]
 
 
@@ -319,6 +323,29 @@ def launch_forward(
     symbol = variant.replace("-", "_")
     held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal or local, q.shape[3],  # noqa: F841
                               q.device)
+    _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
+
+
+def launch_varlen(
+    variant: str, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
+    causal: bool, scale: float, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+) -> None:
+    """Packed sequences (compare.varlen layouts: q / out (total_q, Hq, D), k / v (total_k, Hkv, D), lse (Hq, total_q),
+    offsets (B + 1,) int32 on the device) on a varlen launch (FwdParams::cu_seqlens_q: the packed tensors as one
+    (1, H, total, D) batch entry, the grid sized by the longest sequences). Checked already; totals >= 1."""
+    as_bhsd = lambda x: x.unsqueeze(0).transpose(1, 2)  # noqa: E731 - (1, H, total, D) strided views, no copy
+    q4, k4, v4, out4 = (as_bhsd(x) for x in (q, k, v, out))
+    _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte TMA rows")
+    params = _base_params(q4, k4, v4, out4, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
+    params.batch, params.seqlen_q, params.seqlen_k = cu_seqlens_q.numel() - 1, max_seqlen_q, max_seqlen_k
+    params.total_q, params.total_k = q.shape[0], k.shape[0]
+    params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+    if tuple(window) != (-1, -1) or softcap > 0:
+        params.local, (params.window_left, params.window_right), params.softcap = 1, window, softcap
+    lib = load()
+    symbol = variant.replace("-", "_")
+    # (scheduled as a causal launch, as every local one: the item counter where the head_dim takes one)
+    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, True, q.shape[2], q.device)  # noqa: F841
     _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
 
 

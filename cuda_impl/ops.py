@@ -1,4 +1,5 @@
-"""The torch.library custom ops "cuda_fa::fwd" (16-bit; "cuda_fa::fwd_local" with a window or softcap), "cuda_fa::fwd_fp8" (e4m3 with descales),
+"""The torch.library custom ops "cuda_fa::fwd" (16-bit; "cuda_fa::fwd_local" with a window or softcap,
+"cuda_fa::fwd_varlen" on packed sequences), "cuda_fa::fwd_fp8" (e4m3 with descales),
 "cuda_fa::fwd_mx" (MXFP8 / NVFP4 block-scaled storage) and "cuda_fa::decode" (split-KV decode against a KV
 cache, cuda_impl.decode), with fake implementations for torch.compile.
 
@@ -66,6 +67,42 @@ def _fwd_local_fake(q, k, v, causal, scale, window_left, window_right, softcap, 
 def fwd_local(q, k, v, causal: bool, scale: float, window: tuple[int, int], softcap: float, variant: str):
     impl = _fwd_local_impl if _eager((q, k, v)) else _fwd_local_op
     return impl(q, k, v, causal, scale, int(window[0]), int(window[1]), float(softcap), variant)
+
+
+def _fwd_varlen_impl(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+    max_seqlen_q: int, max_seqlen_k: int, causal: bool, scale: float, window_left: int, window_right: int,
+    softcap: float, variant: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(out (total_q, Hq, D) in q's dtype, lse (Hq, total_q) float32) of packed sequences (compare.varlen): the
+    kernel writes every row of every sequence. A batch without a query or without a key launches nothing: zeros
+    and lse -inf."""
+    if min(q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k) == 0:
+        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
+                torch.full((q.shape[1], q.shape[0]), -torch.inf, dtype=torch.float32, device=q.device))
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    _lib.launch_varlen(variant, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                       causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
+    return out, lse
+
+
+_fwd_varlen_op = torch.library.custom_op("cuda_fa::fwd_varlen", mutates_args=(), device_types="cuda")(
+    _fwd_varlen_impl)
+
+
+@_fwd_varlen_op.register_fake
+def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left,
+                     window_right, softcap, variant):
+    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+               scale: float, window: tuple[int, int], softcap: float, variant: str):
+    tensors = (q, k, v, cu_seqlens_q, cu_seqlens_k)
+    impl = _fwd_varlen_impl if _eager(tensors) else _fwd_varlen_op
+    return impl(*tensors, int(max_seqlen_q), int(max_seqlen_k), bool(causal), float(scale), int(window[0]),
+                int(window[1]), float(softcap), variant)
 
 
 def _fwd_fp8_impl(

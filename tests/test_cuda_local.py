@@ -63,7 +63,7 @@ def local_loops(fa_library) -> dict:
     for fmt, mangled in (("bf16", "13__nv_bfloat16"), ("fp16", "6__half")):
         for head_dim, block_kv, consumers in LOCAL_KERNELS:
             for local in (0, 1):
-                tag = f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb{local}E"
+                tag = f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb{local}ELb0E"
                 (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
                 loops[fmt, head_dim, local] = sass.steady_loop(found)
     return loops

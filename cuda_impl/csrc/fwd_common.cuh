@@ -37,6 +37,14 @@ struct FwdParams {
   int32_t local;
   int32_t window_left, window_right;
   float softcap;
+  // A varlen launch (cu_seqlens_q not null; hopper only, its local kernels): q, k, v and out hold the sequences
+  // packed one after another, (total, heads, head_dim) as strided (1, heads, total, head_dim) tensors (stride[0]
+  // unused); sequence b's rows are cu_seqlens[b] .. cu_seqlens[b + 1] - 1 (device int32, batch + 1 each);
+  // seqlen_q / seqlen_k are the longest sequences' lengths (they size the grid), lse is (heads_q, total_q).
+  // Zero-initialised: a dense launch.
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int32_t total_q, total_k;
 };
 }
 
@@ -62,6 +70,10 @@ struct CtaWork {
   // left_clear on are past the left bound of every row of the CTA.
   bool has_left;
   int left_diag, left_clear;
+  // Varlen kernels (varlen_item): the lengths of the item's sequence and its first rows in the packed q and k / v
+  // (batch is then 0: the packed tensors are one batch entry).
+  int seqlen_q, seqlen_k;
+  int q_row0, k_row0;
 };
 
 // The work of query tile `q_tile` of (batch, head_q).
@@ -104,6 +116,105 @@ __device__ __forceinline__ CtaWork local_work(const FwdParams& p, CtaWork w) {
   w.kv_tile0 = kv_begin / BLOCK_KV;
   w.n_kv_tiles = (kv_end + BLOCK_KV - 1) / BLOCK_KV - w.kv_tile0;
   return w;
+}
+
+// --- varlen launches: items are heads_q x the query tiles of each sequence, sequence after sequence ---------
+
+// Query tiles of sequence b of a varlen launch.
+__device__ __forceinline__ int varlen_q_tiles(const FwdParams& p, int b, int block_q) {
+  return (p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] + block_q - 1) / block_q;
+}
+
+// Work items of a varlen launch (no empty ones: the grid is sized by the longest sequence, the item walk by this),
+// summed by each warp over its lanes' sequences; every lane of the calling warp must take part.
+__device__ __forceinline__ uint32_t varlen_items(const FwdParams& p, int block_q) {
+  uint32_t tiles = 0;
+  for (int b = threadIdx.x % 32; b < p.batch; b += 32) tiles += varlen_q_tiles(p, b, block_q);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) tiles += __shfl_xor_sync(0xffffffffu, tiles, offset);
+  return tiles * p.heads_q;
+}
+
+// Where a walk of varlen items stands: the sequence of its last item and that sequence's first item. A role's
+// items only grow (rounds, the counter), so the producer's lookups move forward from its last one (varlen_walk).
+struct VarlenCursor {
+  int batch = 0;
+  uint32_t first_item = 0;
+};
+
+// The sequence of item `item` (< varlen_items) and its first item, walked forward from `at` (one thread).
+template <int BLOCK_Q>
+__device__ __forceinline__ VarlenCursor varlen_walk(const FwdParams& p, uint32_t item, VarlenCursor at) {
+  uint32_t items_of = uint32_t(varlen_q_tiles(p, at.batch, BLOCK_Q)) * p.heads_q;
+  while (item >= at.first_item + items_of) {
+    at.first_item += items_of;
+    at.batch++;
+    items_of = uint32_t(varlen_q_tiles(p, at.batch, BLOCK_Q)) * p.heads_q;
+  }
+  return at;
+}
+
+// The same found by the calling warp together (every lane takes part), from the first sequence: each lane counts
+// one sequence's items of 32 at a time, a prefix sum over the lanes finds the one holding `item`. Nothing is kept
+// between items (the consumers, which have no register to spare through their KV loop).
+template <int BLOCK_Q>
+__device__ __forceinline__ VarlenCursor varlen_find(const FwdParams& p, uint32_t item) {
+  const int lane = threadIdx.x % 32;
+  uint32_t first = 0;  // items of the sequences before this round's 32
+  for (int b0 = 0;; b0 += 32) {
+    const int b = b0 + lane;
+    const uint32_t own = b < p.batch ? uint32_t(varlen_q_tiles(p, b, BLOCK_Q)) * p.heads_q : 0;
+    uint32_t upto = own;  // items of this round's sequences up to and with lane's
+#pragma unroll
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const uint32_t below = __shfl_up_sync(0xffffffffu, upto, offset);
+      if (lane >= offset) upto += below;
+    }
+    const unsigned holds = __ballot_sync(0xffffffffu, item < first + upto);
+    if (holds != 0) {
+      const int found = __ffs(holds) - 1;
+      return VarlenCursor{b0 + found, first + __shfl_sync(0xffffffffu, upto - own, found)};
+    }
+    first += __shfl_sync(0xffffffffu, upto, 31);
+  }
+}
+
+// Item `item` (< varlen_items) of a varlen launch, in sequence `at.batch` whose first item is at.first_item:
+// sequence b's items are its heads (fastest) x query tiles, the bottom tile first (under causal masking the
+// heaviest, so a sequence's last items are its light ones). Returns the item's head and query tile with its
+// sequence's lengths and first packed rows (batch 0: the packed tensors are one batch entry); the key range is
+// local_work's.
+template <int BLOCK_Q>
+__device__ __forceinline__ CtaWork varlen_item(const FwdParams& p, uint32_t item, const VarlenCursor& at) {
+  const int rank = int(item - at.first_item) / p.heads_q;
+  CtaWork w{};
+  w.head_q = int(item - at.first_item) % p.heads_q;
+  w.head_kv = w.head_q / (p.heads_q / p.heads_kv);
+  w.q_row0 = p.cu_seqlens_q[at.batch];
+  w.seqlen_q = p.cu_seqlens_q[at.batch + 1] - w.q_row0;
+  w.k_row0 = p.cu_seqlens_k[at.batch];
+  w.seqlen_k = p.cu_seqlens_k[at.batch + 1] - w.k_row0;
+  w.q_start = ((w.seqlen_q + BLOCK_Q - 1) / BLOCK_Q - 1 - rank) * BLOCK_Q;
+  return w;
+}
+
+// A varlen item's parameters with its sequence's lengths (what the masks and key ranges read).
+__device__ __forceinline__ FwdParams sequence_bounds(const FwdParams& p, const CtaWork& w) {
+  FwdParams s = p;
+  s.seqlen_q = w.seqlen_q;
+  s.seqlen_k = w.seqlen_k;
+  return s;
+}
+
+// A varlen item's parameters as if its sequence were a dense launch of its own: its lengths, and out and lse
+// moved to its first row. The epilogue indexes lse (batch 0, head h) at h * seqlen_q + row; the packed LSE is
+// (heads_q, total_q), where h's rows start at h * total_q + q_row0, hence the head-dependent shift.
+__device__ __forceinline__ FwdParams sequence_params(const FwdParams& p, const CtaWork& w, int out_elem_bytes) {
+  FwdParams s = sequence_bounds(p, w);
+  s.batch = 1;
+  s.out = static_cast<char*>(p.out) + int64_t(w.q_row0) * p.out_stride[2] * out_elem_bytes;
+  if (p.lse != nullptr) s.lse = p.lse + w.q_row0 + int64_t(w.head_q) * (p.total_q - w.seqlen_q);
+  return s;
 }
 
 template <int BLOCK_Q, int BLOCK_KV>

@@ -73,13 +73,13 @@
 
 namespace fa {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>
-__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -87,7 +87,8 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
   // so that a persistent CTA that got one of the heavier items of a round gets one of the lighter
   // ones of the next (causal; the items are equal otherwise). A persistent causal grid orders
   // them heaviest first over all heads (no L2 head groups), which makes each round nearly even.
-  const uint32_t items = work_items(p, C::BLOCK_Q);
+  // (varlen: the true count of the packed sequences' items; the grid is sized by the longest sequence)
+  const uint32_t items = C::VARLEN ? varlen_items(p, C::BLOCK_Q) : work_items(p, C::BLOCK_Q);
   // (a cluster's two items must be two query tiles of one head: groups of one head)
   // (the dynamic causal scheduler keeps the one-CTA-per-item grouping: its counter does the balancing)
   const int head_group = C::causal_persistent(p) && !C::DYNAMIC_CAUSAL ? p.batch * p.heads_q
@@ -121,9 +122,21 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
     item = cta_item(round);
     return item < items;
   };
-  const auto part_work = [&](uint32_t item, const SplitPart& part) {
-    CtaWork w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group);
-    if constexpr (C::LOCAL) w = local_work<C::BLOCK_Q, C::BLOCK_KV>(p, w);
+  // Varlen: the producer thread walks its items forward from the last one's sequence; each consumer warp finds
+  // an item's sequence anew (warp_wide: every lane of the warp calls), keeping nothing through the item.
+  VarlenCursor varlen_at;
+  const auto part_work = [&](uint32_t item, const SplitPart& part, auto warp_wide) {
+    CtaWork w;
+    if constexpr (C::VARLEN) {
+      if constexpr (decltype(warp_wide)::value)
+        w = varlen_item<C::BLOCK_Q>(p, item, varlen_find<C::BLOCK_Q>(p, item));
+      else
+        w = varlen_item<C::BLOCK_Q>(p, item, varlen_at = varlen_walk<C::BLOCK_Q>(p, item, varlen_at));
+      w = local_work<C::BLOCK_Q, C::BLOCK_KV>(sequence_bounds(p, w), w);
+    } else {
+      w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group);
+      if constexpr (C::LOCAL) w = local_work<C::BLOCK_Q, C::BLOCK_KV>(p, w);
+    }
     if (part.t1 > 0) {
       w.kv_tile0 = part.t0;
       w.n_kv_tiles = part.t1 - part.t0;
@@ -171,7 +184,7 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
           more = item < items;
         }
         if (!more) break;
-        hopper::produce_item<C>(part_work(item, part), smem, bars, done, &map_q, &map_k, &map_v, rank);
+        hopper::produce_item<C>(part_work(item, part, std::false_type{}), smem, bars, done, &map_q, &map_k, &map_v, rank);
       }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
@@ -195,13 +208,22 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
     for (uint32_t round = 0;; round++) {
       if constexpr (!C::EARLY_NEXT) take(round);
       if (!more) break;
-      const CtaWork w = part_work(item, part);
+      const CtaWork w = part_work(item, part, std::true_type{});
       // Whether this round's part is one of a split unit's: decided here, or (TAIL_IN_SMEM) found again at the
       // item's end, so that nothing of it stays live through the item.
       const bool split = !C::TAIL_IN_SMEM && C::SPLIT_TAIL && part.t1 > 0 && (part.t0 > 0 || part.t1 < int(tail.n));
-      hopper::consume_item<T, C>(p, w, smem, bars, turns, done, rank,
+      // ip: the launch's parameters, or a varlen item's sequence lengths in them (sequence_bounds); its stores
+      // take the sequence as a dense launch of its own (sequence_params: built there, not kept through the loop)
+      const auto consume = [&](const FwdParams& ip) {
+      hopper::consume_item<T, C>(ip, w, smem, bars, turns, done, rank,
                                  [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   const auto store = [&] { hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, smem); };
+                                   const auto store = [&] {
+                                     if constexpr (C::VARLEN)
+                                       hopper::store_rows<T, C>(sequence_params(p, w, sizeof(T)), w, row0, O, row_max,
+                                                                row_sum, smem);
+                                     else
+                                       hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, smem);
+                                   };
                                    if constexpr (C::TAIL_IN_SMEM) {
                                      SplitPart mine;
                                      uint32_t again;
@@ -223,6 +245,11 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
                                  [&] {  // (the split's finish above reads `part`: never both, see EARLY_NEXT)
                                    if constexpr (C::EARLY_NEXT) take(round + 1);
                                  });
+      };
+      if constexpr (C::VARLEN)
+        consume(sequence_bounds(p, w));
+      else
+        consume(p);
       trace::mark(group, done.q_loads - 1, trace::STORED);
     }
     turns.finish();
@@ -234,10 +261,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
 
 namespace hopper_host {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>
 struct HopperLaunch {
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
-  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
+  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
   inline static std::atomic<int> fit_on[64];  // clusters that fit, per device (CLUSTER > 1)
 
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's epilogue). Causal
@@ -281,14 +308,17 @@ struct HopperLaunch {
 
   static int launch(const FwdParams& p, cudaStream_t stream, char* err, int err_len) {
     CUtensorMap map_q, map_k, map_v;
-    if (int rc = encode_map(&map_q, p.q, p.q_stride, p.batch, p.heads_q, p.seqlen_q, DIM, C::BLOCK_Q, p.dtype, err,
+    // (varlen: the packed tensors are one batch entry of all the sequences' rows)
+    const int batch = C::VARLEN ? 1 : p.batch;
+    const int rows_q = C::VARLEN ? p.total_q : p.seqlen_q, rows_k = C::VARLEN ? p.total_k : p.seqlen_k;
+    if (int rc = encode_map(&map_q, p.q, p.q_stride, batch, p.heads_q, rows_q, DIM, C::BLOCK_Q, p.dtype, err,
                             err_len))
       return rc;
-    if (int rc = encode_map(&map_k, p.k, p.k_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
-                            err, err_len))
+    if (int rc = encode_map(&map_k, p.k, p.k_stride, batch, p.heads_kv, rows_k, DIM, C::KV_BOX_ROWS, p.dtype, err,
+                            err_len))
       return rc;
-    if (int rc = encode_map(&map_v, p.v, p.v_stride, p.batch, p.heads_kv, p.seqlen_k, DIM, C::KV_BOX_ROWS, p.dtype,
-                            err, err_len))
+    if (int rc = encode_map(&map_v, p.v, p.v_stride, batch, p.heads_kv, rows_k, DIM, C::KV_BOX_ROWS, p.dtype, err,
+                            err_len))
       return rc;
     if (C::STAGED_STORE)
       if (int rc = check_staged_out(p, err, err_len)) return rc;
@@ -320,14 +350,15 @@ struct HopperLaunch {
 // Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
 extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_dynamic_causal(head_dim); }
 
-// (A local launch, a window or softcap, runs on its parameters as fa::hopper_local_params rewrites them.)
+// (A local launch, a window or softcap or packed sequences, runs on its parameters as fa::hopper_local_params
+// rewrites them.)
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* params, cudaStream_t stream, char* err, int err_len) {
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>() {
-      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>::launch(p, stream, err,
-                                                                                              err_len);
+    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
+      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>::launch(p, stream, err,
+                                                                                                      err_len);
     });
   });
 }
@@ -341,8 +372,8 @@ extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* params, int64
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
   const int rc = fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL>() {
-      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>;
+    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
+      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
       return L::split_workspace(p, bytes, *zeroed, err, err_len);
     });
   });

@@ -69,11 +69,14 @@ constexpr int HOPPER_D128_KV128_KEYS = 4096;
 constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
-// local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work).
-template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false>
+// local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the local
+// kernel of packed variable-length batches (each item reads its sequence's offsets, fwd_common.cuh varlen_work).
+template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
   static constexpr bool LOCAL = LOCAL_;
+  static constexpr bool VARLEN = VARLEN_;
+  static_assert(!VARLEN || LOCAL, "varlen items take the local kernel's bounds");
   static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of CTAs at most");
   static constexpr int CONSUMERS = CONSUMERS_ > 0 ? CONSUMERS_ : DIM == 64 ? 3 : 2;  // 64 rows each
@@ -175,11 +178,15 @@ struct HopperTiles {
   using Split = SplitSpace<CLUSTER, CONSUMERS, O_REGS>;  // the split workspace
 };
 
-// Whether a launch is a local one (a window or softcap).
-inline bool hopper_local(const FwdParams& p) { return p.local != 0; }
+// Whether a launch is a varlen one (packed sequences).
+inline bool hopper_varlen(const FwdParams& p) { return p.cu_seqlens_q != nullptr; }
+
+// Whether a launch runs a local kernel: a window or softcap, or packed sequences (whose lengths bound each item).
+inline bool hopper_local(const FwdParams& p) { return p.local != 0 || hopper_varlen(p); }
 
 // A local launch's parameters as its kernel takes them: scheduled as causal, with the right bound window_right >= 0
-// keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row).
+// keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row: in a varlen launch
+// seqlen_q is the longest sequence's).
 inline FwdParams hopper_local_params(const FwdParams& p) {
   FwdParams local = p;
   local.window_right = p.causal ? 0 : p.window_right >= 0 ? p.window_right : p.seqlen_q;
@@ -187,37 +194,39 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
   return local;
 }
 
-// The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL>() (CONSUMERS
-// 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up; non-causal
+// The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>()
+// (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up; non-causal
 // d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on 176
 // above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
 // hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64 too (three spilled: the
-// cap and the second mask bound do not fit 160 registers).
+// cap and the second mask bound do not fit 160 registers); varlen launches their varlen twin.
 template <int DIM, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   constexpr int block_kv = hopper_block_kv(DIM);
   constexpr int cluster = hopper_cluster(DIM);
   constexpr int causal_kv = DIM == 256 ? block_kv : 128;
-  if (hopper_local(p)) return f.template operator()<causal_kv, 1, DIM == 64 ? 2 : 0, true>();
+  constexpr int local_consumers = DIM == 64 ? 2 : 0;
+  if (hopper_varlen(p)) return f.template operator()<causal_kv, 1, local_consumers, true, true>();
+  if (hopper_local(p)) return f.template operator()<causal_kv, 1, local_consumers, true, false>();
   if constexpr (DIM == 64) {
-    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false>();
-    return f.template operator()<128, 1, 0, false>();
+    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, false>();
+    return f.template operator()<128, 1, 0, false, false>();
   } else {
     if (p.causal || (DIM == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
-      return f.template operator()<causal_kv, 1, 0, false>();
+      return f.template operator()<causal_kv, 1, 0, false, false>();
     constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
     const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
     if constexpr (DIM == 128) {
       if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
         if constexpr (cluster > 1)
-          if (pairs) return f.template operator()<128, cluster, 0, false>();
-        return f.template operator()<128, 1, 0, false>();
+          if (pairs) return f.template operator()<128, cluster, 0, false, false>();
+        return f.template operator()<128, 1, 0, false, false>();
       }
     }
     if constexpr (cluster > 1) {
-      if (pairs) return f.template operator()<block_kv, cluster, 0, false>();
+      if (pairs) return f.template operator()<block_kv, cluster, 0, false, false>();
     }
-    return f.template operator()<block_kv, 1, 0, false>();
+    return f.template operator()<block_kv, 1, 0, false, false>();
   }
 }
 

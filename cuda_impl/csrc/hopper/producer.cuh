@@ -42,12 +42,14 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++)
     sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * 64,
-                      w.q_start, w.head_q, w.batch);
+                      C::VARLEN ? w.q_row0 + w.q_start : w.q_start, w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int s = (done.kv_tiles + tile) % C::STAGES;
     const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
     const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
-    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV;
+    // (varlen: rows of the packed K / V; a tile's rows past the sequence are the next one's, masked as keys past
+    // seqlen_k)
+    const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV + (C::VARLEN ? w.k_row0 : 0);
     // (cluster: the whole tile's bytes land here, this producer's share and the other's)
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
     sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);

@@ -1,0 +1,135 @@
+"""Packed variable-length batches in cuda_impl.attention_varlen: the "hopper" variant's varlen kernels (the local
+kernel's twin, HopperTiles::VARLEN: each item reads its sequence's offsets on the device), held to
+compare.oracle's varlen mode (every sequence judged as a dense case of its own). Refusals and machine-code checks
+run on the CPU; the oracle cases need an sm_90 GPU."""
+import pytest
+import torch
+
+from compare import backends, oracle
+from cuda_impl import sass
+from conftest import skip_unless_required
+
+# Lengths cross the 128-row query tiles (two consumers at every head_dim, as the local kernels) and the 128-key
+# (80 at d256) tiles, sequences without queries or keys sit between others, and the longest is far from the rest.
+CASES = [
+    oracle.VarlenCase((5, 300, 1, 129), (9, 300, 700, 128), 4, 2, 128),
+    oracle.VarlenCase((128, 0, 257, 64), (128, 40, 0, 1000), 8, 2, 64, fmt="fp16"),         # empty q / k sets
+    oracle.VarlenCase((700, 33, 1), (700, 20, 900), 2, 2, 256, causal=True),                 # Sq > Sk in one
+    oracle.VarlenCase((1, 2, 3, 4, 5, 6, 7, 2000), (1, 2, 3, 4, 5, 6, 7, 2000), 4, 4, 128, causal=True),
+    oracle.VarlenCase((400, 90), (1200, 90), 4, 1, 64, causal=True, window=(100, -1)),
+    oracle.VarlenCase((333, 512), (333, 777), 2, 2, 128, window=(64, 32), softcap=20.0, dist="large"),
+    oracle.VarlenCase((160, 80, 240), (160, 400, 240), 6, 3, 256, fmt="fp16", softcap=5.0),
+    oracle.VarlenCase(tuple([37] * 40), tuple([53] * 40), 2, 1, 64),                         # many short ones
+]
+
+
+def test_varlen_cases_are_in_the_hopper_declaration():
+    assert backends.get("cuda:hopper").varlen
+    assert not backends.get("cuda:v5").varlen and not backends.get("cuda:decode").varlen
+
+
+def test_refusals_name_the_constraint():
+    import cuda_impl
+    case = oracle.VarlenCase((3, 5), (4, 6), 2, 2, 64, fmt="fp16")
+    inputs = oracle.make_varlen_inputs(case)
+    args = (inputs.q, inputs.k, inputs.v, inputs.cu_seqlens_q, inputs.cu_seqlens_k, 5, 6)
+    with pytest.raises(NotImplementedError, match="'v5' takes no packed batches; the variants that do: \\['hopper'\\]"):
+        cuda_impl.attention_varlen(*args, variant="v5")
+    with pytest.raises(TypeError, match="cu_seqlens_q must be int32"):
+        cuda_impl.attention_varlen(*args[:3], inputs.cu_seqlens_q.long(), *args[4:])
+    with pytest.raises(TypeError, match="bfloat16 and float16"):
+        cuda_impl.attention_varlen(*(x.float() for x in args[:3]), *args[3:])
+    bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, 96, fmt="fp16"))
+    with pytest.raises(ValueError, match="head_dim: variant hopper supports \\(64, 128, 256\\), got 96"):
+        cuda_impl.attention_varlen(bad.q, bad.k, bad.v, bad.cu_seqlens_q, bad.cu_seqlens_k, 3, 4)
+    with pytest.raises(ValueError, match="window"):
+        cuda_impl.attention_varlen(*args, window=(3, -2))
+    with pytest.raises(ValueError, match="device"):  # checked like any hopper call: CPU tensors are refused
+        cuda_impl.attention_varlen(*args)
+
+
+# --- machine code (CPU) ---------------------------------------------------------------------------
+
+# (head_dim, BLOCK_KV, consumers) of the local kernels, whose varlen twins these are.
+LOCAL_KERNELS = [(64, 128, 2), (128, 128, 0), (256, 80, 0)]
+
+
+@pytest.fixture(scope="module")
+def twin_loops(fa_library) -> dict:
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    functions = sass.dump_sass(fa_library, with_addresses=True)
+    loops = {}
+    for fmt, mangled in (("bf16", "13__nv_bfloat16"), ("fp16", "6__half")):
+        for head_dim, block_kv, consumers in LOCAL_KERNELS:
+            for varlen in (0, 1):
+                tag = f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb1ELb{varlen}E"
+                (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
+                loops[fmt, head_dim, varlen] = sass.opcode_counts(sass.steady_loop(found))
+    return loops
+
+
+# Spill instructions the varlen kernels' steady KV loops may hold (their spill bytes: tests/test_cuda_build.py
+# KNOWN_SPILLS): d256's consumers, with O alone 128 of their 240 registers, spill in the loop (the sequence bounds
+# the local kernel reads from the constant bank are registers here); d64 and d128 do not.
+LOOP_SPILLS = {64: 0, 128: 0, 256: 10}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_varlen_steady_loop_spills_only_where_known(fa_library, head_dim):
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    functions = sass.dump_sass(fa_library, with_addresses=True)
+    head, block_kv, consumers = next(k for k in LOCAL_KERNELS if k[0] == head_dim)
+    tag = f"fwd_hopper_kernelI13__nv_bfloat16Li{head}ELi{block_kv}ELi1ELi{consumers}ELb1ELb1E"
+    (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
+    loop = sass.steady_loop(found)
+    assert sum(t.startswith(("STL", "LDL")) for t in loop) <= LOOP_SPILLS[head_dim]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("head_dim", [64, 128, 256])
+def test_varlen_loop_is_the_local_loop(twin_loops, fmt, head_dim):
+    """The varlen kernel's KV loop issues the local kernel's GEMMs, exponentials and caps: the sequence bounds
+    change where a walk starts and stops, not what a step computes."""
+    local, varlen = twin_loops[fmt, head_dim, 0], twin_loops[fmt, head_dim, 1]
+    for family in ("HGMMA", "MUFU.EX2", "MUFU.TANH"):
+        count = lambda ops: sum(n for op, n in ops.items() if op.startswith(family))  # noqa: E731
+        assert count(varlen) == count(local), (family, local, varlen)
+    assert sum(n for op, n in varlen.items() if op.startswith("HGMMA")) > 0
+
+
+# --- the oracle on the GPU (skipped without an sm_90 one) ------------------------------------------
+
+
+def _hopper_or_skip():
+    skip_unless_required("cuda", "hopper", backends.get("cuda:hopper").unavailable_reason())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
+def test_gpu_hopper_varlen_matches_the_oracle(case):
+    _hopper_or_skip()
+    import cuda_impl
+    verdict = oracle.check_varlen(cuda_impl.attention_varlen, case, device="cuda")
+    assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.gpu
+def test_gpu_varlen_repeats_and_each_sequence_is_its_own():
+    """A batch gives the same bits twice, and each of its sequences the bits it gives packed alone (an item reads
+    only its own sequence's rows, whatever lies around them)."""
+    _hopper_or_skip()
+    import cuda_impl
+    case = oracle.VarlenCase((300, 1000, 77), (300, 1500, 900), 4, 2, 128, causal=True)
+    inputs = oracle.make_varlen_inputs(case, device="cuda")
+    kw = inputs.kwargs(case)
+    out = cuda_impl.attention_varlen(inputs.q, inputs.k, inputs.v, **kw)
+    assert torch.equal(out, cuda_impl.attention_varlen(inputs.q, inputs.k, inputs.v, **kw))
+    starts_q, starts_k = inputs.cu_seqlens_q.tolist(), inputs.cu_seqlens_k.tolist()
+    for b, (sq, sk) in enumerate(zip(case.seqlens_q, case.seqlens_k)):
+        q = inputs.q[starts_q[b]:starts_q[b] + sq]
+        k, v = (x[starts_k[b]:starts_k[b] + sk] for x in (inputs.k, inputs.v))
+        offsets = [torch.tensor([0, n], dtype=torch.int32, device="cuda") for n in (sq, sk)]
+        alone = cuda_impl.attention_varlen(q, k, v, *offsets, sq, sk, causal=True)
+        assert torch.equal(alone, out[starts_q[b]:starts_q[b] + sq]), b
