@@ -340,8 +340,9 @@ def launch_varlen(
     params.batch, params.seqlen_q, params.seqlen_k = cu_seqlens_q.numel() - 1, max_seqlen_q, max_seqlen_k
     params.total_q, params.total_k = q.shape[0], k.shape[0]
     params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
-    if tuple(window) != (-1, -1) or softcap > 0:
-        params.local, (params.window_left, params.window_right), params.softcap = 1, window, softcap
+    # (the varlen kernel reads the window whether or not the launch is a local one: -1, -1 is none, not the zeros)
+    (params.window_left, params.window_right), params.softcap = window, softcap
+    params.local = int(tuple(window) != (-1, -1) or softcap > 0)
     lib = load()
     symbol = variant.replace("-", "_")
     # (scheduled as a causal launch, as every local one: the item counter where the head_dim takes one)

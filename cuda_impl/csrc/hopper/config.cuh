@@ -187,9 +187,11 @@ inline bool hopper_local(const FwdParams& p) { return p.local != 0 || hopper_var
 // A local launch's parameters as its kernel takes them: scheduled as causal, with the right bound window_right >= 0
 // keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row: in a varlen launch
 // seqlen_q is the longest sequence's).
+// A varlen launch that is not a local one (local 0) has no window and no cap, whatever its fields hold.
 inline FwdParams hopper_local_params(const FwdParams& p) {
   FwdParams local = p;
-  local.window_right = p.causal ? 0 : p.window_right >= 0 ? p.window_right : p.seqlen_q;
+  if (!p.local) local.window_left = local.window_right = -1, local.softcap = 0.f;
+  local.window_right = p.causal ? 0 : local.window_right >= 0 ? local.window_right : p.seqlen_q;
   local.causal = 1;
   return local;
 }

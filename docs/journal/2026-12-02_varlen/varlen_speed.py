@@ -35,7 +35,7 @@ def nested_sdpa(backend):
     def run(q, k, v, cu, longest, causal):
         nt = [torch.nested.nested_tensor_from_jagged(x, cu.long()).transpose(1, 2) for x in (q, k, v)]
         with sdpa_kernel(getattr(SDPBackend, backend)):
-            return torch.nn.functional.scaled_dot_product_attention(*nt, is_causal=causal).values()
+            return torch.nn.functional.scaled_dot_product_attention(*nt, is_causal=causal).transpose(1, 2).values()
     return run
 
 
