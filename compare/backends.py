@@ -1,8 +1,9 @@
 """Registry of named attention backends with declared capabilities.
 
 Names are ``<backend>:<variant>``: ``sdpa:flash``, ``sdpa:cudnn``, ``sdpa:efficient``, ``sdpa:math``
-(torch SDPA peers), ``fa4:cute`` (FlashAttention-4's CuTe-DSL forward, where the ``flash-attn-4`` wheel
-imports), ``triton:<variant>`` and ``cuda:<variant>`` (read from each package's ``VARIANTS``).
+(torch SDPA peers), ``torch:varlen_attn`` (torch's FlashAttention-2 varlen forward, packed batches only),
+``fa4:cute`` (FlashAttention-4's CuTe-DSL forward, where the ``flash-attn-4`` wheel imports), ``triton:<variant>``
+and ``cuda:<variant>`` (read from each package's ``VARIANTS``).
 Asking for a backend that cannot run here raises ``BackendUnavailable`` with the reason (no GPU, arch
 too old, package missing); nothing is ever substituted.
 """
@@ -42,7 +43,11 @@ class Backend:
     max_seqlen_q: int | None = None  # decode kernels: at most this many query tokens
     local: bool = False             # takes window=(left, right) (local attention)
     softcap: bool = False           # takes softcap=
-    varlen: bool = False            # its package's attention_varlen serves this variant
+    varlen: bool = False            # takes packed batches: run_varlen
+    # run_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal, scale, window=,
+    # softcap=, return_lse): attention_varlen's call (its package's, or a peer's)
+    run_varlen: Callable | None = field(default=None, repr=False)
+    dense: bool = True              # takes dense (B, H, S, D) cases (False: a peer for packed batches only)
     min_cc: tuple[int, int] | None = None   # None: runs on CPU too
     max_cc: tuple[int, int] | None = None
     ceiling: str = "mma.sync"       # instruction family: "mma.sync" or "wgmma", or a full name of compare.ceilings
@@ -80,7 +85,15 @@ class Backend:
         return self.availability()
 
     def unsupported_reason(self, case) -> str | None:
-        """Why this backend does not accept `case` by its declared capabilities (None: it does)."""
+        """Why this backend does not accept `case` by its declared capabilities (None: it does). A benchmark's
+        packed batch (compare.varlen.SweepCase: has `padded`) needs run_varlen, or the dense call when padded."""
+        padded = getattr(case, "padded", None)
+        if padded is None and not self.dense:
+            return "packed batches only"
+        if padded is False and not self.varlen:
+            return "no packed batches (no attention_varlen)"
+        if padded and not self.dense:
+            return "packed batches only (no dense call for the padded batch)"
         if case.fmt not in self.formats:
             return f"format {case.fmt} not in {self.formats}"
         v_dim = getattr(case, "v_dim", case.head_dim)  # (a case type without one: V's head_dim is Q's)
@@ -161,6 +174,53 @@ def _sdpa_backends() -> list[Backend]:
     return out
 
 
+# --- torch's varlen_attn peer (FlashAttention-2 on packed batches) ------------------------------
+
+
+def _torch_varlen_error() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA GPU visible to torch"
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError as exc:
+        return f"torch {torch.__version__} has no torch.nn.attention.varlen.varlen_attn: {exc}"
+    return None
+
+
+def _torch_varlen_run(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, scale=None,
+                      window=(-1, -1), softcap=0.0, return_lse=False):
+    """torch.nn.attention.varlen.varlen_attn with this harness's arguments: causal as the window's right side 0
+    (FlashAttention-2's bottom-right mask; or is_causal where the torch version takes that instead), GQA where the
+    version takes enable_gqa, the LSE through its AuxRequest. No softcap argument: refused."""
+    import inspect
+    from torch.nn.attention.varlen import AuxRequest, varlen_attn
+    takes = inspect.signature(varlen_attn).parameters
+    if softcap:
+        raise NotImplementedError("torch varlen_attn takes no softcap")
+    kw = {"scale": scale} if "scale" in takes else {}
+    if "is_causal" in takes:
+        if tuple(window) != (-1, -1):
+            raise NotImplementedError(f"torch {torch.__version__}'s varlen_attn takes no window")
+        kw["is_causal"] = causal
+    else:
+        kw["window_size"] = (window[0], 0 if causal else window[1])
+    if q.shape[1] != k.shape[1]:
+        if "enable_gqa" not in takes:
+            raise NotImplementedError(f"torch {torch.__version__}'s varlen_attn takes no GQA")
+        kw["enable_gqa"] = True
+    if return_lse:
+        kw["return_aux"] = AuxRequest(lse=True)
+    return varlen_attn(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, **kw)
+
+
+def _torch_varlen_backends() -> list[Backend]:
+    return [Backend(
+        name="torch:varlen_attn", family="peer", formats=SIXTEEN_BIT, head_dims=None,
+        run=_refuse("torch:varlen_attn takes packed batches only"), availability=_torch_varlen_error,
+        dense=False, varlen=True, run_varlen=_torch_varlen_run, local=True, min_cc=(8, 0),
+        description="torch.nn.attention.varlen.varlen_attn (FlashAttention-2's varlen forward)")]
+
+
 # --- FlashAttention-4 peer ---------------------------------------------------------------------
 
 FA4_MODULE = "flash_attn.cute"
@@ -228,6 +288,9 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             return module.attention(q, k, v, causal=causal, scale=scale, variant=_variant, return_lse=return_lse,
                                     **extra)
 
+        def run_varlen(q, k, v, *args, _variant=variant, **kwargs):
+            return module.attention_varlen(q, k, v, *args, variant=_variant, **kwargs)
+
         out.append(Backend(
             # fp32 is accepted by some kernels for interpreter tests only; the compared formats are the
             # design's (on the H200, triton:fa2 in fp32 exceeds 2x torch's fp32 error: exp2 with the
@@ -240,6 +303,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
             local=bool(caps.get("local")), softcap=bool(caps.get("softcap")), varlen=bool(caps.get("varlen")),
+            run_varlen=run_varlen if caps.get("varlen") else None,
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))
@@ -263,7 +327,8 @@ def registry() -> dict[str, Backend]:
     """All known backends by name (built once, on first use)."""
     global _REGISTRY
     if _REGISTRY is None:
-        backends = _sdpa_backends() + _fa4_backends() + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl")
+        backends = (_sdpa_backends() + _fa4_backends() + _torch_varlen_backends()
+                    + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl"))
         _REGISTRY = {b.name: b for b in backends}
     return _REGISTRY
 

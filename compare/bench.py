@@ -62,8 +62,13 @@ def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[in
 
 
 def flops(case: oracle.Case) -> int:
-    """2 (Q K^T: head_dim) + 2 (P V: V's head_dim) FLOPs per multiply-add of every visible (query, key) pair."""
+    """2 (Q K^T: head_dim) + 2 (P V: V's head_dim) FLOPs per multiply-add of every visible (query, key) pair; for a
+    packed batch (compare.varlen.SweepCase) those of its sequences, padded or not."""
     dims = case.head_dim + getattr(case, "v_dim", case.head_dim)
+    packed = getattr(case, "case", None)
+    if packed is not None:
+        return sum(2 * case.heads_q * dims * attention_pairs(sq, sk, case.causal, case.window)
+                   for sq, sk in zip(packed.seqlens_q, packed.seqlens_k))
     return 2 * case.batch * case.heads_q * dims * attention_pairs(case.seqlen_q, case.seqlen_k, case.causal,
                                                                   case.window)
 
@@ -156,14 +161,31 @@ def _gpu_datasheet(gpu: str, case: oracle.Case) -> float | None:
     return None
 
 
+def _judged_call(backend: backends_mod.Backend, case, device: str):
+    """(the oracle's verdict on `backend` for `case`, the call it judged, ready to time). A packed batch runs the
+    backend's varlen call, or (padded) its dense call on the padded batch, judged as that dense case."""
+    if getattr(case, "padded", None) is False:
+        inputs = oracle.make_varlen_inputs(case.case, device)
+        verdict = oracle.check_varlen(backend.run_varlen, case.case, device=device, inputs=inputs,
+                                      returns_lse=backend.returns_lse)
+        kwargs = inputs.kwargs(case.case)
+        return verdict, lambda: backend.run_varlen(inputs.q, inputs.k, inputs.v, **kwargs)
+    dense = case.padded_case() if getattr(case, "padded", None) else case
+    inputs = oracle.make_inputs(dense, device)
+    verdict = oracle.check(backend, dense, device=device, returns_lse=backend.returns_lse, inputs=inputs)
+    q, k, v = inputs.q, inputs.k, inputs.v
+    extra = dense.extra_kwargs()  # window= / softcap=: the timed call is the call the oracle judged
+    return verdict, lambda: backend(q, k, v, causal=dense.causal, scale=dense.scale, **extra)
+
+
 def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceilings: dict[str, float],
             warmup_ms: int = 25, rep_ms: int = 100) -> dict:
-    """One results row (without the environment columns) for `backend` on `case`."""
+    """One results row (without the environment columns) for `backend` on `case` (a dense case, or a packed batch:
+    compare.varlen.SweepCase)."""
     row = {**_case_fields(backend, case), "note": ""}
     case = case.replace(seed=_case_seed(backend.name, case))
-    inputs = oracle.make_inputs(case, device)
     try:
-        verdict = oracle.check(backend, case, device=device, returns_lse=backend.returns_lse, inputs=inputs)
+        verdict, call = _judged_call(backend, case, device)
     except Exception as exc:  # a crash is a result too: keep it, marked
         row.update(oracle="error", note=f"{type(exc).__name__}: {exc}"[:300])
         return row
@@ -172,10 +194,7 @@ def measure(backend: backends_mod.Backend, case: oracle.Case, device: str, ceili
                oracle="pass" if verdict.passed else "fail", note=verdict.reason)
     if not verdict.passed:
         return row
-    q, k, v = inputs.q, inputs.k, inputs.v
-    extra = case.extra_kwargs()  # window= / softcap=: the timed call is the call the oracle judged
-    p20, p50, p80, how = time_call(lambda: backend(q, k, v, causal=case.causal, scale=case.scale, **extra), device,
-                                   warmup_ms, rep_ms, graph=True)
+    p20, p50, p80, how = time_call(call, device, warmup_ms, rep_ms, graph=True)
     tflops = flops(case) / (p50 * 1e-3) / 1e12
     tile = backend.last_config()  # the autotuner's pick, so a number can be traced to its config
     row["note"] = "; ".join(part for part in (f"config {tile}" if tile else "", how) if part)
@@ -264,10 +283,13 @@ def run(sweep: Sweep, *, patterns: list[str] | None = None, out: Path | None = N
 
 
 def _case_fields(backend, case) -> dict:
+    padded = getattr(case, "padded", None)  # (a packed batch: its mix and packing)
     return dict(backend=backend.backend, family=backend.family, variant=backend.variant, format=case.fmt,
                 batch=case.batch, heads_q=case.heads_q, heads_kv=case.heads_kv, seqlen_q=case.seqlen_q,
                 seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal, head_dim_v=case.v_dim,
-                window_left=case.window[0], window_right=case.window[1], softcap=case.softcap)
+                window_left=case.window[0], window_right=case.window[1], softcap=case.softcap,
+                lengths="" if padded is None else case.mix,
+                packing="" if padded is None else "padded" if padded else "packed")
 
 
 def _fmt(value) -> str:

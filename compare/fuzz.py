@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import importlib
 import json
 import math
@@ -285,14 +284,14 @@ def kvcache_function(backend: backends.Backend) -> Callable | None:
 
 
 def varlen_function(backend: backends.Backend) -> Callable | None:
-    """The package's attention_varlen bound to `backend`'s variant, when the variant declares packed batches."""
-    fn = _package_function(backend, "attention_varlen") if backend.varlen else None
-    return None if fn is None else functools.partial(fn, variant=backend.variant)
+    """`backend`'s packed-batch call (its package's attention_varlen bound to its variant, or a peer's), when it
+    declares packed batches."""
+    return backend.run_varlen if backend.varlen else None
 
 
 def _mode_function(backend: backends.Backend, mode: str) -> Callable | None:
     if mode == "dense":
-        return backend
+        return backend if backend.dense else None
     return kvcache_function(backend) if mode == "kvcache" else varlen_function(backend)
 
 

@@ -777,30 +777,32 @@ def make_varlen_inputs(case: VarlenCase, device: str | torch.device = "cpu") -> 
 
 
 def check_varlen(fn, case: VarlenCase, *, device: str | torch.device = "cpu",
-                 inputs: VarlenInputs | None = None) -> Verdict:
-    """Run ``fn(q, k, v, **inputs.kwargs(case), return_lse=True)`` -> out (total_q, Hq, Dv), lse (Hq, total_q) and
-    judge each sequence as a dense case of its own lengths."""
+                 inputs: VarlenInputs | None = None, returns_lse: bool = True) -> Verdict:
+    """Run ``fn(q, k, v, **inputs.kwargs(case), return_lse=returns_lse)`` -> out (total_q, Hq, Dv) (and lse (Hq,
+    total_q)) and judge each sequence as a dense case of its own lengths (row-sampled, as check, where big)."""
     inputs = inputs or make_varlen_inputs(case, device)
     total_q = sum(case.seqlens_q)
     v_dim = case.dense(0).v_dim
     poison_allocator(device, total_q * case.heads_q * v_dim * 4)
-    out, lse = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=True)
+    result = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=returns_lse)
+    out, lse = result if returns_lse else (result, None)
     expected = (total_q, case.heads_q, v_dim)
-    if tuple(out.shape) != expected or tuple(lse.shape) != (case.heads_q, total_q):
-        raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
-                         f"{(case.heads_q, total_q)}")
+    if tuple(out.shape) != expected or (lse is not None and tuple(lse.shape) != (case.heads_q, total_q)):
+        raise ValueError(f"backend returned out {tuple(out.shape)} / lse {None if lse is None else tuple(lse.shape)}, "
+                         f"expected {expected} / {(case.heads_q, total_q)}")
     reasons, verdicts = [], []
     starts = inputs.cu_seqlens_q.tolist()
     for b, (sq, sk) in enumerate(zip(case.seqlens_q, case.seqlens_k)):
         if sq == 0:
             continue
         out_b = out[starts[b]:starts[b] + sq].transpose(0, 1)[None]    # (1, Hq, Sq, D)
-        lse_b = lse[:, starts[b]:starts[b] + sq][None]
+        lse_b = None if lse is None else lse[:, starts[b]:starts[b] + sq][None]
         if sk == 0:
-            if bool((out_b != 0).any()) or not bool(torch.isneginf(lse_b).all()):
+            if bool((out_b != 0).any()) or (lse_b is not None and not bool(torch.isneginf(lse_b).all())):
                 reasons.append(f"sequence {b} (no keys): out is not 0 / lse not -inf")
             continue
-        v = judge(out_b, lse_b, inputs.sequences[b], case.dense(b).replace(seqlen_q=sq, seqlen_k=sk))
+        dense = case.dense(b).replace(seqlen_q=sq, seqlen_k=sk)
+        v = judge(out_b, lse_b, inputs.sequences[b], dense, rows=_pick_rows(dense, out.device, None))
         verdicts.append(v)
         if not v.passed:
             reasons.append(f"sequence {b} (q {sq}, k {sk}): {v.reason}")

@@ -4,10 +4,13 @@ Torch-free, so that figures regenerate on a machine with only pandas and seaborn
 ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_capability", "driver", "cuda",
                "torch", "triton", "host_python", "sm_clock_mhz"]
 CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
-                "head_dim", "causal", "head_dim_v", "window_left", "window_right", "softcap"]
+                "head_dim", "causal", "head_dim_v", "window_left", "window_right", "softcap", "lengths", "packing"]
 # Case columns added after the first published CSVs, and what a CSV without them means (head_dim_v None: the
 # row's head_dim): compare.figures.load_results fills them in, so older data reads as the dense cases it holds.
-LATER_CASE_COLUMNS = {"head_dim_v": None, "window_left": "-1", "window_right": "-1", "softcap": "0"}
+# lengths / packing: a packed batch's length mix (compare.varlen.LENGTH_MIXES) and "packed" or "padded" (batch,
+# seqlen_q / seqlen_k are then its sequence count and longest lengths); empty for a dense case.
+LATER_CASE_COLUMNS = {"head_dim_v": None, "window_left": "-1", "window_right": "-1", "softcap": "0", "lengths": "",
+                      "packing": ""}
 RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
                   "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
                   "oracle", "note"]
@@ -28,13 +31,16 @@ def _later(row, column: str):
 
 def shape_label(row) -> str:
     """A results row's case as one short label, e.g. 'bf16 b4 h16/16 q4096 k4096 d128 causal', with
-    'd192v128', ' win4096,0' and ' cap30' where V's head_dim, a window or a softcap set it apart
-    (works on a dict or a pandas row)."""
+    'd192v128', ' win4096,0' and ' cap30' where V's head_dim, a window or a softcap set it apart, and ' longtail
+    packed' for a packed batch (b: its sequences, q / k: its longest lengths) (works on a dict or a pandas row)."""
     ints = {c: int(row[c]) for c in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")}
     causal = " causal" if row["causal"] in (True, "True", "true") else ""
     dv = int(float(_later(row, "head_dim_v")))
     window = (int(float(_later(row, "window_left"))), int(float(_later(row, "window_right"))))
     softcap = float(_later(row, "softcap"))
     extra = (f" win{window[0]},{window[1]}" if window != (-1, -1) else "") + (f" cap{softcap:g}" if softcap else "")
+    lengths, packing = _later(row, "lengths"), _later(row, "packing")
+    if isinstance(lengths, str) and lengths:  # a packed batch: its mix and packing, its longest lengths
+        extra += f" {lengths} {packing}"
     return (f"{row['format']} b{ints['batch']} h{ints['heads_q']}/{ints['heads_kv']} q{ints['seqlen_q']} "
             f"k{ints['seqlen_k']} d{ints['head_dim']}{f'v{dv}' if dv != ints['head_dim'] else ''}{causal}{extra}")

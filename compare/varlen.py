@@ -15,6 +15,7 @@ with the tensors and max_seqlen below a sequence's length into a ValueError; tes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -120,3 +121,43 @@ def length_mix(name: str, tokens: int, seed: int = 0) -> tuple[int, ...]:
             lengths.append(int(torch.randint(1, 4097, (1,), generator=gen)))
     lengths[-1] -= sum(lengths) - tokens
     return tuple(n for n in lengths if n > 0)
+
+
+@dataclass(frozen=True)
+class SweepCase:
+    """A benchmark's packed batch: `case` drawn from length mix `mix`, run packed (the backend's varlen call) or
+    padded (its dense call on the batch padded to the longest sequence, judged as that dense case; the driver
+    still counts the packed batch's FLOPs, so a padded row's rate is the useful work per second)."""
+    case: oracle.VarlenCase
+    mix: str
+    padded: bool = False
+
+    # what the registry's capability checks and the driver read off a case
+    fmt = property(lambda self: self.case.fmt)
+    head_dim = property(lambda self: self.case.head_dim)
+    v_dim = property(lambda self: self.case.dense(0).v_dim)
+    heads_q = property(lambda self: self.case.heads_q)
+    heads_kv = property(lambda self: self.case.heads_kv)
+    causal = property(lambda self: self.case.causal)
+    window = property(lambda self: self.case.window)
+    softcap = property(lambda self: self.case.softcap)
+    local = property(lambda self: self.case.window != (-1, -1))
+    scale = property(lambda self: self.case.scale)
+    batch = property(lambda self: self.case.batch)
+    seqlen_q = property(lambda self: max(self.case.seqlens_q))
+    seqlen_k = property(lambda self: max(self.case.seqlens_k))
+    quantized = False
+
+    def padded_case(self) -> oracle.Case:
+        """The dense case of the padded batch: every sequence as long as the longest."""
+        c = self.case
+        return oracle.Case(batch=c.batch, heads_q=c.heads_q, heads_kv=c.heads_kv, seqlen_q=self.seqlen_q,
+                           seqlen_k=self.seqlen_k, head_dim=c.head_dim, causal=c.causal, fmt=c.fmt, scale=c.scale,
+                           dist=c.dist, seed=c.seed, window=c.window, softcap=c.softcap, head_dim_v=c.head_dim_v)
+
+    def replace(self, **changes) -> "SweepCase":
+        """The same batch with the VarlenCase's fields changed (seed=...)."""
+        return SweepCase(dataclasses.replace(self.case, **changes), self.mix, self.padded)
+
+    def shape_str(self) -> str:
+        return f"{self.case.shape_str()} {self.mix}{' padded' if self.padded else ''}"

@@ -102,3 +102,24 @@ def test_bad_inputs_get_a_clear_error(change, exc, words):
                                 window=window, softcap=softcap)
         else:
             _call(**change)
+
+
+@pytest.mark.parametrize("mix", sorted(varlen.LENGTH_MIXES))
+def test_length_mixes_fill_the_token_budget_reproducibly(mix):
+    lengths = varlen.length_mix(mix, 65536, seed=3)
+    assert sum(lengths) == 65536 and min(lengths) >= 1
+    assert lengths == varlen.length_mix(mix, 65536, seed=3)
+    if mix == "longtail":
+        assert max(lengths) == 16384 and min(lengths[:-1]) >= 64   # (the last one is cut to fit)
+        assert 1000 < sum(lengths) / len(lengths) < 4000
+    elif mix == "uniform":
+        assert max(lengths) <= 4096 and len(set(lengths)) > len(lengths) // 2
+    else:
+        assert set(lengths) == {4096}
+
+
+def test_length_mix_refuses_unknown_names_and_empty_budgets():
+    with pytest.raises(ValueError, match="length mix 'zipf'"):
+        varlen.length_mix("zipf", 100)
+    with pytest.raises(ValueError, match="tokens must be >= 1"):
+        varlen.length_mix("uniform", 0)

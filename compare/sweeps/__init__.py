@@ -9,7 +9,10 @@ the table expands to the product of its lists. Shape keys:
 * ``heads_q``, or ``model_dim`` (heads_q = model_dim // head_dim); ``heads_kv`` (default heads_q);
 * ``head_dim``, ``causal``, and ``formats`` (overrides the top-level list for this table);
 * ``head_dim_v`` (V's head_dim, default head_dim), ``window_left`` / ``window_right`` (a local window, -1:
-  unbounded; default none) and ``softcap`` (default 0), for the backends that declare them.
+  unbounded; default none) and ``softcap`` (default 0), for the backends that declare them;
+* ``lengths`` (a length mix of ``compare.varlen.LENGTH_MIXES``) with ``tokens``: a packed batch of that many
+  tokens (queries and keys alike), and ``packing``: "packed" (default; the backends with a varlen call) or
+  "padded" (a dense backend on the batch padded to the longest sequence).
 
 A top-level ``triton_interpret = true`` marks a sweep sized for Triton's interpreter: on a machine without a
 CUDA GPU, ``compare run`` sets TRITON_INTERPRET=1 for it, so that the Triton kernels run on the CPU
@@ -23,12 +26,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..oracle import Case
+from ..oracle import Case, VarlenCase
 
 SWEEP_DIR = Path(__file__).resolve().parent
 _TOP_KEYS = {"description", "backends", "formats", "shapes", "triton_interpret"}
 _SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
-               "head_dim", "causal", "formats", "head_dim_v", "window_left", "window_right", "softcap"}
+               "head_dim", "causal", "formats", "head_dim_v", "window_left", "window_right", "softcap", "lengths",
+               "packing"}
+PACKINGS = ("packed", "padded")
 
 
 @dataclass(frozen=True)
@@ -76,6 +81,8 @@ def load(name_or_path: str) -> Sweep:
 
 
 def _case(d: dict, where: str) -> Case:
+    if "lengths" in d or "packing" in d:
+        return _packed_case(d, where)
     try:
         seqlen_q = d.get("seqlen_q", d.get("seqlen"))
         seqlen_k = d.get("seqlen_k", d.get("seqlen"))
@@ -87,6 +94,24 @@ def _case(d: dict, where: str) -> Case:
                     window=(d.get("window_left", -1), d.get("window_right", -1)), softcap=d.get("softcap", 0.0))
     except (KeyError, TypeError) as exc:
         raise ValueError(f"{where}: incomplete shape {d} ({exc!r})") from exc
+
+
+def _packed_case(d: dict, where: str):
+    """A packed batch (compare.varlen.SweepCase) of `tokens` tokens drawn from length mix `lengths`."""
+    from .. import varlen
+    try:
+        packing = d.get("packing", "packed")
+        if packing not in PACKINGS:
+            raise ValueError(f"packing must be one of {PACKINGS}, got {packing!r}")
+        lengths = varlen.length_mix(d["lengths"], d["tokens"])
+        heads_q = d["heads_q"] if "heads_q" in d else d["model_dim"] // d["head_dim"]
+        case = VarlenCase(seqlens_q=lengths, seqlens_k=lengths, heads_q=heads_q, heads_kv=d.get("heads_kv", heads_q),
+                          head_dim=d["head_dim"], causal=bool(d.get("causal", False)), fmt=d["formats"],
+                          head_dim_v=d.get("head_dim_v"), window=(d.get("window_left", -1), d.get("window_right", -1)),
+                          softcap=d.get("softcap", 0.0))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: packed batch {d} ({exc!r})") from exc
+    return varlen.SweepCase(case, mix=d["lengths"], padded=packing == "padded")
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
