@@ -1,8 +1,8 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
-``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode and local
-sweeps' in ``decode/`` and ``local/``), keeps the newest row per (gpu, case), and draws seven figures and one
-appendix figure, each as PNG and PDF:
+``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode, local and
+varlen sweeps' in ``decode/``, ``local/`` and ``varlen/``), keeps the newest row per (gpu, case), and draws eight
+figures and one appendix figure, each as PNG and PDF:
 
 1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
    not, for the fastest CUDA and the fastest Triton variant of each panel and the PyTorch SDPA peers
@@ -14,6 +14,8 @@ appendix figure, each as PNG and PDF:
 5. a roofline of achieved TFLOP/s against the measured ceilings recorded in the rows,
 6. decode: K and V bytes per second against the KV cache's size (``decode/``),
 7. local attention: TFLOP/s on the FLOPs done against the window, beside each backend's dense rate (``local/``),
+8. packed variable-length batches: TFLOP/s on the packed FLOPs per length mix, beside the padded batch
+   (``varlen/``),
 
 A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
@@ -715,6 +717,50 @@ def fig_local(df: pd.DataFrame) -> Figure:
     return fig
 
 
+def varlen_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 8 draws: passing packed-batch rows without a window or cap, labelled by backend and packing (a
+    padded row is the backend's dense call on the batch padded to the longest sequence)."""
+    rows = passed(df)
+    rows = rows[(rows["lengths"] != "") & (rows["window_left"] < 0) & (rows["softcap"] == 0)]
+    return rows.assign(label=rows["label"] + np.where(rows["packing"] == "padded", " (padded)", ""))
+
+
+def fig_varlen(df: pd.DataFrame) -> Figure:
+    """Figure 8: packed variable-length batches, TFLOP/s on the packed batch's FLOPs, one panel per head_dim, bars
+    per (length mix, mask) and backend; padded rows hatched."""
+    rows = varlen_data(df)
+    if rows.empty:
+        raise NothingToDraw("no passing packed-batch rows in the varlen data")
+    style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    labels = style.ordered(rows["label"])
+    mixes = [m for m in ("longtail", "uniform", "equal") if m in set(rows["lengths"])] + sorted(
+        set(rows["lengths"]) - {"longtail", "uniform", "equal"})
+    groups = [(mix, causal) for mix in mixes for causal in (True, False)]
+    dims = sorted(rows["head_dim"].unique())
+    fig, axes = _panel_row(len(dims), 5.2)
+    width = 0.8 / len(labels)
+    for ax, head_dim in zip(axes, dims):
+        panel = rows[rows["head_dim"] == head_dim]
+        for i, label in enumerate(labels):
+            mine = panel[panel["label"] == label]
+            heights = [mine[(mine["lengths"] == mix) & (mine["causal"] == causal)]["tflops"].max()
+                       for mix, causal in groups]
+            ax.bar(np.arange(len(groups)) + (i - (len(labels) - 1) / 2) * width, np.nan_to_num(heights), width,
+                   color=style.color[label], hatch="//" if label.endswith("(padded)") else None,
+                   edgecolor="white", linewidth=0.5, label=label)
+        ax.set_xticks(np.arange(len(groups)), [f"{mix}\n{'causal' if causal else 'full'}" for mix, causal in groups],
+                      fontsize=8)
+        ax.set_title(f"d{int(head_dim)}, {int(panel['heads_q'].iloc[0])} heads", fontsize=9)
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0].set_ylabel("TFLOP/s on the packed batch's FLOPs")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="outside upper center", ncol=min(len(names), 4), fontsize=8, frameon=False)
+    _footer(fig, [environment_caption(rows), "bf16, 65536 tokens per batch; longtail: log-normal lengths around 2k "
+                  "with one 16k, uniform: 1..4k, equal: 16 x 4096; padded: the dense kernel on the batch padded to "
+                  "the longest sequence, credited only the packed FLOPs; CUDA-graph replays, median"])
+    return fig
+
+
 def _format_key(fmt: str):
     return (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER else len(FORMAT_ORDER), fmt)
 
@@ -750,10 +796,13 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
     decode = load_results(decode_dir) if decode_dir.is_dir() else df.iloc[0:0]
     local_dir = Path(data_dir) / "local"
     local = load_results(local_dir) if local_dir.is_dir() else df.iloc[0:0]
+    varlen_dir = Path(data_dir) / "varlen"
+    varlen = load_results(varlen_dir) if varlen_dir.is_dir() else df.iloc[0:0]
     for gpu in gpus:
         rows = df[df["gpu"] == gpu]
         decode_rows = decode[decode["gpu"] == gpu]
         local_rows = local[local["gpu"] == gpu]
+        varlen_rows = varlen[varlen["gpu"] == gpu]
         suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
         makers = {
             "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
@@ -763,6 +812,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig5_roofline": lambda: fig_roofline(rows, style),
             "fig6_decode_bandwidth": lambda: fig_decode_bandwidth(decode_rows),
             "fig7_local_attention": lambda: fig_local(local_rows),
+            "fig8_varlen": lambda: fig_varlen(varlen_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

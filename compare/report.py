@@ -475,6 +475,60 @@ def local_findings(df: pd.DataFrame) -> list[str]:
     return [text + "."]
 
 
+VARLEN_CASE = ["lengths", "head_dim", "causal", "window_left"]
+
+
+def _varlen_where(key: tuple) -> str:
+    lengths, head_dim, causal, left = key
+    return f"{lengths} d{int(head_dim)}{' causal' if causal else ''}{f' window {_seq(left)}' if left >= 0 else ''}"
+
+
+def _varlen_tally(ratio: pd.Series, rival: str) -> str:
+    wins, losses = int((ratio > 1).sum()), ratio[ratio < 1]
+    if losses.empty:
+        return f"ahead in all {len(ratio)}"
+    return (f"ahead in {wins} of {len(ratio)}; {rival} is ahead in {len(losses)}, most at "
+            f"{_varlen_where(losses.idxmin())}: {losses.min():.2f}×")
+
+
+def varlen_findings(df: pd.DataFrame) -> list[str]:
+    """The README's packed-batch finding: `cuda:hopper`'s varlen path against torch's varlen_attn, `triton:fa2`'s,
+    its own dense kernel on the batch padded to the longest sequence, and cuDNN's on the same padded batch, one
+    varlen sweep (figures/data/varlen), every number computed here."""
+    rows = passed(df)
+    rows = rows[(rows["lengths"] != "") & (rows["softcap"] == 0)] if not rows.empty else rows
+    if rows.empty:
+        return []
+    rates = rows.assign(label=rows["label"] + ":" + rows["packing"]).pivot_table(
+        index=VARLEN_CASE, columns="label", values="tflops", aggfunc="max")
+    ours = "cuda:hopper:packed"
+    if ours not in rates or "torch:varlen_attn:packed" not in rates:
+        return []
+    versus_torch = (rates[ours] / rates["torch:varlen_attn:packed"]).dropna()
+    parts = [f"`cuda:hopper` is {_span(versus_torch)} torch's `varlen_attn` (FlashAttention-2; "
+             f"{_varlen_tally(versus_torch, '`varlen_attn`')})"]
+    if "triton:fa2:packed" in rates:
+        versus_triton = (rates[ours] / rates["triton:fa2:packed"]).dropna()
+        parts.append(f"{_span(versus_triton)} `triton:fa2`'s varlen path ({_varlen_tally(versus_triton, 'Triton')})")
+    index = rates.index.to_frame(index=False)
+    equal = (index["lengths"] == "equal").to_numpy()
+    if "cuda:hopper:padded" in rates and equal.any():
+        own = (rates[ours] / rates["cuda:hopper:padded"])[equal].dropna()
+        if not own.empty:
+            parts.append(f"on equal lengths {_span(own)} its own dense kernel on the same batch")
+    longtail = (index["lengths"] == "longtail").to_numpy()
+    if "sdpa:cudnn:padded" in rates and longtail.any():
+        padded = (rates[ours] / rates["sdpa:cudnn:padded"])[longtail].dropna()
+        if not padded.empty:
+            parts.append(f"on the long-tailed mix {_span(padded)} cuDNN on the batch padded to its longest sequence")
+    mixes = ", ".join(dict.fromkeys(m for m in ("longtail", "uniform", "equal") if m in set(rows["lengths"])))
+    dims = "/".join(f"d{int(d)}" for d in sorted(rows["head_dim"].unique()))
+    text = (f"**Packed variable-length batches** (bf16, {mixes} length mixes, {dims}, causal and not, TFLOP/s on the "
+            f"packed batch's FLOPs, {len(versus_torch)} cases of one run): "
+            + ", ".join(parts[:-1]) + (" and " if len(parts) > 1 else "") + parts[-1])
+    return [text + "."]
+
+
 def readme_findings(data_dir: Path) -> str:
     groups = by_gpu(load_results(data_dir))
     if not groups:
@@ -483,14 +537,15 @@ def readme_findings(data_dir: Path) -> str:
     others = [name for name, _ in groups[1:]]
     items = findings(rows, Path(data_dir) / "paired")
     below = []  # the other sweeps' findings, each from its subfolder of data_dir
-    for name, folder, section in (("decode", "decode", decode_findings), ("local attention", "local", local_findings)):
+    for name, folder, section in (("decode", "decode", decode_findings), ("local attention", "local", local_findings),
+                                  ("packed batches", "varlen", varlen_findings)):
         if (Path(data_dir) / folder).is_dir():
             sub = load_results(Path(data_dir) / folder)
             extra = section(sub[sub["gpu"] == gpu])
             items += extra
             below += [name] if extra else []
     head = (f"Measured on {gpu} ({_environments(rows)}), prefill at 16k tokens per batch"
-            + (f" ({' and '.join(below)}: below)" if below else "") + ", every number passed the oracle"
+            + (f" ({', '.join(below[:-1]) + ' and ' * (len(below) > 1) + below[-1]}: below)" if below else "") + ", every number passed the oracle"
             + (f"; the other GPUs ({', '.join(others)}) are in docs/results.md" if others else "") + ":")
     return "\n".join([head, ""] + [f"{i}. {text}" for i, text in enumerate(items, 1)])
 

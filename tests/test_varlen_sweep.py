@@ -92,3 +92,71 @@ def test_the_peer_refuses_what_its_torch_cannot_express():
     cu = torch.tensor([0, 4], dtype=torch.int32)
     with pytest.raises(NotImplementedError, match="softcap"):
         backends.get("torch:varlen_attn").run_varlen(q, q, q, cu, cu, 4, 4, softcap=3.0)
+
+
+# --- the finding and figure 8, from synthetic rows ---------------------------------------------------------------
+
+def _varlen_csv(path, rates: dict) -> None:
+    """A varlen-sweep CSV: one passing row per ((backend, variant, packing), lengths, head_dim, causal) at its
+    TFLOP/s (its time the rate's inverse)."""
+    import csv
+    from compare.schema import COLUMNS
+    rows = []
+    for ((backend, variant, packing), lengths, head_dim, causal), tflops in rates.items():
+        row = {c: "" for c in COLUMNS}
+        row.update(timestamp="2026-12-02T00:00:00+00:00", sweep="varlen", git_commit="0" * 40, gpu="NVIDIA H200",
+                   driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend,
+                   family="peer" if backend in ("sdpa", "torch") else backend, variant=variant, format="bf16",
+                   batch=32, heads_q=2048 // head_dim, heads_kv=2048 // head_dim, seqlen_q=16384, seqlen_k=16384,
+                   head_dim=head_dim, causal=causal, head_dim_v=head_dim, window_left=-1, window_right=-1, softcap=0,
+                   lengths=lengths, packing=packing, ms_p20=1 / tflops, ms_p50=1 / tflops, ms_p80=1 / tflops,
+                   tflops=tflops, rel_l2_unquantized=0.001, oracle="pass")
+        rows.append(row)
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+OURS, PADDED = ("cuda", "hopper", "packed"), ("cuda", "hopper", "padded")
+TORCH, TRITON, CUDNN = ("torch", "varlen_attn", "packed"), ("triton", "fa2", "packed"), ("sdpa", "cudnn", "padded")
+VARLEN_RATES = {
+    (OURS, "longtail", 128, True): 510.0, (TORCH, "longtail", 128, True): 300.0, (TRITON, "longtail", 128, True): 255.0,
+    (CUDNN, "longtail", 128, True): 34.0, (PADDED, "longtail", 128, True): 36.0,
+    (OURS, "equal", 64, False): 380.0, (TORCH, "equal", 64, False): 304.0, (TRITON, "equal", 64, False): 400.0,
+    (PADDED, "equal", 64, False): 475.0, (CUDNN, "equal", 64, False): 500.0,
+}
+
+
+def test_varlen_finding_is_computed_from_the_rows(tmp_path):
+    from compare import figures, report
+    _varlen_csv(tmp_path / "varlen.csv", VARLEN_RATES)
+    (text,) = report.varlen_findings(figures.load_results(tmp_path))
+    # 510 / 300 = 1.70, 380 / 304 = 1.25; against Triton 2.00 and 0.95; equal against its padded self 0.80;
+    # longtail against cuDNN padded 15.00
+    assert "`cuda:hopper` is 1.25–1.70× torch's `varlen_attn` (FlashAttention-2; ahead in all 2)" in text
+    assert "0.95–2.00× `triton:fa2`'s varlen path (ahead in 1 of 2; Triton is ahead in 1, most at equal d64: 0.95×)" \
+        in text
+    assert "on equal lengths 0.80× its own dense kernel on the same batch" in text
+    assert "on the long-tailed mix 15.00× cuDNN on the batch padded to its longest sequence" in text
+    assert "longtail, equal length mixes, d64/d128" in text and "2 cases of one run" in text
+
+
+def test_varlen_finding_and_figure_need_their_rows(tmp_path):
+    from compare import figures, report
+    assert report.varlen_findings(figures.load_results(tmp_path)) == []
+    with pytest.raises(figures.NothingToDraw):
+        figures.fig_varlen(figures.load_results(tmp_path))
+
+
+def test_figure_8_is_drawn_from_the_varlen_folder(tmp_path):
+    from compare import figures
+    data = tmp_path / "data"
+    (data / "varlen").mkdir(parents=True)
+    fixture = figures.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
+    (data / fixture.name).write_bytes(fixture.read_bytes())
+    _varlen_csv(data / "varlen" / "varlen.csv", VARLEN_RATES)
+    written = figures.generate(data, tmp_path / "figs", figures.REPO_ROOT / "figures" / "reference", log=lambda _: None)
+    assert {p.name for p in written} >= {"fig8_varlen.png", "fig8_varlen.pdf"}
+    labels = set(figures.varlen_data(figures.load_results(data / "varlen"))["label"])
+    assert {"cuda:hopper", "cuda:hopper (padded)", "sdpa:cudnn (padded)", "torch:varlen_attn"} <= labels
