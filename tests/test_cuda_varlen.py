@@ -50,8 +50,10 @@ def test_refusals_name_the_constraint():
 
 # --- machine code (CPU) ---------------------------------------------------------------------------
 
-# (head_dim, BLOCK_KV, consumers) of the local kernels, whose varlen twins these are.
+# (head_dim, BLOCK_KV, consumers) of the local kernels, and of the plain ones a varlen launch without a window or cap
+# takes (no cluster), whose varlen twins these are.
 LOCAL_KERNELS = [(64, 128, 2), (128, 128, 0), (256, 80, 0)]
+PLAIN_KERNELS = [(64, 128, 0), (64, 128, 2), (128, 128, 0), (128, 176, 0), (256, 80, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -61,41 +63,38 @@ def twin_loops(fa_library) -> dict:
     functions = sass.dump_sass(fa_library, with_addresses=True)
     loops = {}
     for fmt, mangled in (("bf16", "13__nv_bfloat16"), ("fp16", "6__half")):
-        for head_dim, block_kv, consumers in LOCAL_KERNELS:
-            for varlen in (0, 1):
-                tag = f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb1ELb{varlen}E"
-                (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
-                loops[fmt, head_dim, varlen] = sass.opcode_counts(sass.steady_loop(found))
+        for local, kernels in ((1, LOCAL_KERNELS), (0, PLAIN_KERNELS)):
+            for head_dim, block_kv, consumers in kernels:
+                for varlen in (0, 1):
+                    tag = (f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb{local}"
+                           f"ELb{varlen}E")
+                    (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
+                    loops[fmt, local, (head_dim, block_kv, consumers), varlen] = sass.opcode_counts(
+                        sass.steady_loop(found))
     return loops
 
 
-# Spill instructions the varlen kernels' steady KV loops may hold (their spill bytes: tests/test_cuda_build.py
-# KNOWN_SPILLS): d256's consumers, with O alone 128 of their 240 registers, spill in the loop (the sequence bounds
-# the local kernel reads from the constant bank are registers here); d64 and d128 do not.
-LOOP_SPILLS = {64: 0, 128: 0, 256: 10}
+# Spill instructions a varlen kernel's steady KV loop may hold (their spill bytes: tests/test_cuda_build.py
+# KNOWN_SPILLS): the local d256 twin's consumers, with O alone 128 of their 240 registers, spill in the loop (the
+# sequence bounds the dense kernels read from the constant bank are registers here); no other loop does.
+LOOP_SPILLS = {(1, (256, 80, 0)): 10}
 
 
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_varlen_steady_loop_spills_only_where_known(fa_library, head_dim):
-    if sass.find_cuobjdump() is None:
-        pytest.skip("cuobjdump not found")
-    functions = sass.dump_sass(fa_library, with_addresses=True)
-    head, block_kv, consumers = next(k for k in LOCAL_KERNELS if k[0] == head_dim)
-    tag = f"fwd_hopper_kernelI13__nv_bfloat16Li{head}ELi{block_kv}ELi1ELi{consumers}ELb1ELb1E"
-    (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
-    loop = sass.steady_loop(found)
-    assert sum(t.startswith(("STL", "LDL")) for t in loop) <= LOOP_SPILLS[head_dim]
+def test_varlen_steady_loops_spill_only_where_known(twin_loops):
+    for (fmt, local, kernel, varlen), ops in twin_loops.items():
+        spills = sum(n for op, n in ops.items() if op.startswith(("STL", "LDL")))
+        assert spills <= (LOOP_SPILLS.get((local, kernel), 0) if varlen else 0), (fmt, local, kernel, varlen)
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
-def test_varlen_loop_is_the_local_loop(twin_loops, fmt, head_dim):
-    """The varlen kernel's KV loop issues the local kernel's GEMMs, exponentials and caps: the sequence bounds
-    change where a walk starts and stops, not what a step computes."""
-    local, varlen = twin_loops[fmt, head_dim, 0], twin_loops[fmt, head_dim, 1]
+@pytest.mark.parametrize("local, kernel", [(1, k) for k in LOCAL_KERNELS] + [(0, k) for k in PLAIN_KERNELS])
+def test_varlen_loop_is_its_twins_loop(twin_loops, fmt, local, kernel):
+    """A varlen kernel's KV loop issues its twin's GEMMs, exponentials and caps: the sequence bounds change where a
+    walk starts and stops, not what a step computes."""
+    dense, varlen = twin_loops[fmt, local, kernel, 0], twin_loops[fmt, local, kernel, 1]
     for family in ("HGMMA", "MUFU.EX2", "MUFU.TANH"):
         count = lambda ops: sum(n for op, n in ops.items() if op.startswith(family))  # noqa: E731
-        assert count(varlen) == count(local), (family, local, varlen)
+        assert count(varlen) == count(dense), (family, dense, varlen)
     assert sum(n for op, n in varlen.items() if op.startswith("HGMMA")) > 0
 
 

@@ -183,7 +183,7 @@ __device__ __forceinline__ VarlenCursor varlen_find(const FwdParams& p, uint32_t
 // sequence b's items are its heads (fastest) x query tiles, the bottom tile first (under causal masking the
 // heaviest, so a sequence's last items are its light ones). Returns the item's head and query tile with its
 // sequence's lengths and first packed rows (batch 0: the packed tensors are one batch entry); the key range is
-// local_work's.
+// local_work's or sequence_work's.
 template <int BLOCK_Q>
 __device__ __forceinline__ CtaWork varlen_item(const FwdParams& p, uint32_t item, const VarlenCursor& at) {
   const int rank = int(item - at.first_item) / p.heads_q;
@@ -195,6 +195,15 @@ __device__ __forceinline__ CtaWork varlen_item(const FwdParams& p, uint32_t item
   w.k_row0 = p.cu_seqlens_k[at.batch];
   w.seqlen_k = p.cu_seqlens_k[at.batch + 1] - w.k_row0;
   w.q_start = ((w.seqlen_q + BLOCK_Q - 1) / BLOCK_Q - 1 - rank) * BLOCK_Q;
+  return w;
+}
+
+// A varlen item's key range (p: its sequence_bounds) in a plain kernel: tile_work's for a dense launch of its sequence.
+template <int BLOCK_Q, int BLOCK_KV>
+__device__ __forceinline__ CtaWork sequence_work(const FwdParams& p, CtaWork w) {
+  const CtaWork dense = tile_work<BLOCK_Q, BLOCK_KV>(p, w.batch, w.head_q, w.q_start / BLOCK_Q);
+  w.diag = dense.diag;
+  w.n_kv_tiles = dense.n_kv_tiles;
   return w;
 }
 

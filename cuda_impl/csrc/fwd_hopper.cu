@@ -132,7 +132,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
         w = varlen_item<C::BLOCK_Q>(p, item, varlen_find<C::BLOCK_Q>(p, item));
       else
         w = varlen_item<C::BLOCK_Q>(p, item, varlen_at = varlen_walk<C::BLOCK_Q>(p, item, varlen_at));
-      w = local_work<C::BLOCK_Q, C::BLOCK_KV>(sequence_bounds(p, w), w);
+      if constexpr (C::LOCAL)
+        w = local_work<C::BLOCK_Q, C::BLOCK_KV>(sequence_bounds(p, w), w);
+      else
+        w = sequence_work<C::BLOCK_Q, C::BLOCK_KV>(sequence_bounds(p, w), w);
     } else {
       w = work_item<C::BLOCK_Q, C::BLOCK_KV>(p, item, head_group);
       if constexpr (C::LOCAL) w = local_work<C::BLOCK_Q, C::BLOCK_KV>(p, w);
@@ -350,8 +353,7 @@ struct HopperLaunch {
 // Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
 extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_dynamic_causal(head_dim); }
 
-// (A local launch, a window or softcap or packed sequences, runs on its parameters as fa::hopper_local_params
-// rewrites them.)
+// (A local launch, a window or softcap, runs on its parameters as fa::hopper_local_params rewrites them.)
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* params, cudaStream_t stream, char* err, int err_len) {
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
   return fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {

@@ -69,15 +69,16 @@ constexpr int HOPPER_D128_KV128_KEYS = 4096;
 constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
-// local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the local
-// kernel of packed variable-length batches (each item reads its sequence's offsets, fwd_common.cuh varlen_work).
+// local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
+// packed variable-length batches (each item reads its sequence's offsets, fwd_common.cuh varlen_item), a twin of a
+// local kernel (windows, caps) or of a plain one.
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
   static constexpr bool LOCAL = LOCAL_;
   static constexpr bool VARLEN = VARLEN_;
-  static_assert(!VARLEN || LOCAL, "varlen items take the local kernel's bounds");
   static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
+  static_assert(!VARLEN || CLUSTER == 1, "a cluster's two query tiles are one head's: not a varlen item's");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of CTAs at most");
   static constexpr int CONSUMERS = CONSUMERS_ > 0 ? CONSUMERS_ : DIM == 64 ? 3 : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
@@ -136,7 +137,8 @@ struct HopperTiles {
   // Whether non-causal launches split their last round: d64 and the 176-key d128 kernels. At d256 the split's
   // state spills in the consumers (O alone is 128 registers there), and the 128-key d128 kernel runs causal
   // and short launches only.
-  static constexpr bool SPLIT_TAIL = HOPPER_OPTIONS.split_tail && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
+  static constexpr bool SPLIT_TAIL =
+      HOPPER_OPTIONS.split_tail && !VARLEN && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
   // Where a CTA keeps its range of the split tail: d64 in shared memory, read back where it is used (its
   // producer and consumers have no register to keep it live across the item loop); d128 in registers, with the
   // round's split decided at its start (the walk from shared memory compiled to a slower d128 loop).
@@ -181,17 +183,15 @@ struct HopperTiles {
 // Whether a launch is a varlen one (packed sequences).
 inline bool hopper_varlen(const FwdParams& p) { return p.cu_seqlens_q != nullptr; }
 
-// Whether a launch runs a local kernel: a window or softcap, or packed sequences (whose lengths bound each item).
-inline bool hopper_local(const FwdParams& p) { return p.local != 0 || hopper_varlen(p); }
+// Whether a launch runs a local kernel: a window or softcap.
+inline bool hopper_local(const FwdParams& p) { return p.local != 0; }
 
 // A local launch's parameters as its kernel takes them: scheduled as causal, with the right bound window_right >= 0
 // keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row: in a varlen launch
 // seqlen_q is the longest sequence's).
-// A varlen launch that is not a local one (local 0) has no window and no cap, whatever its fields hold.
 inline FwdParams hopper_local_params(const FwdParams& p) {
   FwdParams local = p;
-  if (!p.local) local.window_left = local.window_right = -1, local.softcap = 0.f;
-  local.window_right = p.causal ? 0 : local.window_right >= 0 ? local.window_right : p.seqlen_q;
+  local.window_right = p.causal ? 0 : p.window_right >= 0 ? p.window_right : p.seqlen_q;
   local.causal = 1;
   return local;
 }
@@ -201,15 +201,27 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
 // d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on 176
 // above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
 // hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64 too (three spilled: the
-// cap and the second mask bound do not fit 160 registers); varlen launches their varlen twin.
+// cap and the second mask bound do not fit 160 registers). Varlen launches take the varlen twin of the kernel a
+// dense launch of their longest lengths would take, but never a cluster (nor the split round: SPLIT_TAIL).
 template <int DIM, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   constexpr int block_kv = hopper_block_kv(DIM);
   constexpr int cluster = hopper_cluster(DIM);
   constexpr int causal_kv = DIM == 256 ? block_kv : 128;
   constexpr int local_consumers = DIM == 64 ? 2 : 0;
-  if (hopper_varlen(p)) return f.template operator()<causal_kv, 1, local_consumers, true, true>();
-  if (hopper_local(p)) return f.template operator()<causal_kv, 1, local_consumers, true, false>();
+  if (hopper_local(p))
+    return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
+                            : f.template operator()<causal_kv, 1, local_consumers, true, false>();
+  if (hopper_varlen(p)) {
+    if constexpr (DIM == 64) {
+      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, true>();
+      return f.template operator()<128, 1, 0, false, true>();
+    } else {
+      if (p.causal || (DIM == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+        return f.template operator()<causal_kv, 1, 0, false, true>();
+      return f.template operator()<block_kv, 1, 0, false, true>();
+    }
+  }
   if constexpr (DIM == 64) {
     if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, false>();
     return f.template operator()<128, 1, 0, false, false>();
