@@ -169,6 +169,30 @@ def test_every_forward_launch_fits_the_grid_limits_at_76800_heads(variant, modul
     assert grid == (math.ceil(BIG[2] / block_m) * BIG[0] * BIG[1],), grid  # every (block, batch, head) once
 
 
+def test_the_merge_of_wide_partials_runs_in_column_slices(monkeypatch):
+    """MLA's 512-column partials merge in 64-column slices (8 programs per row tile), each storing its columns and
+    the first the LSE; up to 128 columns one program takes them all."""
+    from triton_impl.kernels import decode
+    if tuning.interpreting():
+        pytest.skip("checks the GPU launch path")
+    assert [decode.merge_block_d(d) for d in (64, 128, 256, 512)] == [64, 128, 64, 64]
+    split, merge = _Recorder(), _Recorder()
+    monkeypatch.setattr(decode, "_decode_split", split)
+    monkeypatch.setattr(decode, "_decode_merge", merge)
+    batch, heads, n_splits = 2, 16, 5
+    q = _meta(batch, 1, heads, 576)
+    cache = _meta(batch, 1024, 1, 576)
+    out, lse = _meta(batch, 1, heads, 512), _meta(batch, heads, 1, dtype=torch.float32)
+    ws_o = _meta(batch, 1, n_splits, heads, 512, dtype=torch.float32)
+    ws_lse = _meta(batch, 1, n_splits, heads, dtype=torch.float32)
+    tile = decode.tiles(576, heads)
+    decode.launch(q, cache, cache[..., :512], None, None, None, None, out, lse, ws_o, ws_lse, False, 0.05, 256,
+                  n_splits, tile)
+    row_tiles = -(-heads // decode.MERGE_BLOCK_M)
+    ((grid, _, kwargs),) = merge.launches
+    assert grid == (row_tiles * 8 * batch,) and kwargs["BLOCK_D"] == 64 and kwargs["HEAD_DIM"] == 512
+
+
 @pytest.mark.parametrize("n_splits", [1, 3])
 def test_decode_launch_fits_the_grid_limits_at_70000_sequences(n_splits, monkeypatch):
     from triton_impl.kernels import decode

@@ -61,6 +61,10 @@ GATHER_EXTRA_STAGES = 2
 # largest query tile per head_dim (accumulator registers: BLOCK_M * HEAD_DIM fp32)
 MAX_BLOCK_M = {64: 64, 128: 64, 256: 32, 576: 32}
 MERGE_BLOCK_M, MERGE_WARPS, MERGE_STAGES = 16, 4, 2
+# V's columns one merge program takes: all up to 128; wider partials (d256, MLA's 512) in 64-column slices, so that
+# a small batch's merge runs on several programs (each recomputes the chunks' weights, the same on every slice)
+MERGE_MAX_BLOCK_D = 128
+MERGE_WIDE_BLOCK_D = 64
 SMEM_PER_SM = 232448  # sm_90: the most shared memory one SM gives its blocks
 # under TRITON_INTERPRET=1: small tiles so that tiny test shapes span several tiles and splits
 INTERPRETER_CONFIG = dict(BLOCK_N=16, MAX_BLOCK_M=32)
@@ -211,9 +215,13 @@ def _decode_merge(
     WS_O, WS_LSE, O, LSE, SEQLENS, VDS,
     seqlen_q, group, capacity, split_keys, heads_kv, m_tiles,
     sob, sos, soh, slb, slh, swb, swh, sws, swr, slwb, slwh, slws,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SEQLENS: tl.constexpr,
+    FP8: tl.constexpr,
 ):
-    m_tile, hk, b = _program(heads_kv, m_tiles)
+    """One program: BLOCK_M packed rows x BLOCK_D of V's HEAD_DIM columns (tile = row tile x column slice)."""
+    tile, hk, b = _program(heads_kv, m_tiles * (HEAD_DIM // BLOCK_D))
+    m_tile = tile // (HEAD_DIM // BLOCK_D)
+    d_slice = tile % (HEAD_DIM // BLOCK_D)
     b64 = b.to(tl.int64)
     hk64 = hk.to(tl.int64)
     rows = seqlen_q * group
@@ -221,7 +229,7 @@ def _decode_merge(
     row_ok = offs_r < rows
     q_pos = offs_r // group
     q_head = hk * group + offs_r % group
-    offs_d = tl.arange(0, HEAD_DIM)
+    offs_d = d_slice * BLOCK_D + tl.arange(0, BLOCK_D)
 
     if HAS_SEQLENS:
         seqlen = tl.load(SEQLENS + b)
@@ -235,7 +243,7 @@ def _decode_merge(
     wl = b64 * slwb + hk64 * slwh + offs_r
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     n_nan = tl.zeros([BLOCK_M], tl.int32)
     # splits in order 0, 1, ...: the same sums in the same order on every run
     for split in range(0, n_active):
@@ -264,7 +272,12 @@ def _decode_merge(
     lse = tl.where(bad, nan, lse)
     tl.store(O + b64 * sob + q_pos[:, None].to(tl.int64) * sos + q_head[:, None].to(tl.int64) * soh
              + offs_d[None, :], out.to(O.dtype.element_ty), mask=row_ok[:, None])
-    tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok)
+    tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok & (d_slice == 0))
+
+
+def merge_block_d(head_dim_v: int) -> int:
+    """The merge's column slice for V's head_dim (MERGE_MAX_BLOCK_D / MERGE_WIDE_BLOCK_D)."""
+    return head_dim_v if head_dim_v <= MERGE_MAX_BLOCK_D else MERGE_WIDE_BLOCK_D
 
 
 def interpreting():
@@ -359,13 +372,13 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         num_warps=warps, num_stages=stages,
     )
     if split:
-        merge_m = MERGE_BLOCK_M
-        _decode_merge[grid(triton.cdiv(rows, merge_m), heads_kv, batch)](
+        merge_m, merge_d = MERGE_BLOCK_M, merge_block_d(head_dim)
+        _decode_merge[grid(triton.cdiv(rows, merge_m) * (head_dim // merge_d), heads_kv, batch)](
             ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
             v_descale if fp8 else dummy,
             seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             *ws_strides,
-            HEAD_DIM=head_dim, BLOCK_M=merge_m, HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
+            HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
             num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1 if interpreting() else MERGE_STAGES,
         )
