@@ -119,11 +119,15 @@ def test_bad_mla_calls_are_refused_by_name(kind, bad, error, message):
 
 @pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16-cache", "e4m3-cache"])
-def test_the_mla_tile_compiles_for_sm90_without_spills(fp8):
-    from triton_impl.kernels import offline
-    usage = offline.report(offline.compile_decode(576, head_dim_v=512, fp8=fp8))
-    assert usage["stack"] == 0 and usage["STL"] == 0, usage
-    assert usage["smem"] <= offline.SM90_SMEM_LIMIT, usage
+@pytest.mark.parametrize("rows", [16, 128], ids=["16-heads", "128-heads"])
+def test_the_mla_tiles_compile_for_sm90_without_spills(fp8, rows):
+    """Each query tile the MLA path picks (kernels.decode.tiles: per row count, ROW_TILE_CONFIGS) fits sm_90."""
+    from triton_impl.kernels import decode, offline
+    block_m, block_n, warps, stages = decode.tiles(576, rows, 1 if fp8 else 2)
+    config = dict(BLOCK_M=block_m, BLOCK_N=block_n, num_warps=warps, num_stages=stages)
+    usage = offline.report(offline.compile_decode(576, config, head_dim_v=512, fp8=fp8))
+    assert usage["stack"] == 0 and usage["STL"] == 0, (config, usage)
+    assert usage["smem"] <= offline.SM90_SMEM_LIMIT, (config, usage)
 
 
 def test_the_registry_declares_the_pair():

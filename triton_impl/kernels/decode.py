@@ -44,7 +44,8 @@ LN2 = tl.constexpr(0.6931471805599453)
 # no spills), not timed.
 CONFIGS = {
     # MLA (Q/K 576, V 512 from K): 32 query rows x 32 keys, 8 warps for the 32 x 512 fp32 accumulator: the sm_90
-    # compiles that do not spill (190 / 238 registers bf16 / e4m3); 64 rows (wgmma) spill 376+ bytes. Not timed.
+    # compiles that do not spill (190 / 238 registers bf16 / e4m3); 64 rows (wgmma) spill 376+ bytes. bf16 takes
+    # ROW_TILE_CONFIGS' instead; the e4m3 one is not timed.
     (576, 2): (32, 8, 3),
     (576, 1): (32, 8, 3),
     (64, 2): (64, 4, 4),
@@ -54,6 +55,11 @@ CONFIGS = {
     (128, 1): (64, 4, 4),
     (256, 1): (32, 4, 4),
 }
+# (BLOCK_N, num_warps, num_stages) by the query tile's BLOCK_M where it beats CONFIGS' (H200, graph replays, the
+# same call; all spill-free on sm_90): MLA bf16 16 rows (16 heads) on 4 warps: b1 h16 L64k 105 -> 101 us, b32 h16
+# L8k 146 -> 125 us; 32 rows (32-128 heads) on 64-key tiles, two stages: b32 h128 L8k 727 -> 531 us (32 rows on 4
+# warps spill 128 bytes)
+ROW_TILE_CONFIGS = {(576, 2, 16): (32, 4, 3), (576, 2, 32): (64, 8, 2)}
 # pages smaller than the key tile: K/V rows gathered through per-key table entries, which Triton's pipeliner
 # places one stage later; two more stages give the same number of buffered tiles (sm_90 compile: 2 buffers
 # at 3 + 2 stages for d128, 1 at 3 or 4)
@@ -292,18 +298,19 @@ def grid(tiles, heads_kv, batch):
 def tiles(head_dim, rows, kv_element_size=2, config=None):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a query tile of `rows` packed rows; config overrides
     BLOCK_N / num_warps / num_stages / MAX_BLOCK_M."""
+    config = config or {}
     if interpreting():
         block_n, warps, stages = INTERPRETER_CONFIG["BLOCK_N"], 1, 1
-        max_m = INTERPRETER_CONFIG["MAX_BLOCK_M"]
+        max_m = config.get("MAX_BLOCK_M", INTERPRETER_CONFIG["MAX_BLOCK_M"])
+        block_m = min(max(16, triton.next_power_of_2(rows)), max_m)
     else:
-        block_n, warps, stages = CONFIGS[(head_dim, kv_element_size)]
-        max_m = MAX_BLOCK_M[head_dim]
-    if config:
-        block_n = config.get("BLOCK_N", block_n)
-        warps = config.get("num_warps", warps)
-        stages = config.get("num_stages", stages)
-        max_m = config.get("MAX_BLOCK_M", max_m)
-    block_m = min(max(16, triton.next_power_of_2(rows)), max_m)
+        max_m = config.get("MAX_BLOCK_M", MAX_BLOCK_M[head_dim])
+        block_m = min(max(16, triton.next_power_of_2(rows)), max_m)
+        block_n, warps, stages = ROW_TILE_CONFIGS.get((head_dim, kv_element_size, block_m),
+                                                      CONFIGS[(head_dim, kv_element_size)])
+    block_n = config.get("BLOCK_N", block_n)
+    warps = config.get("num_warps", warps)
+    stages = config.get("num_stages", stages)
     return block_m, block_n, warps, stages
 
 
