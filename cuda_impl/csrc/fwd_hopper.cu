@@ -187,7 +187,8 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
           more = item < items;
         }
         if (!more) break;
-        hopper::produce_item<C>(part_work(item, part, std::false_type{}), smem, bars, done, &map_q, &map_k, &map_v, rank);
+        hopper::produce_item<C>(part_work(item, part, std::false_type{}), smem, bars, done, &map_q, &map_k, &map_v,
+                                rank);
       }
       if constexpr (CLUSTER > 1) hopper::drain_ring<C>(bars, done);
     }
@@ -218,36 +219,34 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
       // ip: the launch's parameters, or a varlen item's sequence lengths in them (sequence_bounds); its stores
       // take the sequence as a dense launch of its own (sequence_params: built there, not kept through the loop)
       const auto consume = [&](const FwdParams& ip) {
-      hopper::consume_item<T, C>(ip, w, smem, bars, turns, done, rank,
-                                 [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
-                                   const auto store = [&] {
-                                     if constexpr (C::VARLEN)
-                                       hopper::store_rows<T, C>(sequence_params(p, w, sizeof(T)), w, row0, O, row_max,
-                                                                row_sum, smem);
-                                     else
-                                       hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, smem);
-                                   };
-                                   if constexpr (C::TAIL_IN_SMEM) {
-                                     SplitPart mine;
-                                     uint32_t again;
-                                     if (!dynamic && round_work(round, again, mine) && mine.t1 > 0 &&
-                                         (mine.t0 > 0 || mine.t1 < int(load_tail_range(tail_smem).n)))
-                                       return finish_split_part<typename C::Split>(p.split_workspace, plan(),
-                                                                                   mine.tail_unit, rank, turns.consumer,
-                                                                                   O, row_max, row_sum,
-                                                                                   p.scale * LOG2E, store);
-                                   } else if constexpr (C::SPLIT_TAIL) {
-                                     if (split)
-                                       return finish_split_part<typename C::Split>(p.split_workspace, plan(),
-                                                                                   part.tail_unit, rank, turns.consumer,
-                                                                                   O, row_max, row_sum,
-                                                                                   p.scale * LOG2E, store);
-                                   }
-                                   store();
-                                 },
-                                 [&] {  // (the split's finish above reads `part`: never both, see EARLY_NEXT)
-                                   if constexpr (C::EARLY_NEXT) take(round + 1);
-                                 });
+        hopper::consume_item<T, C>(ip, w, smem, bars, turns, done, rank,
+                                   [&](float (&O)[C::O_REGS], float (&row_max)[2], float (&row_sum)[2], int row0) {
+                                     const auto store = [&] {
+                                       if constexpr (C::VARLEN)
+                                         hopper::store_rows<T, C>(sequence_params(p, w, sizeof(T)), w, row0, O, row_max,
+                                                                  row_sum, smem);
+                                       else
+                                         hopper::store_rows<T, C>(p, w, row0, O, row_max, row_sum, smem);
+                                     };
+                                     if constexpr (C::TAIL_IN_SMEM) {
+                                       SplitPart mine;
+                                       uint32_t again;
+                                       if (!dynamic && round_work(round, again, mine) && mine.t1 > 0 &&
+                                           (mine.t0 > 0 || mine.t1 < int(load_tail_range(tail_smem).n)))
+                                         return finish_split_part<typename C::Split>(
+                                             p.split_workspace, plan(), mine.tail_unit, rank, turns.consumer, O,
+                                             row_max, row_sum, p.scale * LOG2E, store);
+                                     } else if constexpr (C::SPLIT_TAIL) {
+                                       if (split)
+                                         return finish_split_part<typename C::Split>(
+                                             p.split_workspace, plan(), part.tail_unit, rank, turns.consumer, O,
+                                             row_max, row_sum, p.scale * LOG2E, store);
+                                     }
+                                     store();
+                                   },
+                                   [&] {  // (the split's finish above reads `part`: never both, see EARLY_NEXT)
+                                     if constexpr (C::EARLY_NEXT) take(round + 1);
+                                   });
       };
       if constexpr (C::VARLEN)
         consume(sequence_bounds(p, w));

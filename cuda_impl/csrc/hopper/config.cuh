@@ -197,9 +197,9 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
 }
 
 // The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>()
-// (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up; non-causal
-// d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on 176
-// above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
+// (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up;
+// non-causal d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on
+// 176 above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
 // hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64 too (three spilled: the
 // cap and the second mask bound do not fit 160 registers). Varlen launches take the varlen twin of the kernel a
 // dense launch of their longest lengths would take, but never a cluster (nor the split round: SPLIT_TAIL).
@@ -214,7 +214,8 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
                             : f.template operator()<causal_kv, 1, local_consumers, true, false>();
   if (hopper_varlen(p)) {
     if constexpr (DIM == 64) {
-      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, true>();
+      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
+        return f.template operator()<128, 1, 2, false, true>();
       return f.template operator()<128, 1, 0, false, true>();
     } else {
       if (p.causal || (DIM == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
