@@ -397,12 +397,17 @@ def _decode_where(key: tuple) -> str:
     return f"b{batch} h{heads_q}/{heads_kv} k{_seq(seqlen_k)}"
 
 
-def _decode_tally(ratio: pd.Series, rival: str) -> str:
+def _tally_at(ratio: pd.Series, rival: str, where, all_text: str) -> str:
+    """'ahead in all N{all_text}', or how many it loses to `rival` and where (where(case key)) it loses most."""
     wins, losses = int((ratio > 1).sum()), ratio[ratio < 1]
     if losses.empty:
-        return f"ahead in all {len(ratio)} cases"
+        return f"ahead in all {len(ratio)}{all_text}"
     return (f"ahead in {wins} of {len(ratio)}; {rival} is ahead in {len(losses)}, most at "
-            f"{_decode_where(losses.idxmin())}: {losses.min():.2f}×")
+            f"{where(losses.idxmin())}: {losses.min():.2f}×")
+
+
+def _decode_tally(ratio: pd.Series, rival: str) -> str:
+    return _tally_at(ratio, rival, _decode_where, " cases")
 
 
 def decode_findings(df: pd.DataFrame) -> list[str]:
@@ -484,11 +489,7 @@ def _varlen_where(key: tuple) -> str:
 
 
 def _varlen_tally(ratio: pd.Series, rival: str) -> str:
-    wins, losses = int((ratio > 1).sum()), ratio[ratio < 1]
-    if losses.empty:
-        return f"ahead in all {len(ratio)}"
-    return (f"ahead in {wins} of {len(ratio)}; {rival} is ahead in {len(losses)}, most at "
-            f"{_varlen_where(losses.idxmin())}: {losses.min():.2f}×")
+    return _tally_at(ratio, rival, _varlen_where, "")
 
 
 def varlen_findings(df: pd.DataFrame) -> list[str]:

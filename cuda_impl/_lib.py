@@ -316,14 +316,21 @@ def launch_forward(
     a window or softcap makes it a local launch (FwdParams::local; the kernel schedules it as a causal one)."""
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
+    _run_16bit(variant, params, causal, window, softcap, q.shape[3], q.device, extra_flags)
+
+
+def _run_16bit(variant: str, params: FwdParams, causal: bool, window, softcap: float, head_dim: int, device,
+               extra_flags: tuple[str, ...] = ()) -> None:
+    """A 16-bit launch of `params`: a window or softcap makes it a local one (FwdParams::local, scheduled as a
+    causal one, so with the causal launches' scheduler buffers)."""
     local = tuple(window) != (-1, -1) or softcap > 0
     if local:
         params.local, (params.window_left, params.window_right), params.softcap = 1, window, softcap
     lib = load(extra_flags)
     symbol = variant.replace("-", "_")
-    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal or local, q.shape[3],  # noqa: F841
-                              q.device)
-    _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
+    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, causal or local, head_dim,  # noqa: F841
+                              device)
+    _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, device, variant)
 
 
 def launch_varlen(
@@ -340,14 +347,7 @@ def launch_varlen(
     params.batch, params.seqlen_q, params.seqlen_k = cu_seqlens_q.numel() - 1, max_seqlen_q, max_seqlen_k
     params.total_q, params.total_k = q.shape[0], k.shape[0]
     params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
-    # (the varlen kernel reads the window whether or not the launch is a local one: -1, -1 is none, not the zeros)
-    (params.window_left, params.window_right), params.softcap = window, softcap
-    params.local = int(tuple(window) != (-1, -1) or softcap > 0)
-    lib = load()
-    symbol = variant.replace("-", "_")
-    # (scheduled as a causal launch, as every local one: the item counter where the head_dim takes one)
-    held = _scheduler_buffers(lib, symbol, FwdParams, params, params, True, q.shape[2], q.device)  # noqa: F841
-    _call(lib, f"cuda_fa_fwd_{symbol}", FwdParams, params, q.device, variant)
+    _run_16bit(variant, params, causal, window, softcap, q.shape[2], q.device)
 
 
 def launch_forward_fp8(
