@@ -32,18 +32,16 @@ def _sm_count(device: torch.device) -> int:
     return _sm_counts[index]
 
 
-@functools.lru_cache(maxsize=4096)  # a pure function of four ints, asked on every call: the search is most of
-def heuristic_splits(ctas: int, capacity: int, block_n: int, slots: int) -> int:  # the host time otherwise
-    """Chunks per sequence when the caller names none. `ctas` = batch * heads_kv * query tiles (the grid of one
-    chunk), `slots` = SMs * decode CTAs resident per SM. Enough CTAs already (>= 80% of the slots): one chunk.
-    Else the fewest chunks whose last wave is nearly full: waves = ctas * n / slots, efficiency = waves /
-    ceil(waves), and the smallest n within 95% of the best efficiency over n <= MAX_SPLITS (and no chunk below
-    one key tile) wins: fewer chunks mean fewer partials to write and merge. (H200, B1 Hkv8 Sk128k, bf16 d128:
-    33 chunks = 264 CTAs, one full wave of two per SM, 136.7 us; 29 chunks (efficiency 0.88) 138.4 us; 66
-    chunks 156 us, measured before the merge read its splits in parallel.)"""
+# Keys a chunk needs before two CTAs per SM beat one: below it the extra chunks' fixed cost (Q load, partial
+# write, merge reads) outweighs the second CTA's overlap of memory latency.
+MIN_SHARED_CHUNK = 1024
+
+
+def _fewest_filling(ctas: int, most: int, slots: int) -> int:
+    """The fewest chunks n <= most whose last wave over `slots` is nearly full: waves = ctas * n / slots,
+    efficiency = waves / ceil(waves), the smallest n within 95% of the best; one when ctas >= 80% of slots."""
     if ctas >= 0.8 * slots:
         return 1
-    most = max(1, min(MAX_SPLITS, math.ceil(capacity / block_n)))
 
     def efficiency(n: int) -> float:
         waves = ctas * n / slots
@@ -53,8 +51,23 @@ def heuristic_splits(ctas: int, capacity: int, block_n: int, slots: int) -> int:
     return next(n for n in range(1, most + 1) if efficiency(n) >= 0.95 * best)
 
 
-def plan_splits(capacity: int, block_n: int, *, ctas: int, slots: int, num_splits: int | None = None,
-                split_size: int | None = None) -> tuple[int, int]:
+@functools.lru_cache(maxsize=4096)  # a pure function of five ints, asked on every call: the search is most of
+def heuristic_splits(ctas: int, capacity: int, block_n: int, sms: int, per_sm: int) -> int:  # the host time
+    """Chunks per sequence when the caller names none. `ctas` = batch * heads_kv * query tiles (the grid of one
+    chunk), `per_sm` = decode CTAs resident per SM. Fill every resident slot (sms * per_sm) when that leaves
+    chunks of at least MIN_SHARED_CHUNK keys, else one CTA per SM; no chunk below one key tile, at most
+    MAX_SPLITS. Fewer chunks mean fewer partials to write and merge. (H200, bf16 d128, Hq32: B1 Hkv4 Sk8k is
+    fastest at 32 chunks of 256 keys, one CTA per SM; Sk128k at 64 chunks of 2048, two per SM; B32 Hkv4 Sk1k
+    unsplit, 10% ahead of two chunks of 512: docs/journal/2026-12-03_decode-merge.)"""
+    most = max(1, min(MAX_SPLITS, math.ceil(capacity / block_n)))
+    n = _fewest_filling(ctas, most, sms * per_sm)
+    if per_sm > 1 and capacity / n < MIN_SHARED_CHUNK:
+        n = _fewest_filling(ctas, most, sms)
+    return n
+
+
+def plan_splits(capacity: int, block_n: int, *, ctas: int, sms: int = 0, per_sm: int = 0,
+                num_splits: int | None = None, split_size: int | None = None) -> tuple[int, int]:
     """(chunks of the grid, keys per chunk): the chunk is a multiple of the kernel's key tile `block_n`.
     split_size: rounded up to the tile; num_splits: ceil(capacity / num_splits) rounded up to the tile (so at most
     num_splits chunks hold keys; the grid takes only those)."""
@@ -66,7 +79,7 @@ def plan_splits(capacity: int, block_n: int, *, ctas: int, slots: int, num_split
         chunk = -(-int(split_size) // block_n) * block_n
     else:
         if num_splits is None:
-            num_splits = heuristic_splits(ctas, capacity, block_n, slots)
+            num_splits = heuristic_splits(ctas, capacity, block_n, sms, per_sm)
         elif int(num_splits) < 1:
             raise ValueError(f"splits: num_splits must be >= 1, got {num_splits}")
         chunk = -(-max(1, -(-capacity // int(num_splits))) // block_n) * block_n
@@ -89,11 +102,11 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
     if block_n < 0:
         raise ValueError(f"head_dim: cuda_impl decode runs 64, 128 and 256, got {head_dim}")
     ctas = batch * heads_kv * -(-seqlen_q * (heads_q // heads_kv) // 16)
-    slots = 0
+    sms = per_sm = 0
     if num_splits is None and split_size is None:
-        slots = _sm_count(q.device) * _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device)
-    splits, split_keys = plan_splits(capacity, block_n, ctas=ctas, slots=slots, num_splits=num_splits,
-                                     split_size=split_size)
+        sms, per_sm = _sm_count(q.device), _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device)
+    splits, split_keys = plan_splits(capacity, block_n, ctas=ctas, sms=sms, per_sm=per_sm,
+                                     num_splits=num_splits, split_size=split_size)
     if splits * heads_kv > 65535:
         raise ValueError(f"splits: {splits} chunks x {heads_kv} KV heads exceed the grid (65535); "
                          "pass a larger split_size or fewer num_splits")

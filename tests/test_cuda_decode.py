@@ -110,21 +110,25 @@ def test_bad_parameters_come_back_as_messages(fa_library):
 
 def test_split_plan():
     # Enough CTAs for the slots: one chunk over the whole capacity.
-    assert decode.plan_splits(8192, 64, ctas=256, slots=264) == (1, 8192)
+    assert decode.plan_splits(8192, 64, ctas=256, sms=132, per_sm=2) == (1, 8192)
     # Few CTAs: enough chunks for a nearly full last wave, each a multiple of the tile.
-    n, chunk = decode.plan_splits(131072, 64, ctas=8, slots=264)
+    n, chunk = decode.plan_splits(131072, 64, ctas=8, sms=132, per_sm=2)
     assert 20 <= n <= decode.MAX_SPLITS and chunk % 64 == 0 and (n - 1) * chunk < 131072 <= n * chunk
-    assert decode.plan_splits(32768, 64, ctas=64, slots=264)[0] >= 4
+    assert decode.plan_splits(32768, 64, ctas=64, sms=132, per_sm=2)[0] >= 4
+    # Two CTAs per SM only while that leaves chunks of MIN_SHARED_CHUNK keys; else one per SM, or none split.
+    assert decode.plan_splits(4096, 64, ctas=64, sms=132, per_sm=2) == (4, 1024)
+    assert decode.plan_splits(8192, 64, ctas=8, sms=132, per_sm=2) == (16, 512)
+    assert decode.plan_splits(1024, 64, ctas=128, sms=132, per_sm=2) == (1, 1024)
     # num_splits: ceil(capacity / n) rounded up to the tile; no more chunks than hold keys.
-    assert decode.plan_splits(1000, 64, ctas=8, slots=264, num_splits=3) == (3, 384)
-    assert decode.plan_splits(100, 64, ctas=8, slots=264, num_splits=5) == (2, 64)
+    assert decode.plan_splits(1000, 64, ctas=8, sms=132, per_sm=2, num_splits=3) == (3, 384)
+    assert decode.plan_splits(100, 64, ctas=8, sms=132, per_sm=2, num_splits=5) == (2, 64)
     # split_size: rounded up to the tile, independent of the batch around a sequence.
-    assert decode.plan_splits(1000, 64, ctas=8, slots=264, split_size=100) == (8, 128)
-    assert decode.plan_splits(0, 64, ctas=1, slots=264) == (1, 64)
+    assert decode.plan_splits(1000, 64, ctas=8, sms=132, per_sm=2, split_size=100) == (8, 128)
+    assert decode.plan_splits(0, 64, ctas=1, sms=132, per_sm=2) == (1, 64)
     with pytest.raises(ValueError, match="mutually exclusive"):
-        decode.plan_splits(100, 64, ctas=1, slots=1, num_splits=2, split_size=64)
+        decode.plan_splits(100, 64, ctas=1, sms=1, per_sm=1, num_splits=2, split_size=64)
     with pytest.raises(ValueError, match="num_splits"):
-        decode.plan_splits(100, 64, ctas=1, slots=1, num_splits=0)
+        decode.plan_splits(100, 64, ctas=1, sms=1, per_sm=1, num_splits=0)
 
 
 def test_fake_op_shapes():
@@ -186,6 +190,12 @@ CASES = [
     *[(dict(batch=3, cache_seqlens=(1000, 3, 4097), page_size=64), opt)
       for opt in (dict(num_splits=1), dict(num_splits=3), {}, dict(split_size=256))],
     (dict(batch=1, cache_seqlens=(20000,), heads_q=32, heads_kv=8, page_size=None), {}),
+    # the merge's shapes: 1, 2, 4 and 8 warps per row, and more than one batch of loads per warp (over 64 splits),
+    # a sequence shorter than most chunks and a poisoned one beside them
+    *[(dict(batch=3, cache_seqlens=(9000, 130, 6000), heads_q=16, heads_kv=4, page_size=64), dict(num_splits=n))
+      for n in (2, 7, 13, 40, 100, 140)],
+    (dict(batch=2, cache_seqlens=(9000, 5), hostile=True, capacity=9216, page_size=64, head_dim=256, seqlen_q=2),
+     dict(num_splits=33)),
     # dtypes, distributions, d256
     (dict(fmt="fp16", dist="large", cache_seqlens=(1500, 640)), {}),
     (dict(dist="shifted", cache_seqlens=(1500, 640), head_dim=64), dict(num_splits=4)),

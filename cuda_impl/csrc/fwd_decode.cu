@@ -9,7 +9,9 @@
 // - K/V: a STAGES-deep cp.async ring (ladder v5's one-barrier-per-tile protocol); each key row gets its own
 //   address (page = block_table[b, pos / page_size]), so pages of any size and order cost the same.
 // - More than one split: each CTA writes its fp32 partial (O / l, LSE) and fwd_decode_merge_kernel combines the
-//   splits through their LSE in split order (bitwise deterministic). One split writes out directly.
+//   splits through their LSE in a fixed order (bitwise deterministic), several warps per row reading the splits
+//   in parallel; on sm_90+ it is launched as a programmatic dependent, so no launch gap sits between the two
+//   kernels. One split writes out directly.
 // - e4m3 K/V: the ring holds the bytes (half the traffic) and the MMAs run in fp16 whatever q's type. ldmatrix
 //   reads the e4m3 rows as if they were 16-bit, and each register's four bytes become two fp16 pairs in registers
 //   (cvt e4m3x2 -> f16x2, exact): no widened copy in shared memory. The fragments this gives hold a fixed
@@ -160,6 +162,19 @@ __device__ float q_tile_to_half(uint8_t* Q_tile, int tid) {
   return q_mul;
 }
 
+// Programmatic dependent launch (sm_90+): the split kernel lets the merge's CTAs launch as soon as all of its own
+// are resident, and the merge waits here for the split kernel's writes, so that no launch gap sits between the two.
+__device__ __forceinline__ void launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_primary() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
 // Where the CTA's rows and keys are, shared by the main kernel's phases.
 struct DecodeWork {
   int batch, head_kv, split, group, rows, row0;
@@ -210,6 +225,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   const uint32_t Q_smem = smem_u32(smem);
   const uint32_t KV_smem = Q_smem + C::Q_TILE_BYTES;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  launch_dependents();  // the merge (more than one split) may get resident now
 
   DecodeWork w;
   w.batch = blockIdx.z;
@@ -526,56 +542,88 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   store_row<T, DIM, COLS>(p, w, w.row0 + row, col0, o, lse, tid % 8 == 0);
 }
 
-// One warp per output row (batch, head, query): the splits' partials merged through their LSE. The splits' LSEs
-// are spread over the lanes (split s at lane s % 32; max and sum as fixed shuffle trees), the O partials are
-// summed in split order, several loads in flight: a loop of one dependent load per split was latency-bound
-// (tens of microseconds at 30+ splits). A NaN partial LSE (a poisoned sequence) makes the row NaN. Every split
-// of a sound sequence wrote its O (zeros where it saw no key, weight exp(-inf) = 0), so all are read.
+constexpr int MERGE_WARPS = 8;  // warps of a merge CTA
+constexpr int MERGE_BATCH = 8;  // splits per warp whose O loads are in flight together
+
+// The splits' partials of each output row (batch, head, query) merged through their LSE. A row takes row_warps of
+// the CTA's warps (a power of two, more for more splits: host side); warp j of a row reads splits j, j + row_warps,
+// .. and issues the O loads of MERGE_BATCH of them before it reads any LSE (they do not depend on one another), so
+// that one L2 round trip, not one per split, sets the pace: a warp per row reading its splits in turn took 8 us at
+// 43 splits. Every warp reduces all the row's LSEs itself (max and sum as fixed shuffle trees); the warps' weighted
+// sums meet in shared memory in warp order, so the bits are the same on every call. A NaN partial LSE (a poisoned
+// sequence) makes the row NaN. Every split of a sound sequence wrote its O (zeros where it saw no key, weight
+// exp(-inf) = 0), so all are read.
 template <typename T, int DIM>
-__global__ void __launch_bounds__(128) fwd_decode_merge_kernel(const DecodeParams p) {
+__global__ void __launch_bounds__(MERGE_WARPS * 32) fwd_decode_merge_kernel(const DecodeParams p, int row_warps) {
   constexpr int COLS = DIM / 32;  // per lane
+  __shared__ __align__(16) float O_sum[MERGE_WARPS][DIM];
+  wait_for_primary();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % row_warps;
   const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  const int64_t row = int64_t(blockIdx.x) * 4 + threadIdx.x / 32;
-  if (row >= rows_total) return;
-  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t(blockIdx.x) * (MERGE_WARPS / row_warps) + warp / row_warps;
+  const bool live = row < rows_total;
   const int n = p.num_splits;
-  const float* lse_part = p.workspace + int64_t(n) * rows_total * DIM + row;
-  float m = -INFINITY;
-  bool nan = false;
-  for (int s = lane; s < n; s += 32) {
-    const float x = lse_part[s * rows_total];
-    nan |= x != x;
-    m = fmaxf(m, x);
-  }
+  const int64_t split_stride = rows_total * DIM;
+  const float* lse_part = p.workspace + int64_t(n) * split_stride + row;
+  const float* O_part = p.workspace + row * DIM + lane * COLS;
+  auto load_batch = [&](float (&x)[MERGE_BATCH][COLS], int s0) {
 #pragma unroll
-  for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, d));
-  nan = __any_sync(0xffffffff, nan);
+    for (int j = 0; j < MERGE_BATCH; j++) {
+      const int s = s0 + j * row_warps;
+#pragma unroll
+      for (int c = 0; c < COLS; c += 2) {
+        const float2 v = s < n ? *reinterpret_cast<const float2*>(O_part + s * split_stride + c) : float2{0.f, 0.f};
+        x[j][c] = v.x, x[j][c + 1] = v.y;
+      }
+    }
+  };
   float o[COLS] = {}, lse = -INFINITY;
+  bool nan = false;
+  if (live) {
+    float x[MERGE_BATCH][COLS];
+    load_batch(x, part);
+    float m = -INFINITY;
+    for (int s = lane; s < n; s += 32) {
+      const float v = lse_part[s * rows_total];
+      nan |= v != v;
+      m = fmaxf(m, v);
+    }
+#pragma unroll
+    for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, d));
+    nan = __any_sync(0xffffffff, nan);
+    if (!nan && m != -INFINITY) {
+      float sum = 0.f;
+      for (int s = lane; s < n; s += 32) sum += expf(lse_part[s * rows_total] - m);  // exp(-inf) = 0
+#pragma unroll
+      for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffff, sum, d);
+      lse = m + logf(sum);
+      for (int s0 = part;; s0 += MERGE_BATCH * row_warps) {
+#pragma unroll
+        for (int j = 0; j < MERGE_BATCH; j++) {
+          const int s = s0 + j * row_warps;
+          const float f = s < n ? expf(lse_part[s * rows_total] - lse) : 0.f;
+#pragma unroll
+          for (int c = 0; c < COLS; c++) o[c] += f * x[j][c];
+        }
+        if (s0 + MERGE_BATCH * row_warps >= n) break;
+        load_batch(x, s0 + MERGE_BATCH * row_warps);
+      }
+    }
+  }
+  if (row_warps > 1) {
+#pragma unroll
+    for (int c = 0; c < COLS; c++) O_sum[warp][lane * COLS + c] = o[c];
+    __syncthreads();
+    if (part == 0)
+      for (int j = 1; j < row_warps; j++)
+#pragma unroll
+        for (int c = 0; c < COLS; c++) o[c] += O_sum[warp + j][lane * COLS + c];
+  }
+  if (!live || part != 0) return;
   if (nan) {
 #pragma unroll
     for (int c = 0; c < COLS; c++) o[c] = NAN;
     lse = NAN;
-  } else if (m != -INFINITY) {
-    float sum = 0.f;
-    for (int s = lane; s < n; s += 32) sum += expf(lse_part[s * rows_total] - m);  // exp(-inf) = 0
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffff, sum, d);
-    lse = m + logf(sum);
-    const float* O_part = p.workspace + row * DIM + lane * COLS;
-    for (int s0 = 0; s0 < n; s0 += 32) {
-      const float weight = s0 + lane < n ? expf(lse_part[(s0 + lane) * rows_total] - lse) : 0.f;
-      const int count = min(32, n - s0);
-#pragma unroll 8
-      for (int j = 0; j < count; j++) {
-        const float f = __shfl_sync(0xffffffff, weight, j);
-        const float* src = O_part + (s0 + j) * rows_total * DIM;
-#pragma unroll
-        for (int c = 0; c < COLS; c += 2) {
-          const float2 v = *reinterpret_cast<const float2*>(src + c);
-          o[c] += f * v.x, o[c + 1] += f * v.y;
-        }
-      }
-    }
   }
   // row = (batch * heads_q + head) * seqlen_q + query; out is (batch, seqlen_q, heads_q, DIM).
   const int query = int(row % p.seqlen_q), head = int(row / p.seqlen_q % p.heads_q);
@@ -584,6 +632,13 @@ __global__ void __launch_bounds__(128) fwd_decode_merge_kernel(const DecodeParam
 #pragma unroll
   for (int c = 0; c < COLS; c += 2) *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(o[c], o[c + 1]);
   if (lane == 0) p.lse[row] = lse;
+}
+
+// Warps per merged row: enough that each reads at most four splits' partials, up to the whole CTA.
+inline int merge_row_warps(int num_splits) {
+  int warps = 1;
+  while (warps < MERGE_WARPS && warps * 4 < num_splits) warps *= 2;
+  return warps;
 }
 
 // Calls launcher.template operator()<T, KV, DIM>() for the runtime dtypes and head_dim.
@@ -623,6 +678,28 @@ inline int check_decode_params(const DecodeParams& p, int block_n, char* err, in
     return report(err, err_len, "descale", "e4m3 K/V need k_descale and v_descale");
   if (!(p.scale > 0.f) || std::isinf(p.scale)) return report(err, err_len, "scale", "must be finite and > 0");
   return 0;
+}
+
+// A launch that may begin before the stream's previous kernel has finished (programmatic stream serialization,
+// sm_90+; plain stream order below): the kernel waits itself (wait_for_primary) before it reads that kernel's output.
+template <typename... Params, typename... Args>
+int launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, cudaStream_t stream, char* err, int err_len,
+                     const Args&... args) {
+  cudaGetLastError();
+  int device = 0, major = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaLaunchAttribute attribute;
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = major >= 9 ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
+  return e == cudaSuccess ? 0 : report(err, err_len, "kernel launch", cudaGetErrorString(e));
 }
 
 }  // namespace fa
@@ -666,7 +743,8 @@ extern "C" int cuda_fa_decode(const DecodeParams* params, cudaStream_t stream, c
       return rc;
     if (p.num_splits == 1) return 0;
     const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-    return fa::launch_kernel(fa::fwd_decode_merge_kernel<T, DIM>, dim3(unsigned((rows_total + 3) / 4)), 128, 0, stream,
-                             err, err_len, p);
+    const int row_warps = fa::merge_row_warps(p.num_splits), rows_per_cta = fa::MERGE_WARPS / row_warps;
+    return fa::launch_dependent(fa::fwd_decode_merge_kernel<T, DIM>, dim3(unsigned((rows_total + rows_per_cta - 1) /
+                                rows_per_cta)), fa::MERGE_WARPS * 32, stream, err, err_len, p, row_warps);
   });
 }
