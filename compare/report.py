@@ -383,13 +383,29 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
 DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
 
 
+EAGER = "eager timing"  # compare.bench's note on a row it could not time as a CUDA-graph replay
+
+
 def _decode_ratio(rows: pd.DataFrame, top: str, bottom: str) -> pd.Series:
     """`bottom`'s median time over `top`'s per single-token decode case (above 1: `top` is faster), both from the
-    same run (one decode sweep)."""
-    times = rows[rows["seqlen_q"] == 1].pivot_table(index=DECODE_CASE, columns="label", values="ms_p50", aggfunc="min")
+    same run (one decode sweep). A case where one side is a graph replay and the other an eager timing (host
+    launch time included: at decode sizes most of it) is left out: `_eager_cases` counts those."""
+    one = rows[rows["seqlen_q"] == 1]
+    times = one.pivot_table(index=DECODE_CASE, columns="label", values="ms_p50", aggfunc="min")
     if top not in times or bottom not in times:
         return pd.Series(dtype=float)
-    return (times[bottom] / times[top]).dropna()
+    ratio = (times[bottom] / times[top]).dropna()
+    return ratio.drop(_eager_cases(one, top, bottom), errors="ignore")
+
+
+def _eager_cases(rows: pd.DataFrame, top: str, bottom: str) -> pd.Index:
+    """Decode cases where exactly one of `top` and `bottom` was timed eagerly."""
+    pair = rows[rows["label"].isin([top, bottom])]
+    eager = pair.assign(eager=pair["note"].astype(str).str.startswith(EAGER)).pivot_table(
+        index=DECODE_CASE, columns="label", values="eager", aggfunc="max")
+    if top not in eager or bottom not in eager:
+        return pd.Index([])
+    return eager.index[(eager[top] != eager[bottom]) & eager[top].notna() & eager[bottom].notna()]
 
 
 def _decode_where(key: tuple) -> str:
@@ -430,6 +446,10 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
             f"{peak:.2f} TB/s")
     if not triton.empty:
         text += f"; `triton:decode` at {_span(triton)} ({_decode_tally(triton, 'cuDNN')})"
+    skipped = len(_eager_cases(rows[rows["seqlen_q"] == 1], "cuda:decode", "sdpa:cudnn"))
+    if skipped:
+        text += (f". {skipped} more {'cases are' if skipped > 1 else 'case is'} left out: cuDNN's graph replay "
+                 "there did not reproduce its output, and its eager timing carries the host's launch time")
     if not before.empty:
         text += f". Against the prefill kernel `cuda:hopper` on the same calls it is {_span(before)} faster"
     return [text + "."]

@@ -209,6 +209,24 @@ def test_findings_report_losses_with_their_numbers():
     assert "cuDNN is ahead in 1, most at d128 1k: 0.90×" in first
 
 
+def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
+    def row(label, ms, batch, seqlen_k, note=""):
+        return dict(label=label, ms_p50=ms, note=note, tflops=1.0, oracle="pass", batch=batch, heads_q=32,
+                    heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, gpu="NVIDIA H200")
+
+    eager = report.EAGER + " (no CUDA graph: graph replay did not reproduce an eager call's output)"
+    df = pd.DataFrame([row("cuda:decode", 0.020, 1, 8192), row("sdpa:cudnn", 0.022, 1, 8192),
+                       row("cuda:decode", 0.100, 8, 32768), row("sdpa:cudnn", 0.095, 8, 32768),
+                       row("cuda:decode", 0.047, 32, 1024), row("sdpa:cudnn", 0.065, 32, 1024, note=eager),
+                       row("cuda:hopper", 0.200, 1, 8192)])
+    (text,) = report.decode_findings(df)
+    # 22 / 20 = 1.10, 95 / 100 = 0.95; the eager cuDNN row (65 / 47 = 1.38) must not count
+    assert "2 cases of one run" in text and "runs at 0.95–1.10× cuDNN's speed" in text
+    assert "ahead in 1 of 2; cuDNN is ahead in 1, most at b8 h32/8 k32k: 0.95×" in text
+    assert "1.38" not in text and "1 more case is left out" in text
+    assert "Against the prefill kernel `cuda:hopper` on the same calls it is 10.00× faster" in text
+
+
 def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
     def row(label, fmt, tflops, seqlen=1024, causal=False, oracle="pass", head_dim=128, batch=None, seqlen_k=None):
         return dict(label=label, format=fmt, tflops=tflops, oracle=oracle, head_dim=head_dim, seqlen_q=seqlen,
