@@ -89,6 +89,22 @@ def test_split_choices_match_the_oracle(split):
 
 
 @interpreted
+def test_many_splits_merge_in_blocks_and_stay_batch_invariant():
+    """More splits than the merge takes at once (several blocks, the last one partial; one sequence covering
+    fewer splits than the other): the oracle, and the same bits alone as inside the batch."""
+    from triton_impl.kernels.decode import MERGE_BLOCK_S
+    case = KV(2, 8, 2, 1, (600, 129), 64, page_size=16, fmt="fp16")
+    assert -(-600 // 16) > 2 * MERGE_BLOCK_S and -(-129 // 16) % MERGE_BLOCK_S
+    _check(case, num_splits=100)
+    inputs = _inputs(case)
+    out, lse = _call(inputs, case, split_size=16)
+    from triton_impl.decode import forward
+    alone = forward(inputs.q[1:2], inputs.k_cache, inputs.v_cache, inputs.cache_seqlens[1:2],
+                    inputs.block_table[1:2], causal=False, scale=1 / 8, split_size=16)
+    assert torch.equal(alone[0], out[1:2]) and torch.equal(alone[1], lse[1:2])
+
+
+@interpreted
 def test_plan_chunks_to_the_key_tile():
     from triton_impl.decode import plan
     # interpreter tiles: 16 keys; 100 keys -> 7 key tiles

@@ -170,12 +170,15 @@ def test_every_forward_launch_fits_the_grid_limits_at_76800_heads(variant, modul
 
 
 def test_the_merge_of_wide_partials_runs_in_column_slices(monkeypatch):
-    """MLA's 512-column partials merge in 64-column slices (8 programs per row tile), each storing its columns and
-    the first the LSE; up to 128 columns one program takes them all."""
+    """Partials wider than 32 columns merge in 32-column slices (16 programs per row tile at MLA's 512), each
+    storing its columns and the first the LSE; the row tile is the packed rows, not padded to 16; a block of
+    splits no more than the chunks (rounded up to a power of two)."""
     from triton_impl.kernels import decode
     if tuning.interpreting():
         pytest.skip("checks the GPU launch path")
-    assert [decode.merge_block_d(d) for d in (64, 128, 256, 512)] == [64, 128, 64, 64]
+    assert [decode.merge_tile(16, d, 8)[1] for d in (16, 64, 128, 512)] == [16, 32, 32, 32]
+    assert [decode.merge_tile(rows, 128, 8)[0] for rows in (1, 3, 8, 16, 64)] == [1, 4, 8, 16, 16]
+    assert [decode.merge_tile(16, 128, n)[2] for n in (2, 3, 16, 100)] == [2, 4, 16, 16]
     split, merge = _Recorder(), _Recorder()
     monkeypatch.setattr(decode, "_decode_split", split)
     monkeypatch.setattr(decode, "_decode_merge", merge)
@@ -190,7 +193,27 @@ def test_the_merge_of_wide_partials_runs_in_column_slices(monkeypatch):
                   n_splits, tile)
     row_tiles = -(-heads // decode.MERGE_BLOCK_M)
     ((grid, _, kwargs),) = merge.launches
-    assert grid == (row_tiles * 8 * batch,) and kwargs["BLOCK_D"] == 64 and kwargs["HEAD_DIM"] == 512
+    assert grid == (row_tiles * 16 * batch,) and kwargs["BLOCK_D"] == 32 and kwargs["HEAD_DIM"] == 512
+    assert kwargs["BLOCK_S"] == 8  # 5 chunks
+
+
+def test_decode_split_plan_on_a_gpu(monkeypatch):
+    """The GPU split heuristic (bf16 d128, 32 query heads, 132 SMs): two programs per SM while chunks keep
+    _MIN_SHARED_CHUNK keys, else one per SM, and none split when the batch fills the SMs."""
+    from triton_impl import decode
+    if tuning.interpreting():
+        pytest.skip("checks the GPU plan")
+    monkeypatch.setattr(decode, "_sm_count", lambda index: 132)
+    gpu = torch.device("cuda", 0)
+
+    def plan(batch, heads_kv, seqlen):
+        return decode.plan(batch, heads_kv, 32 // heads_kv, seqlen, 128, device=gpu)[1:]
+
+    assert plan(1, 4, 131072) == (2048, 64)  # two per SM: 2048-key chunks
+    assert plan(1, 4, 32768) == (1024, 32)   # two per SM would leave 512 keys: one per SM
+    assert plan(1, 8, 8192) == (512, 16)
+    assert plan(32, 4, 1024) == (1024, 1)    # 128 programs already fill 80% of the SMs
+    assert plan(32, 8, 8192) == (8192, 1)
 
 
 @pytest.mark.parametrize("n_splits", [1, 3])
@@ -210,7 +233,7 @@ def test_decode_launch_fits_the_grid_limits_at_70000_sequences(n_splits, monkeyp
     ws_lse = _meta(batch, 1, n_splits, 1, dtype=torch.float32) if n_splits > 1 else None
     decode.launch(q, cache, cache, None, None, None, None, out, lse, ws_o, ws_lse, False, 0.125, 64, n_splits, tile)
     assert [g for g, _, _ in split.launches] == [(n_splits * batch,)]
-    assert [g for g, _, _ in merge.launches] == ([(batch,)] if n_splits > 1 else [])
+    assert [g for g, _, _ in merge.launches] == ([(2 * batch,)] if n_splits > 1 else [])  # two 32-column slices
     assert decode.grid(2, 8, 70000) == (2 * 8 * 70000,)
 
 

@@ -11,7 +11,8 @@ processed by different programs, merged through their LSE in split order (determ
   * num_splits=None: about _PROGRAMS_PER_SM programs per SM over batch x KV heads x query tiles x splits, but
     no more programs than the SMs hold at once (kernels.decode.programs_per_sm, from the tile's shared memory):
     a partial second wave costs more than splitting gains. At least _MIN_SPLIT_TILES key tiles per chunk, at
-    most _MAX_SPLITS chunks; under TRITON_INTERPRET=1 a fixed 3.
+    most _MAX_SPLITS chunks. Chunks shorter than _MIN_SHARED_CHUNK keys: one program per SM instead (no split
+    when batch x KV heads x query tiles fill 80% of the SMs). Under TRITON_INTERPRET=1 a fixed 3.
   * num_splits=n: chunks of ceil(capacity / n) keys rounded up to the key tile (so possibly fewer chunks).
   * split_size=s: chunks of s keys rounded up to the key tile; a sequence's result then depends only on its
     own positions, not on the batch around it (batch-invariant, same bits).
@@ -29,6 +30,7 @@ from triton_impl.variants import VARIANTS
 # split heuristic (num_splits=None) on a GPU
 _PROGRAMS_PER_SM = 2      # aim: this many main-kernel programs per SM (batch x KV heads x query tiles x splits)
 _MIN_SPLIT_TILES = 4      # at least this many key tiles per chunk
+_MIN_SHARED_CHUNK = 1024  # keys a chunk needs before two programs per SM beat one (the extra chunks' fixed cost)
 _MAX_SPLITS = 128
 _INTERPRETER_SPLITS = 3
 
@@ -63,8 +65,10 @@ def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=
                 units = batch * heads_kv * _cdiv(rows, block_m)
                 sms = _sm_count(device.index or 0)
                 one_wave = max(1, sms * kernels.programs_per_sm(tile, head_dim, kv_element_size) // units)
-                want = min(_cdiv(_PROGRAMS_PER_SM * sms, units), one_wave, max(1, key_tiles // _MIN_SPLIT_TILES),
-                           _MAX_SPLITS)
+                most = min(one_wave, max(1, key_tiles // _MIN_SPLIT_TILES), _MAX_SPLITS)
+                want = min(_cdiv(_PROGRAMS_PER_SM * sms, units), most)
+                if capacity / want < _MIN_SHARED_CHUNK:  # short chunks: one program per SM, none split if filled
+                    want = 1 if units >= 0.8 * sms else min(_cdiv(sms, units), most)
         else:
             want = int(num_splits)
         tiles_per_split = _cdiv(key_tiles, max(1, min(want, key_tiles)))

@@ -16,10 +16,10 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
 * Online softmax in exp2 with the scale (and fp8's K descale) folded into one multiplier; every tile is
   masked (key tail, page validity, bottom-right causal per row): decode is memory-bound.
 * One split: the program writes out and lse directly. Several: it writes its normalised partial output and
-  its LSE (log2 units) in fp32 to a workspace, and `_decode_merge` combines the splits of a row in split
-  order (fixed order: the same bits on every run). Chunks past a sequence's length do no work and write
-  nothing; the merge reads only the chunks the length covers, so a row's result depends only on its own
-  sequence and the chunk size (batch-invariant with a fixed split_size).
+  its LSE (log2 units) in fp32 to a workspace, and `_decode_merge` combines the splits of a row MERGE_BLOCK_S
+  at a time, in order (fixed order: the same bits on every run). Chunks past a sequence's length do no work
+  and write nothing; the merge reads only the chunks the length covers, so a row's result depends only on its
+  own sequence and the chunk size (batch-invariant with a fixed split_size).
 * fp8 e4m3 K/V (FP8): tiles are loaded as fp8 and converted to q's dtype in registers; the per-(batch, KV
   head) K descale is folded into the softmax multiplier and the V descale into the output.
 * Q/K wider than V (QK_EXTRA, MLA's 576 = 512 + 64): S = Q[:, :D] K[:, :D]^T + Q[:, D:] K[:, D:]^T with D = V's
@@ -66,11 +66,11 @@ ROW_TILE_CONFIGS = {(576, 2, 16): (32, 4, 3), (576, 2, 32): (64, 8, 2)}
 GATHER_EXTRA_STAGES = 2
 # largest query tile per head_dim (accumulator registers: BLOCK_M * HEAD_DIM fp32)
 MAX_BLOCK_M = {64: 64, 128: 64, 256: 32, 576: 32}
-MERGE_BLOCK_M, MERGE_WARPS, MERGE_STAGES = 16, 4, 2
-# V's columns one merge program takes: all up to 128; wider partials (d256, MLA's 512) in 64-column slices, so that
-# a small batch's merge runs on several programs (each recomputes the chunks' weights, the same on every slice)
-MERGE_MAX_BLOCK_D = 128
-MERGE_WIDE_BLOCK_D = 64
+# the merge's tile (merge_tile): up to 16 packed rows x 32 of V's columns, up to 16 splits' loads in flight
+# together. H200, bf16 d128 Hq32 (journal 2026-12-03 decode merge, call 4): 16 x 32 the fastest of 4/8/16 splits
+# x 32/64 columns at batch 1 (B1 Hkv4 Sk8k 32 chunks 24.5 us at 8 x 64, 18.6 at 16 x 32); 3 chunks (B32 Hkv4 Sk1k)
+# 33.7 at 4 splits a block, 36.5 at 16: hence no more than the chunks, rounded up to a power of two
+MERGE_BLOCK_M, MERGE_BLOCK_D, MERGE_BLOCK_S, MERGE_WARPS = 16, 32, 16, 4
 SMEM_PER_SM = 232448  # sm_90: the most shared memory one SM gives its blocks
 # under TRITON_INTERPRET=1: small tiles so that tiny test shapes span several tiles and splits
 INTERPRETER_CONFIG = dict(BLOCK_N=16, MAX_BLOCK_M=32)
@@ -221,10 +221,12 @@ def _decode_merge(
     WS_O, WS_LSE, O, LSE, SEQLENS, VDS,
     seqlen_q, group, capacity, split_keys, heads_kv, m_tiles,
     sob, sos, soh, slb, slh, swb, swh, sws, swr, slwb, slwh, slws,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, HAS_SEQLENS: tl.constexpr,
-    FP8: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr,
 ):
-    """One program: BLOCK_M packed rows x BLOCK_D of V's HEAD_DIM columns (tile = row tile x column slice)."""
+    """One program: BLOCK_M packed rows x BLOCK_D of V's HEAD_DIM columns (tile = row tile x column slice), the
+    splits BLOCK_S at a time: their loads do not depend on one another, so one memory round trip serves BLOCK_S
+    splits (a loop over single splits waits for each in turn)."""
     tile, hk, b = _program(heads_kv, m_tiles * (HEAD_DIM // BLOCK_D))
     m_tile = tile // (HEAD_DIM // BLOCK_D)
     d_slice = tile % (HEAD_DIM // BLOCK_D)
@@ -236,6 +238,7 @@ def _decode_merge(
     q_pos = offs_r // group
     q_head = hk * group + offs_r % group
     offs_d = d_slice * BLOCK_D + tl.arange(0, BLOCK_D)
+    offs_s = tl.arange(0, BLOCK_S)
 
     if HAS_SEQLENS:
         seqlen = tl.load(SEQLENS + b)
@@ -245,25 +248,27 @@ def _decode_merge(
     seqlen = tl.where(bad, 0, seqlen)
     n_active = tl.cdiv(seqlen, split_keys)
 
-    ws = b64 * swb + hk64 * swh + offs_r.to(tl.int64) * swr
+    ws = b64 * swb + hk64 * swh + offs_r.to(tl.int64) * swr  # [M]
     wl = b64 * slwb + hk64 * slwh + offs_r
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     n_nan = tl.zeros([BLOCK_M], tl.int32)
-    # splits in order 0, 1, ...: the same sums in the same order on every run
-    for split in range(0, n_active):
-        lse_s = tl.load(WS_LSE + wl, mask=row_ok, other=float("-inf"))
-        o_s = tl.load(WS_O + ws[:, None] + offs_d[None, :], mask=row_ok[:, None], other=0.0)
-        ws += sws
-        wl += slws
-        n_nan += (lse_s != lse_s).to(tl.int32)
-        m_new = tl.maximum(m_i, lse_s)
+    # blocks of splits in order, each reduced by the same tree: the same bits on every run. Splits past n_active
+    # are masked to weight 0 and O 0, so a row's bits depend only on its own sequence (and the chunk size).
+    for s0 in range(0, n_active, BLOCK_S):
+        split = s0 + offs_s
+        ok = (split[:, None] < n_active) & row_ok[None, :]  # [S, M]
+        lse_s = tl.load(WS_LSE + wl[None, :] + split[:, None].to(tl.int64) * slws, mask=ok, other=float("-inf"))
+        o_s = tl.load(WS_O + ws[None, :, None] + split[:, None, None].to(tl.int64) * sws + offs_d[None, None, :],
+                      mask=ok[:, :, None], other=0.0)  # [S, M, D]
+        n_nan += tl.sum((lse_s != lse_s).to(tl.int32), 0)
+        m_new = tl.maximum(m_i, tl.max(lse_s, 0))
         m_shift = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.math.exp2(m_i - m_shift)
-        w = tl.math.exp2(lse_s - m_shift)
-        acc = acc * alpha[:, None] + w[:, None] * o_s
-        l_i = l_i * alpha + w
+        w = tl.math.exp2(lse_s - m_shift[None, :])  # [S, M]
+        acc = acc * alpha[:, None] + tl.sum(w[:, :, None] * o_s, 0)
+        l_i = l_i * alpha + tl.sum(w, 0)
         m_i = m_new
 
     bad = bad | (tl.sum(n_nan, 0) > 0)
@@ -281,9 +286,13 @@ def _decode_merge(
     tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok & (d_slice == 0))
 
 
-def merge_block_d(head_dim_v: int) -> int:
-    """The merge's column slice for V's head_dim (MERGE_MAX_BLOCK_D / MERGE_WIDE_BLOCK_D)."""
-    return head_dim_v if head_dim_v <= MERGE_MAX_BLOCK_D else MERGE_WIDE_BLOCK_D
+def merge_tile(rows: int, head_dim_v: int, n_splits: int) -> tuple[int, int, int]:
+    """(BLOCK_M, BLOCK_D, BLOCK_S) of the merge: the packed rows up to MERGE_BLOCK_M (a power of two, no padding
+    to 16: nothing here feeds tl.dot); V's columns up to MERGE_BLOCK_D (wider ones in slices, so that a small
+    batch's merge runs on several programs; each recomputes the splits' weights, the same on every slice); the
+    splits a block takes, up to MERGE_BLOCK_S."""
+    return (min(MERGE_BLOCK_M, triton.next_power_of_2(max(rows, 1))), min(head_dim_v, MERGE_BLOCK_D),
+            min(MERGE_BLOCK_S, triton.next_power_of_2(max(n_splits, 1))))
 
 
 def interpreting():
@@ -379,13 +388,14 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         num_warps=warps, num_stages=stages,
     )
     if split:
-        merge_m, merge_d = MERGE_BLOCK_M, merge_block_d(head_dim)
+        merge_m, merge_d, merge_s = merge_tile(rows, head_dim, n_splits)
         _decode_merge[grid(triton.cdiv(rows, merge_m) * (head_dim // merge_d), heads_kv, batch)](
             ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
             v_descale if fp8 else dummy,
             seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m),
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             *ws_strides,
-            HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
-            num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1 if interpreting() else MERGE_STAGES,
+            HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
+            HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
+            num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1,
         )

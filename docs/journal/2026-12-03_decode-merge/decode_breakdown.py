@@ -1,8 +1,9 @@
-"""Where a decode call's time goes: cuda:decode's split and merge kernels against sdpa:cudnn, per shape.
+"""Where a decode call's time goes: cuda:decode's (or triton:decode's) split and merge kernels against sdpa:cudnn.
 
 On the GPU machine, from the repository root (CUDA library built here and carried in cuda_impl/_build):
 
     PYTHONPATH=. python docs/journal/2026-12-03_decode-merge/decode_breakdown.py [--out DIR] [--splits 8,16,32]
+        [--backend triton --merge 8x64,16x32]
 
 (PYTHONPATH=<other checkout>:. times another checkout's cuda_impl against the same harness.)
 
@@ -10,7 +11,8 @@ For each decode shape (bf16, d128, Sq 1, 32 query heads, dense (B, H, S, D) inpu
 them) both backends are held to the oracle, then timed as CUDA-graph replays (compare.bench.time_call, L2
 flushed before each replay) and profiled eagerly (torch.profiler, L2 flushed before each call): the device time
 of each kernel a call launches, averaged over the calls. cuda:decode is also timed with the chunk count forced
-(--splits), which separates what the split count costs from what a fixed part of the call costs. Writes
+(--splits), which separates what the split count costs from what a fixed part of the call costs; for Triton,
+--merge SxD also times the default split count with the merge taking S splits at a time and D columns a program. Writes
 DIR/decode_breakdown.csv (long format, the environment of compare.env in every row) and prints a table.
 """
 
@@ -49,7 +51,7 @@ def kernel_times(fn, calls: int = 20) -> dict[str, float]:
 
 
 def short(name: str) -> str:
-    for key in ("fwd_decode_merge_kernel", "fwd_decode_kernel"):
+    for key in ("fwd_decode_merge_kernel", "fwd_decode_kernel", "_decode_merge", "_decode_split"):
         if key in name:
             return key
     return name[:60]
@@ -59,47 +61,60 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--splits", default="8,16,24,32,48,64,96")
+    parser.add_argument("--backend", choices=("cuda", "triton"), default="cuda")
+    parser.add_argument("--merge", default="", help="Triton: merge tiles SxD to time at the default split count")
     args = parser.parse_args()
     import torch
 
-    import cuda_impl
     from compare import backends, bench, env, oracle
-    from cuda_impl import decode
+    if args.backend == "cuda":
+        from cuda_impl import decode
+    else:
+        from triton_impl import decode
+        from triton_impl.kernels import decode as kernels
 
     environment = env.environment("cuda")
     rows = []
-    ours, cudnn = backends.require("cuda:decode"), backends.require("sdpa:cudnn")
+    name = f"{args.backend}:decode"
+    ours, cudnn = backends.require(name), backends.require("sdpa:cudnn")
     for batch, heads_kv, length in SHAPES:
         case = oracle.Case(batch, HEADS_Q, heads_kv, 1, length, HEAD_DIM, seed=length + heads_kv)
         inputs = oracle.make_inputs(case, "cuda")
         q, k, v = inputs.q, inputs.k, inputs.v
         kv_bytes = 2 * batch * heads_kv * length * HEAD_DIM * 2
         shape = dict(batch=batch, heads_q=HEADS_Q, heads_kv=heads_kv, seqlen_k=length, kv_mb=kv_bytes / 1e6)
-        calls = {"cuda:decode": lambda: ours.run(q, k, v, causal=False),
+        calls = {name: lambda: ours.run(q, k, v, causal=False),
                  "sdpa:cudnn": lambda: cudnn.run(q, k, v, causal=False)}
-        for name, fn in calls.items():
-            backend = backends.require(name)
+        for label, fn in calls.items():
+            backend = backends.require(label)
             verdict = oracle.check(backend.run, case, device="cuda", returns_lse=False)
             if not verdict.passed:
-                rows.append({**shape, "what": name, "oracle": "fail", "note": verdict.reason})
+                rows.append({**shape, "what": label, "oracle": "fail", "note": verdict.reason})
                 continue
             p20, p50, p80, how = bench.time_call(fn, "cuda", graph=True)
             per_kernel = kernel_times(fn)
             note = "; ".join(f"{short(k)}={t:.2f}" for k, t in sorted(per_kernel.items(), key=lambda x: -x[1]))
-            rows.append({**shape, "what": name, "oracle": "pass", "us_p50": p50 * 1e3, "us_p20": p20 * 1e3,
+            rows.append({**shape, "what": label, "oracle": "pass", "us_p50": p50 * 1e3, "us_p20": p20 * 1e3,
                          "us_p80": p80 * 1e3, "kernel_us": sum(per_kernel.values()), "tbps": kv_bytes / p50 / 1e9,
                          "note": (how + " " + note).strip()})
         qd, kd, vd = (x.transpose(1, 2) for x in (q, k, v))
         scale = 1 / math.sqrt(HEAD_DIM)
-        for n in [int(s) for s in args.splits.split(",")]:
-            fn = lambda n=n: decode.forward(qd, kd, vd, None, None, causal=False, scale=scale, num_splits=n)
-            ref = cuda_impl.attention(q, k, v, variant="decode")
+        ref = ours.run(q, k, v, causal=False)
+        forced = [(f"splits={n}", dict(num_splits=int(n)), None) for n in args.splits.split(",") if n]
+        forced += [(f"merge={t}", {}, tuple(int(x) for x in t.split("x"))) for t in args.merge.split(",") if t]
+        for what, split, merge in forced:
+            if merge is not None:
+                saved = kernels.MERGE_BLOCK_S, kernels.MERGE_BLOCK_D
+                kernels.MERGE_BLOCK_S, kernels.MERGE_BLOCK_D = merge
+            fn = lambda split=split: decode.forward(qd, kd, vd, None, None, causal=False, scale=scale, **split)
             got = fn()[0].transpose(1, 2)
             err = (got.float() - ref.float()).abs().max().item()
             p20, p50, p80, how = bench.time_call(fn, "cuda", graph=True)
             per_kernel = kernel_times(fn)
+            if merge is not None:
+                kernels.MERGE_BLOCK_S, kernels.MERGE_BLOCK_D = saved
             note = "; ".join(f"{short(k)}={t:.2f}" for k, t in sorted(per_kernel.items(), key=lambda x: -x[1]))
-            rows.append({**shape, "what": f"cuda:decode splits={n}", "oracle": f"max|diff| {err:.1e}",
+            rows.append({**shape, "what": f"{name} {what}", "oracle": f"max|diff| {err:.1e}",
                          "us_p50": p50 * 1e3, "us_p20": p20 * 1e3, "us_p80": p80 * 1e3,
                          "kernel_us": sum(per_kernel.values()), "tbps": kv_bytes / p50 / 1e9,
                          "note": (how + " " + note).strip()})
