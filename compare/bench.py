@@ -32,7 +32,7 @@ import torch
 from . import backends as backends_mod
 from . import env as env_mod
 from . import oracle
-from .schema import COLUMNS, KEY_COLUMNS, shape_label
+from .schema import COLUMNS, EAGER, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
 # The published results (what the figures and the report read). A run writes there only when told to with
@@ -118,7 +118,7 @@ def time_call(fn, device: str, warmup_ms: int = 25, rep_ms: int = 100,
             if captured is not None:
                 fn = captured.replay
             else:
-                how = f"eager timing (no CUDA graph: {why})"
+                how = f"{EAGER} (no CUDA graph: {why})"
         p20, p50, p80 = do_bench(fn, warmup=warmup_ms, rep=rep_ms, quantiles=[0.2, 0.5, 0.8])
         return p20, p50, p80, how
     fn()  # CPU: no events, no L2 flush; plain wall-clock quantiles after one warm-up call

@@ -45,7 +45,7 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
 from matplotlib.ticker import LogFormatter, NullFormatter
 
-from .schema import CASE_COLUMNS, LATER_CASE_COLUMNS
+from .schema import CASE_COLUMNS, EAGER, LATER_CASE_COLUMNS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 ENV_FOR_CAPTION = ["gpu", "driver", "cuda", "torch", "triton"]
@@ -636,7 +636,8 @@ def decode_data(df: pd.DataFrame) -> pd.DataFrame:
     element = rows["format"].map(ELEMENT_BYTES)
     kv_bytes = 2 * rows["batch"] * rows["heads_kv"] * rows["seqlen_k"] * rows["head_dim"] * element
     return rows.assign(kv_gb=kv_bytes / 1e9, tbps=kv_bytes / (rows["ms_p50"] * 1e-3) / 1e12,
-                       group=rows["heads_q"] // rows["heads_kv"])
+                       group=rows["heads_q"] // rows["heads_kv"],
+                       eager=rows["note"].astype(str).str.startswith(EAGER))
 
 
 def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
@@ -655,6 +656,9 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
             line = panel[panel["label"] == label].groupby("kv_gb", as_index=False)["tbps"].max()
             ax.plot(line["kv_gb"], line["tbps"], color=style.color[label], marker=style.marker[label],
                     linestyle="--" if style.family[label] == "peer" else "-", linewidth=1.2, markersize=4)
+            eager = panel[(panel["label"] == label) & panel["eager"]]
+            ax.plot(eager["kv_gb"], eager["tbps"], linestyle="none", marker=style.marker[label], markersize=4,
+                    color=style.color[label], markerfacecolor="white")
         for _, ceiling in ceilings.iterrows():
             ax.axhline(ceiling["ceiling_tflops"], color="0.4", linestyle="--", linewidth=1)
             what = "read" if ceiling["variant"].endswith(".read") else "copy"
@@ -669,7 +673,10 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
         ax.grid(True, which="major", alpha=0.3)
     axes[0].set_ylabel("TB/s (K and V bytes / time)")
     _legend(fig, style, rows["label"])
-    _footer(fig, [environment_caption(rows), "bf16 d128, Sq = 1, contiguous cache; CUDA-graph replays, median"])
+    timing = "CUDA-graph replays, median"
+    if rows["eager"].any():
+        timing += "; hollow: eager timing (its graph replay did not reproduce its output; host launch time included)"
+    _footer(fig, [environment_caption(rows), f"bf16 d128, Sq = 1, contiguous cache; {timing}"])
     return fig
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 
 from . import paired
 from .figures import FOUNDING_SHAPE, REPO_ROOT, grid_rows, load_results, not_drawn_note, passed
-from .schema import shape_label
+from .schema import EAGER, shape_label
 
 
 
@@ -381,9 +381,6 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
 
 
 DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
-
-
-EAGER = "eager timing"  # compare.bench's note on a row it could not time as a CUDA-graph replay
 
 
 def _decode_ratio(rows: pd.DataFrame, top: str, bottom: str) -> pd.Series:

@@ -15,7 +15,9 @@ RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tf
                   "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
                   "oracle", "note"]
 # note: why a row failed the oracle or raised; for a timed Triton row the autotuner's pick ("config 64x128 w4
-# s3": BLOCK_M x BLOCK_N, warps, stages[, maxnreg]); for a ceiling row what was measured.
+# s3": BLOCK_M x BLOCK_N, warps, stages[, maxnreg]); for a ceiling row what was measured; for a GPU call that
+# could not be timed as a CUDA-graph replay EAGER and why (its time then carries the host's launch time).
+EAGER = "eager timing"
 COLUMNS = ENV_COLUMNS + CASE_COLUMNS + RESULT_COLUMNS
 # A row is the same measurement as another when these agree (resume and merge key).
 KEY_COLUMNS = ["git_commit", "gpu", "driver", "torch", "triton"] + CASE_COLUMNS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from compare import figures, report
+from compare import figures, report, schema
 
 FIXTURE_DIR = figures.REPO_ROOT / "tests" / "fixtures"
 DATA = figures.REPO_ROOT / "figures" / "data"
@@ -214,7 +214,7 @@ def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
         return dict(label=label, ms_p50=ms, note=note, tflops=1.0, oracle="pass", batch=batch, heads_q=32,
                     heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, gpu="NVIDIA H200")
 
-    eager = report.EAGER + " (no CUDA graph: graph replay did not reproduce an eager call's output)"
+    eager = schema.EAGER + " (no CUDA graph: graph replay did not reproduce an eager call's output)"
     df = pd.DataFrame([row("cuda:decode", 0.020, 1, 8192), row("sdpa:cudnn", 0.022, 1, 8192),
                        row("cuda:decode", 0.100, 8, 32768), row("sdpa:cudnn", 0.095, 8, 32768),
                        row("cuda:decode", 0.047, 32, 1024), row("sdpa:cudnn", 0.065, 32, 1024, note=eager),
@@ -225,6 +225,32 @@ def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
     assert "ahead in 1 of 2; cuDNN is ahead in 1, most at b8 h32/8 k32k: 0.95×" in text
     assert "1.38" not in text and "1 more case is left out" in text
     assert "Against the prefill kernel `cuda:hopper` on the same calls it is 10.00× faster" in text
+
+
+def test_decode_figure_marks_eager_timings(tmp_path):
+    import csv
+
+    def row(label, ms, batch, note=""):
+        backend, variant = label.split(":")
+        out = {c: "" for c in schema.COLUMNS}
+        out.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
+                   driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
+                   family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
+                   heads_kv=8, seqlen_q=1, seqlen_k=8192, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
+                   ms_p80=ms, tflops=1.0, oracle="pass", note=note)
+        return out
+
+    with (tmp_path / "decode.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
+        writer.writeheader()
+        writer.writerows([row("cuda:decode", 0.02, 1), row("sdpa:cudnn", 0.03, 1, note=schema.EAGER + " (x)"),
+                          row("cuda:decode", 0.1, 8), row("sdpa:cudnn", 0.1, 8)])
+    df = figures.load_results(tmp_path)
+    assert sorted(figures.decode_data(df)["eager"].tolist()) == [False, False, False, True]
+    fig = figures.fig_decode_bandwidth(df)
+    hollow = [line for ax in fig.axes for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
+    assert sum(len(line.get_xdata()) for line in hollow) == 1
+    assert "hollow: eager timing" in " ".join(t.get_text() for t in fig.texts)
 
 
 def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
