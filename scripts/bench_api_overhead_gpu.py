@@ -80,8 +80,8 @@ def measure(name: str, calls: int, shape: tuple = TINY) -> dict:
             "host_overhead_us": round(eager - replay, 1), "note": why}
 
 
-def profile(name: str, calls: int) -> str:
-    backend, case, call = tiny_call(name)
+def profile(name: str, calls: int, shape: tuple = TINY) -> str:
+    backend, case, call = tiny_call(name, shape)
     if call is None:
         return f"{name}: {backend.unavailable_reason() or backend.unsupported_reason(case)}"
     per_call_us(call, 50)
@@ -124,7 +124,7 @@ def main() -> None:
               f"{row.get('note', '')}", flush=True)
     for name in args.profile:
         print(f"\n=== cProfile of {args.calls} eager calls of {name} ===")
-        print(profile(name, args.calls))
+        print(profile(name, args.calls, shape))
 
 
 if __name__ == "__main__":

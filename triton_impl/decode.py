@@ -48,22 +48,34 @@ def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=
          kv_element_size=2):
     """(tile, split_keys, n_splits): the kernel's tile (kernels.decode.tiles) and the chunking of [0, capacity)."""
     from triton_impl.kernels import decode as kernels
+    on_gpu = not _interpreting() and device is not None and device.type == "cuda"
+    sms = _sm_count(device.index or 0) if on_gpu else 0
+    args = (int(batch), int(heads_kv), int(rows), max(int(capacity), 1), int(head_dim), num_splits, split_size, sms,
+            kv_element_size)
+    if config is not None:
+        return _plan(*args, kernels.interpreting(), config)
+    return _plan_cached(*args, kernels.interpreting())
+
+
+def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms, kv_element_size, interpreting,
+          config=None):
+    """plan() for `sms` SMs (0: no GPU, the interpreter's fixed split count); `interpreting` (the kernels' tiles
+    depend on it) is part of the cache key of _plan_cached."""
+    from triton_impl.kernels import decode as kernels
     tile = kernels.tiles(head_dim, rows, kv_element_size, config)
     block_m, block_n = tile[0], tile[1]
-    capacity = max(int(capacity), 1)
     key_tiles = _cdiv(capacity, block_n)
     if split_size is not None:
         tiles_per_split = _cdiv(int(split_size), block_n)
     else:
         if num_splits is None:
-            if _interpreting() or device is None or device.type != "cuda":
+            if not sms:
                 want = _INTERPRETER_SPLITS
             else:
                 # about _PROGRAMS_PER_SM programs per SM, but never more than the SMs hold at once: a second,
                 # partial wave costs more than the split gains (H200: 512 programs of 3 per SM ran 290 us at
                 # B32 Sk8k where 256 ran 248 us; 640 programs 284 us at B8 Sk32k where 320 ran 261 us)
                 units = batch * heads_kv * _cdiv(rows, block_m)
-                sms = _sm_count(device.index or 0)
                 one_wave = max(1, sms * kernels.programs_per_sm(tile, head_dim, kv_element_size) // units)
                 most = min(one_wave, max(1, key_tiles // _MIN_SPLIT_TILES), _MAX_SPLITS)
                 want = min(_cdiv(_PROGRAMS_PER_SM * sms, units), most)
@@ -74,6 +86,10 @@ def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=
         tiles_per_split = _cdiv(key_tiles, max(1, min(want, key_tiles)))
     split_keys = tiles_per_split * block_n
     return tile, split_keys, _cdiv(capacity, split_keys)
+
+
+# a pure function of ints, asked on every call: caching it is most of the host time it took
+_plan_cached = functools.lru_cache(maxsize=4096)(_plan)
 
 
 def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
