@@ -59,11 +59,11 @@ def _check_tensor(name: str, x, *, dims: int, device: torch.device):
 
 def _check_rows(name: str, x: torch.Tensor):
     """Last dimension contiguous, every other stride and the start 16-byte aligned (one row chunk per copy)."""
-    _need(x.stride(-1) == 1 or x.shape[-1] == 1,
-          lambda: f"{name} needs stride 1 in its last dimension, got {x.stride()}")
+    stride, shape = x.stride(), x.shape
+    _need(stride[-1] == 1 or shape[-1] == 1, lambda: f"{name} needs stride 1 in its last dimension, got {stride}")
     per_chunk = _ALIGN_BYTES // x.element_size()
-    bad = [s for s, n in zip(x.stride()[:-1], x.shape[:-1]) if n > 1 and s % per_chunk]
-    _need(not bad, lambda: f"{name}: strides {x.stride()} must be multiples of {per_chunk} elements (16 bytes)")
+    bad = [s for s, n in zip(stride[:-1], shape[:-1]) if n > 1 and s % per_chunk]
+    _need(not bad, lambda: f"{name}: strides {stride} must be multiples of {per_chunk} elements (16 bytes)")
     _need(x.data_ptr() % _ALIGN_BYTES == 0, lambda: f"{name} must start 16-byte aligned")
 
 
@@ -78,11 +78,12 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
     _need(q.dtype in dtypes, lambda: f"q: {backend} takes {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
           f", got {q.dtype}", TypeError)
     batch, seqlen_q, heads_q, head_dim = q.shape
+    device = q.device
     _need(1 <= seqlen_q <= MAX_SEQLEN_Q, lambda: f"q: Sq = {seqlen_q}, the decode path takes 1..{MAX_SEQLEN_Q} query "
           "tokens per sequence (longer blocks: attention())")
     _need(batch >= 1 and heads_q >= 1, lambda: f"q: empty batch or heads, shape {tuple(q.shape)}")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
-        _check_tensor(name, x, dims=4, device=q.device)
+        _check_tensor(name, x, dims=4, device=device)
     head_dim_v = v_cache.shape[3]
     _need(oracle.takes_head_dims(head_dims, head_dim_pairs, head_dim, head_dim_v),
           lambda: f"head_dim {head_dim} with V head_dim {head_dim_v}: {backend} decode takes {head_dims}"
@@ -103,7 +104,7 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
     if fp8:
         for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
             _need(d is not None, lambda: f"{name} is required with an {E4M3} cache ((B, Hkv) float32)")
-            _check_tensor(name, d, dims=2, device=q.device)
+            _check_tensor(name, d, dims=2, device=device)
             _need(tuple(d.shape) == (batch, heads_kv) and d.dtype == torch.float32 and d.is_contiguous(),
                   lambda: f"{name} must be a contiguous (B, Hkv) = ({batch}, {heads_kv}) float32 tensor, got "
                   f"{tuple(d.shape)} {d.dtype}")
@@ -115,7 +116,7 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
               f"{batch}, got {tuple(k_cache.shape)}")
         page_size, capacity = None, rows
     else:
-        _check_tensor("block_table", block_table, dims=2, device=q.device)
+        _check_tensor("block_table", block_table, dims=2, device=device)
         _need(block_table.dtype == torch.int32, lambda: f"block_table must be int32, got {block_table.dtype}",
               TypeError)
         _need(block_table.shape[0] == batch and block_table.shape[1] >= 1,
@@ -124,7 +125,7 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
         _need(rows in PAGE_SIZES, lambda: f"page_size {rows} (k_cache.shape[1]): the paged kernels take {PAGE_SIZES}")
         page_size, capacity = rows, block_table.shape[1] * rows
 
-    _check_tensor("cache_seqlens", cache_seqlens, dims=1, device=q.device)
+    _check_tensor("cache_seqlens", cache_seqlens, dims=1, device=device)
     _need(cache_seqlens.dtype == torch.int32, lambda: f"cache_seqlens must be int32, got {cache_seqlens.dtype}",
           TypeError)
     _need(tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.is_contiguous(),
@@ -133,7 +134,7 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
     _need((k_new is None) == (v_new is None), "give k_new and v_new together, or neither")
     if k_new is not None:
         for name, x in (("k_new", k_new), ("v_new", v_new)):
-            _check_tensor(name, x, dims=4, device=q.device)
+            _check_tensor(name, x, dims=4, device=device)
             _need(x.dtype == k_cache.dtype,
                   lambda: f"{name} must have the cache's dtype {k_cache.dtype}, got {x.dtype}",
                   TypeError)
