@@ -1,7 +1,7 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
 ``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode, local and
-varlen sweeps' in ``decode/``, ``local/`` and ``varlen/``), keeps the newest row per (gpu, case), and draws eight
+varlen sweeps' in ``decode/``, ``local/`` and ``varlen/``), keeps the newest row per (gpu, case), and draws nine
 figures and one appendix figure, each as PNG and PDF:
 
 1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
@@ -16,6 +16,8 @@ figures and one appendix figure, each as PNG and PDF:
 7. local attention: TFLOP/s on the FLOPs done against the window, beside each backend's dense rate (``local/``),
 8. packed variable-length batches: TFLOP/s on the packed FLOPs per length mix, beside the padded batch
    (``varlen/``),
+9. where custom CUDA wins at decode: triton:decode / cuda:decode time per (batch, cache length), per GQA group
+   (``decode/``),
 
 A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
@@ -680,6 +682,51 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
     return fig
 
 
+def decode_cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 9 draws: per single-token decode case of one sweep, triton:decode's median time over
+    cuda:decode's (above 1: CUDA faster), with the case's GQA group; cases where either side is an eager timing
+    are left out (one of the two would carry host time the other does not)."""
+    rows = decode_data(df)
+    rows = rows[rows["label"].isin(["cuda:decode", "triton:decode"]) & ~rows["eager"]]
+    times = rows.pivot_table(index=["group", "heads_q", "batch", "seqlen_k"], columns="label", values="ms_p50",
+                             aggfunc="min")
+    if "cuda:decode" not in times or "triton:decode" not in times:
+        return pd.DataFrame(columns=["group", "heads_q", "batch", "seqlen_k", "ratio"])
+    return (times["triton:decode"] / times["cuda:decode"]).dropna().rename("ratio").reset_index()
+
+
+def fig_decode_cuda_vs_triton(df: pd.DataFrame) -> Figure:
+    """Figure 9: where custom CUDA wins at decode: triton:decode / cuda:decode time per (batch, cache length),
+    one panel per GQA group, the colour scale of figure 3."""
+    table = decode_cuda_triton_ratio(df)
+    if table.empty:
+        raise NothingToDraw("no decode case with graph-timed rows from both cuda:decode and triton:decode")
+    groups = sorted(table["group"].unique())
+    low, high = RATIO_COLOR_RANGE
+    norm = TwoSlopeNorm(vmin=low, vcenter=1.0, vmax=high)
+    fig = Figure(figsize=(3.6 * len(groups) + 1.2, 3.2), layout="constrained")
+    axes = fig.subplots(1, len(groups), squeeze=False)[0]
+    for ax, group in zip(axes, groups):
+        cells = table[table["group"] == group]
+        grid = cells.pivot(index="batch", columns="seqlen_k", values="ratio")
+        sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
+                    linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
+        ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
+        ax.set_yticklabels([str(int(b)) for b in grid.index], rotation=0)
+        ax.set_xlabel("cache length (keys)")
+        ax.set_ylabel("batch")
+        heads_q = int(cells["heads_q"].iloc[0])
+        ax.set_title(f"{heads_q} query heads / {heads_q // int(group)} KV heads", fontsize=10)
+    colorbar = fig.colorbar(axes[0].collections[0], ax=axes, shrink=0.8, label="triton:decode / cuda:decode time")
+    colorbar.ax.minorticks_off()
+    fig.suptitle("Where custom CUDA wins at decode: > 1 (red) CUDA faster, < 1 (blue) Triton faster")
+    drawn = decode_data(df)
+    drawn = drawn[drawn["label"].isin(["cuda:decode", "triton:decode"])]
+    _footer(fig, [environment_caption(drawn), "bf16 d128, Sq = 1, contiguous cache; CUDA-graph replays, median; "
+                  "blank cells: no such case in the sweep"])
+    return fig
+
+
 def local_data(df: pd.DataFrame) -> pd.DataFrame:
     """What figure 7 draws: passing causal rows of the local sweep without a cap, windowed (window_left >= 0) and
     dense (the reference each windowed line is read against)."""
@@ -820,6 +867,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig6_decode_bandwidth": lambda: fig_decode_bandwidth(decode_rows),
             "fig7_local_attention": lambda: fig_local(local_rows),
             "fig8_varlen": lambda: fig_varlen(varlen_rows),
+            "fig9_decode_cuda_vs_triton": lambda: fig_decode_cuda_vs_triton(decode_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

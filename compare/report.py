@@ -449,6 +449,10 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
                  "there did not reproduce its output, and its eager timing carries the host's launch time")
     if not before.empty:
         text += f". Against the prefill kernel `cuda:hopper` on the same calls it is {_span(before)} faster"
+    versus = _decode_ratio(rows, "cuda:decode", "triton:decode")
+    if not versus.empty:
+        text += (f". Against `triton:decode` (figure 9) it runs at {_span(versus)} its speed "
+                 f"({_decode_tally(versus, 'Triton')})")
     return [text + "."]
 
 

@@ -224,6 +224,7 @@ def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
     assert "2 cases of one run" in text and "runs at 0.95–1.10× cuDNN's speed" in text
     assert "ahead in 1 of 2; cuDNN is ahead in 1, most at b8 h32/8 k32k: 0.95×" in text
     assert "1.38" not in text and "1 more case is left out" in text
+    assert "triton:decode" not in text  # no triton:decode rows: no such clause
     assert "Against the prefill kernel `cuda:hopper` on the same calls it is 10.00× faster" in text
 
 
@@ -251,6 +252,37 @@ def test_decode_figure_marks_eager_timings(tmp_path):
     hollow = [line for ax in fig.axes for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     assert sum(len(line.get_xdata()) for line in hollow) == 1
     assert "hollow: eager timing" in " ".join(t.get_text() for t in fig.texts)
+
+
+def test_decode_cuda_against_triton_figure_and_finding(tmp_path):
+    import csv
+
+    def row(label, ms, batch, seqlen_k, note=""):
+        backend, variant = label.split(":")
+        out = {c: "" for c in schema.COLUMNS}
+        out.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
+                   driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
+                   family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
+                   heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
+                   ms_p80=ms, tflops=1.0, oracle="pass", note=note)
+        return out
+
+    rows = [row("cuda:decode", 0.020, 1, 8192), row("triton:decode", 0.025, 1, 8192),
+            row("cuda:decode", 0.100, 8, 32768), row("triton:decode", 0.090, 8, 32768),
+            row("cuda:decode", 0.050, 32, 1024), row("triton:decode", 0.070, 32, 1024, note=schema.EAGER + " (x)"),
+            row("sdpa:cudnn", 0.022, 1, 8192), row("sdpa:cudnn", 0.095, 8, 32768), row("sdpa:cudnn", 0.06, 32, 1024)]
+    with (tmp_path / "decode.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)
+    df = figures.load_results(tmp_path)
+    table = figures.decode_cuda_triton_ratio(df)  # 25 / 20 = 1.25, 90 / 100 = 0.90; the eager case left out
+    assert sorted(round(r, 2) for r in table["ratio"]) == [0.9, 1.25] and set(table["group"]) == {4}
+    fig = figures.fig_decode_cuda_vs_triton(df)
+    assert [t.get_text() for t in fig.axes[0].texts] == ["1.25", "0.90"]
+    (text,) = report.decode_findings(df)
+    assert "Against `triton:decode` (figure 9) it runs at 0.90–1.25× its speed (ahead in 1 of 2; Triton is ahead " \
+           "in 1, most at b8 h32/8 k32k: 0.90×)" in text
 
 
 def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
