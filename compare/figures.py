@@ -495,6 +495,16 @@ def fig_ladder(df: pd.DataFrame, style: Style, reference_dir: Path) -> Figure:
     return fig
 
 
+def _ratio_heatmap(ax, grid: pd.DataFrame, norm, xlabel: str, ylabel: str) -> None:
+    """A speed-ratio panel (figures 3 and 9): cells annotated with two decimals, columns sequence lengths."""
+    sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
+                linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
+    ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
+    ax.set_yticklabels([str(int(v)) for v in grid.index], rotation=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
 def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
     table = cuda_triton_ratio(df)
     table = table[table["ratio"].notna()]
@@ -512,13 +522,8 @@ def fig_cuda_vs_triton(df: pd.DataFrame) -> Figure:
     axes = fig.subplots(nrows, ncols, squeeze=False)
     for ax, (fmt, causal) in zip(axes.flat, panels):
         cells = full[(full["format"] == fmt) & (full["causal"] == causal)]
-        grid = cells.pivot(index="head_dim", columns="seqlen", values="ratio")
-        sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
-                    linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
-        ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
-        ax.set_yticklabels([str(int(d)) for d in grid.index], rotation=0)
-        ax.set_xlabel("seqlen (16k tokens)")
-        ax.set_ylabel("head_dim")
+        _ratio_heatmap(ax, cells.pivot(index="head_dim", columns="seqlen", values="ratio"), norm,
+                       "seqlen (16k tokens)", "head_dim")
         ax.set_title(f"{fmt}, {'causal' if causal else 'non-causal'}", fontsize=10)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
@@ -708,13 +713,8 @@ def fig_decode_cuda_vs_triton(df: pd.DataFrame) -> Figure:
     axes = fig.subplots(1, len(groups), squeeze=False)[0]
     for ax, group in zip(axes, groups):
         cells = table[table["group"] == group]
-        grid = cells.pivot(index="batch", columns="seqlen_k", values="ratio")
-        sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
-                    linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
-        ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
-        ax.set_yticklabels([str(int(b)) for b in grid.index], rotation=0)
-        ax.set_xlabel("cache length (keys)")
-        ax.set_ylabel("batch")
+        _ratio_heatmap(ax, cells.pivot(index="batch", columns="seqlen_k", values="ratio"), norm,
+                       "cache length (keys)", "batch")
         heads_q = int(cells["heads_q"].iloc[0])
         ax.set_title(f"{heads_q} query heads / {heads_q // int(group)} KV heads", fontsize=10)
     colorbar = fig.colorbar(axes[0].collections[0], ax=axes, shrink=0.8, label="triton:decode / cuda:decode time")
