@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from . import oracle
+from .checks import need
 
 E4M3 = torch.float8_e4m3fn
 PAGE_SIZES = tuple(1 << i for i in range(4, 9))  # 16 .. 256: the kernels' page-address arithmetic is tested there
@@ -44,27 +45,20 @@ class Layout:
     fp8: bool
 
 
-def _need(condition: bool, message, error=ValueError):
-    """Raise error(message) unless condition; message may be a function giving it (formatted only on failure:
-    these checks run on every decode call, where the host time matters)."""
-    if not condition:
-        raise error(message() if callable(message) else message)
-
-
 def _check_tensor(name: str, x, *, dims: int, device: torch.device):
-    _need(isinstance(x, torch.Tensor), lambda: f"{name} must be a torch.Tensor, got {type(x).__name__}", TypeError)
-    _need(x.dim() == dims, lambda: f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
-    _need(x.device == device, lambda: f"{name} is on {x.device}, q on {device}: all inputs on one device")
+    need(isinstance(x, torch.Tensor), lambda: f"{name} must be a torch.Tensor, got {type(x).__name__}", TypeError)
+    need(x.dim() == dims, lambda: f"{name} must be {dims}-D, got shape {tuple(x.shape)}")
+    need(x.device == device, lambda: f"{name} is on {x.device}, q on {device}: all inputs on one device")
 
 
 def _check_rows(name: str, x: torch.Tensor):
     """Last dimension contiguous, every other stride and the start 16-byte aligned (one row chunk per copy)."""
     stride, shape = x.stride(), x.shape
-    _need(stride[-1] == 1 or shape[-1] == 1, lambda: f"{name} needs stride 1 in its last dimension, got {stride}")
+    need(stride[-1] == 1 or shape[-1] == 1, lambda: f"{name} needs stride 1 in its last dimension, got {stride}")
     per_chunk = _ALIGN_BYTES // x.element_size()
     bad = [s for s, n in zip(stride[:-1], shape[:-1]) if n > 1 and s % per_chunk]
-    _need(not bad, lambda: f"{name}: strides {stride} must be multiples of {per_chunk} elements (16 bytes)")
-    _need(x.data_ptr() % _ALIGN_BYTES == 0, lambda: f"{name} must start 16-byte aligned")
+    need(not bad, lambda: f"{name}: strides {stride} must be multiples of {per_chunk} elements (16 bytes)")
+    need(x.data_ptr() % _ALIGN_BYTES == 0, lambda: f"{name} must start 16-byte aligned")
 
 
 def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_new, k_descale, v_descale,
@@ -73,78 +67,78 @@ def check_inputs(q, k_cache, v_cache, *, cache_seqlens, block_table, k_new, v_ne
     """Shapes, dtypes, devices and strides of an attention_with_kvcache call (no device memory read).
     V's head_dim may differ from Q's and K's where (D, Dv) is one of `head_dim_pairs` (MLA: (576, 512), V often
     a view of K's first columns). Raises TypeError / ValueError naming the argument; returns the Layout."""
-    _need(isinstance(q, torch.Tensor), lambda: f"q must be a torch.Tensor, got {type(q).__name__}", TypeError)
-    _need(q.dim() == 4, lambda: f"q must be 4-D (B, Sq, Hq, D), got shape {tuple(q.shape)}")
-    _need(q.dtype in dtypes, lambda: f"q: {backend} takes {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
+    need(isinstance(q, torch.Tensor), lambda: f"q must be a torch.Tensor, got {type(q).__name__}", TypeError)
+    need(q.dim() == 4, lambda: f"q must be 4-D (B, Sq, Hq, D), got shape {tuple(q.shape)}")
+    need(q.dtype in dtypes, lambda: f"q: {backend} takes {', '.join(str(d).removeprefix('torch.') for d in dtypes)}"
           f", got {q.dtype}", TypeError)
     batch, seqlen_q, heads_q, head_dim = q.shape
     device = q.device
-    _need(1 <= seqlen_q <= MAX_SEQLEN_Q, lambda: f"q: Sq = {seqlen_q}, the decode path takes 1..{MAX_SEQLEN_Q} query "
+    need(1 <= seqlen_q <= MAX_SEQLEN_Q, lambda: f"q: Sq = {seqlen_q}, the decode path takes 1..{MAX_SEQLEN_Q} query "
           "tokens per sequence (longer blocks: attention())")
-    _need(batch >= 1 and heads_q >= 1, lambda: f"q: empty batch or heads, shape {tuple(q.shape)}")
+    need(batch >= 1 and heads_q >= 1, lambda: f"q: empty batch or heads, shape {tuple(q.shape)}")
     for name, x in (("k_cache", k_cache), ("v_cache", v_cache)):
         _check_tensor(name, x, dims=4, device=device)
     head_dim_v = v_cache.shape[3]
-    _need(oracle.takes_head_dims(head_dims, head_dim_pairs, head_dim, head_dim_v),
+    need(oracle.takes_head_dims(head_dims, head_dim_pairs, head_dim, head_dim_v),
           lambda: f"head_dim {head_dim} with V head_dim {head_dim_v}: {backend} decode takes {head_dims}"
           + (f" and Q/K with V {', '.join(f'{d}/{dv}' for d, dv in head_dim_pairs)}" if head_dim_pairs else ""))
-    _need(k_cache.shape[:3] == v_cache.shape[:3], lambda: f"k_cache {tuple(k_cache.shape)} and v_cache "
+    need(k_cache.shape[:3] == v_cache.shape[:3], lambda: f"k_cache {tuple(k_cache.shape)} and v_cache "
           f"{tuple(v_cache.shape)} must have the same shape (but for V's head_dim where a pair allows it)")
-    _need(k_cache.dtype == v_cache.dtype, lambda: f"k_cache is {k_cache.dtype}, v_cache {v_cache.dtype}", TypeError)
+    need(k_cache.dtype == v_cache.dtype, lambda: f"k_cache is {k_cache.dtype}, v_cache {v_cache.dtype}", TypeError)
     fp8 = k_cache.dtype == E4M3
-    _need(fp8 or k_cache.dtype == q.dtype, lambda: f"k_cache/v_cache must be q's dtype ({q.dtype}) or {E4M3}, got "
+    need(fp8 or k_cache.dtype == q.dtype, lambda: f"k_cache/v_cache must be q's dtype ({q.dtype}) or {E4M3}, got "
           f"{k_cache.dtype}", TypeError)
     blocks, rows, heads_kv, cache_dim = k_cache.shape
-    _need(cache_dim == head_dim, lambda: f"k_cache head_dim {cache_dim} != q head_dim {head_dim}")
-    _need(heads_kv >= 1 and heads_q % heads_kv == 0,
+    need(cache_dim == head_dim, lambda: f"k_cache head_dim {cache_dim} != q head_dim {head_dim}")
+    need(heads_kv >= 1 and heads_q % heads_kv == 0,
           lambda: f"q has {heads_q} heads, the cache {heads_kv}: Hq must be a multiple of Hkv")
     for name, x in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _check_rows(name, x)
 
     if fp8:
         for name, d in (("k_descale", k_descale), ("v_descale", v_descale)):
-            _need(d is not None, lambda: f"{name} is required with an {E4M3} cache ((B, Hkv) float32)")
+            need(d is not None, lambda: f"{name} is required with an {E4M3} cache ((B, Hkv) float32)")
             _check_tensor(name, d, dims=2, device=device)
-            _need(tuple(d.shape) == (batch, heads_kv) and d.dtype == torch.float32 and d.is_contiguous(),
+            need(tuple(d.shape) == (batch, heads_kv) and d.dtype == torch.float32 and d.is_contiguous(),
                   lambda: f"{name} must be a contiguous (B, Hkv) = ({batch}, {heads_kv}) float32 tensor, got "
                   f"{tuple(d.shape)} {d.dtype}")
     else:
-        _need(k_descale is None and v_descale is None, "k_descale/v_descale are for an e4m3 cache only")
+        need(k_descale is None and v_descale is None, "k_descale/v_descale are for an e4m3 cache only")
 
     if block_table is None:
-        _need(blocks == batch, lambda: "contiguous cache (no block_table): k_cache must be (B, S_max, Hkv, D) with B = "
+        need(blocks == batch, lambda: "contiguous cache (no block_table): k_cache must be (B, S_max, Hkv, D) with B = "
               f"{batch}, got {tuple(k_cache.shape)}")
         page_size, capacity = None, rows
     else:
         _check_tensor("block_table", block_table, dims=2, device=device)
-        _need(block_table.dtype == torch.int32, lambda: f"block_table must be int32, got {block_table.dtype}",
+        need(block_table.dtype == torch.int32, lambda: f"block_table must be int32, got {block_table.dtype}",
               TypeError)
-        _need(block_table.shape[0] == batch and block_table.shape[1] >= 1,
+        need(block_table.shape[0] == batch and block_table.shape[1] >= 1,
               lambda: f"block_table must be (B, max_blocks) with B = {batch}, got {tuple(block_table.shape)}")
-        _need(block_table.stride(-1) == 1, "block_table needs stride 1 in its last dimension")
-        _need(rows in PAGE_SIZES, lambda: f"page_size {rows} (k_cache.shape[1]): the paged kernels take {PAGE_SIZES}")
+        need(block_table.stride(-1) == 1, "block_table needs stride 1 in its last dimension")
+        need(rows in PAGE_SIZES, lambda: f"page_size {rows} (k_cache.shape[1]): the paged kernels take {PAGE_SIZES}")
         page_size, capacity = rows, block_table.shape[1] * rows
 
     _check_tensor("cache_seqlens", cache_seqlens, dims=1, device=device)
-    _need(cache_seqlens.dtype == torch.int32, lambda: f"cache_seqlens must be int32, got {cache_seqlens.dtype}",
+    need(cache_seqlens.dtype == torch.int32, lambda: f"cache_seqlens must be int32, got {cache_seqlens.dtype}",
           TypeError)
-    _need(tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.is_contiguous(),
+    need(tuple(cache_seqlens.shape) == (batch,) and cache_seqlens.is_contiguous(),
           lambda: f"cache_seqlens must be a contiguous (B,) = ({batch},) tensor, got {tuple(cache_seqlens.shape)}")
 
-    _need((k_new is None) == (v_new is None), "give k_new and v_new together, or neither")
+    need((k_new is None) == (v_new is None), "give k_new and v_new together, or neither")
     if k_new is not None:
         for name, x in (("k_new", k_new), ("v_new", v_new)):
             _check_tensor(name, x, dims=4, device=device)
-            _need(x.dtype == k_cache.dtype,
+            need(x.dtype == k_cache.dtype,
                   lambda: f"{name} must have the cache's dtype {k_cache.dtype}, got {x.dtype}",
                   TypeError)
             cache = k_cache if name == "k_new" else v_cache
-            _need(x.shape[0] == batch and x.shape[2:] == cache.shape[2:] and x.shape[1] >= 1,
+            need(x.shape[0] == batch and x.shape[2:] == cache.shape[2:] and x.shape[1] >= 1,
                   lambda: f"{name} must be (B, S_new, Hkv, D) = ({batch}, S_new, {heads_kv}, {cache.shape[3]}), got "
                   f"{tuple(x.shape)}")
-        _need(k_new.shape[:3] == v_new.shape[:3], lambda: f"k_new {tuple(k_new.shape)} and v_new {tuple(v_new.shape)} "
+        need(k_new.shape[:3] == v_new.shape[:3], lambda: f"k_new {tuple(k_new.shape)} and v_new {tuple(v_new.shape)} "
               "differ in batch, length or heads")
-        _need(not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
+        need(not (q.is_cuda and torch.cuda.is_current_stream_capturing()),
               "k_new/v_new: the append checks the lengths on the host, which a CUDA graph capture cannot do; "
               "write the cache before the captured call instead")
     return Layout(batch=batch, seqlen_q=seqlen_q, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim,
@@ -157,21 +151,21 @@ MLA_HEAD_DIM, MLA_HEAD_DIM_V = 576, 512  # DeepSeek's latent cache: 512 latent +
 def latent_views(kv_cache, head_dim_v: int):
     """(k_cache, v_cache) of one latent cache (MLA): K the whole rows, V a view of their first head_dim_v columns
     (no copy: the kernels see V's rows are K's and read each once). TypeError / ValueError naming the problem."""
-    _need(isinstance(kv_cache, torch.Tensor), f"kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}",
+    need(isinstance(kv_cache, torch.Tensor), f"kv_cache must be a torch.Tensor, got {type(kv_cache).__name__}",
           TypeError)
-    _need(kv_cache.dim() == 4, f"kv_cache must be 4-D (num_blocks, page_size, 1, {MLA_HEAD_DIM}) or (B, S_max, 1, "
+    need(kv_cache.dim() == 4, f"kv_cache must be 4-D (num_blocks, page_size, 1, {MLA_HEAD_DIM}) or (B, S_max, 1, "
           f"{MLA_HEAD_DIM}), got shape {tuple(kv_cache.shape)}")
-    _need(isinstance(head_dim_v, int) and not isinstance(head_dim_v, bool) and 0 < head_dim_v < kv_cache.shape[3],
+    need(isinstance(head_dim_v, int) and not isinstance(head_dim_v, bool) and 0 < head_dim_v < kv_cache.shape[3],
           f"head_dim_v must be an int within kv_cache's head_dim {kv_cache.shape[3]}, got {head_dim_v!r}")
     return kv_cache, kv_cache[..., :head_dim_v]
 
 
 def check_splits(num_splits, split_size) -> None:
     """num_splits: a positive int; split_size: keys per chunk, a positive multiple of SPLIT_MULTIPLE; not both."""
-    _need(num_splits is None or split_size is None, "give num_splits or split_size, not both")
-    _need(num_splits is None or (isinstance(num_splits, int) and num_splits >= 1),
+    need(num_splits is None or split_size is None, "give num_splits or split_size, not both")
+    need(num_splits is None or (isinstance(num_splits, int) and num_splits >= 1),
           f"num_splits must be a positive int, got {num_splits!r}")
-    _need(split_size is None or (isinstance(split_size, int) and split_size >= SPLIT_MULTIPLE
+    need(split_size is None or (isinstance(split_size, int) and split_size >= SPLIT_MULTIPLE
                                  and split_size % SPLIT_MULTIPLE == 0),
           f"split_size must be a positive multiple of {SPLIT_MULTIPLE} keys, got {split_size!r}")
 
@@ -181,7 +175,7 @@ def resolve_scale(scale, head_dim: int) -> float:
     if scale is None:
         return head_dim ** -0.5
     scale = float(scale)
-    _need(scale > 0 and scale != float("inf"), f"scale must be a positive finite number, got {scale}")
+    need(scale > 0 and scale != float("inf"), f"scale must be a positive finite number, got {scale}")
     return scale
 
 
@@ -191,8 +185,8 @@ def check_values(layout: Layout, k_cache: torch.Tensor, cache_seqlens: torch.Ten
     entry those keys use names no page of the cache. One host sync."""
     lengths = cache_seqlens.long() + extra
     low, high = (int(x) for x in torch.stack([cache_seqlens.min(), lengths.max()]).tolist())
-    _need(low >= 0, f"cache_seqlens: a negative length ({low})")
-    _need(high <= layout.capacity, f"cache_seqlens{' + S_new' if extra else ''}: a length of {high} is beyond the "
+    need(low >= 0, f"cache_seqlens: a negative length ({low})")
+    need(high <= layout.capacity, f"cache_seqlens{' + S_new' if extra else ''}: a length of {high} is beyond the "
           f"cache's capacity of {layout.capacity} keys per sequence")
     if block_table is not None:
         used = torch.arange(block_table.shape[1], device=block_table.device)[None, :] * layout.page_size < lengths[:, None]

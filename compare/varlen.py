@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from . import oracle
+from .checks import need
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -38,38 +39,33 @@ class Layout:
     total_k: int
 
 
-def _need(ok: bool, message: str, exc=ValueError) -> None:
-    if not ok:
-        raise exc(message)
-
-
 def check_inputs(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, window=(-1, -1),
                  softcap=0.0) -> Layout:
     """Shapes, dtypes, devices, strides and the scalar arguments; never reads device memory."""
     for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _need(isinstance(x, torch.Tensor), f"{name} must be a torch.Tensor, got {type(x).__name__}", TypeError)
+        need(isinstance(x, torch.Tensor), f"{name} must be a torch.Tensor, got {type(x).__name__}", TypeError)
     for name, x in (("q", q), ("k", k), ("v", v)):
-        _need(x.dim() == 3, f"{name} must be (total_tokens, heads, head_dim), got shape {tuple(x.shape)}")
-        _need(x.dtype in DTYPES, f"{name}: dtype {x.dtype} not supported (bfloat16, float16, float32)", TypeError)
-        _need(x.stride(-1) == 1, f"{name} must have a unit head_dim stride, got strides {x.stride()}")
-    _need(q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}", TypeError)
-    _need(k.shape[:2] == v.shape[:2],
+        need(x.dim() == 3, f"{name} must be (total_tokens, heads, head_dim), got shape {tuple(x.shape)}")
+        need(x.dtype in DTYPES, f"{name}: dtype {x.dtype} not supported (bfloat16, float16, float32)", TypeError)
+        need(x.stride(-1) == 1, f"{name} must have a unit head_dim stride, got strides {x.stride()}")
+    need(q.dtype == k.dtype == v.dtype, f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}", TypeError)
+    need(k.shape[:2] == v.shape[:2],
           f"k and v must have the same (total_tokens, heads), got {tuple(k.shape)} and {tuple(v.shape)}")
-    _need(q.shape[2] == k.shape[2], f"q and k must have the same head_dim, got {q.shape[2]} and {k.shape[2]}")
-    _need(k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0,
+    need(q.shape[2] == k.shape[2], f"q and k must have the same head_dim, got {q.shape[2]} and {k.shape[2]}")
+    need(k.shape[1] >= 1 and q.shape[1] % k.shape[1] == 0,
           f"heads of q ({q.shape[1]}) must be a multiple of the heads of k and v ({k.shape[1]})")
     for name, cu in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
-        _need(cu.dtype == torch.int32, f"{name} must be int32, got {cu.dtype}", TypeError)
-        _need(cu.dim() == 1 and cu.numel() >= 2, f"{name} must be (batch + 1,) with batch >= 1, got shape "
+        need(cu.dtype == torch.int32, f"{name} must be int32, got {cu.dtype}", TypeError)
+        need(cu.dim() == 1 and cu.numel() >= 2, f"{name} must be (batch + 1,) with batch >= 1, got shape "
                                                  f"{tuple(cu.shape)}")
-        _need(cu.is_contiguous(), f"{name} must be contiguous")
-    _need(cu_seqlens_q.numel() == cu_seqlens_k.numel(),
+        need(cu.is_contiguous(), f"{name} must be contiguous")
+    need(cu_seqlens_q.numel() == cu_seqlens_k.numel(),
           f"cu_seqlens_q and cu_seqlens_k must have the same length (batch + 1), got {cu_seqlens_q.numel()} and "
           f"{cu_seqlens_k.numel()}")
     devices = {x.device for x in (q, k, v, cu_seqlens_q, cu_seqlens_k)}
-    _need(len(devices) == 1, f"all tensors must be on one device, got {sorted(map(str, devices))}")
+    need(len(devices) == 1, f"all tensors must be on one device, got {sorted(map(str, devices))}")
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
-        _need(isinstance(m, int) and not isinstance(m, bool) and m >= 0, f"{name} must be an int >= 0, got {m!r}",
+        need(isinstance(m, int) and not isinstance(m, bool) and m >= 0, f"{name} must be an int >= 0, got {m!r}",
               TypeError if not isinstance(m, int) or isinstance(m, bool) else ValueError)
     oracle.check_window(window)
     oracle.check_softcap(softcap)
@@ -83,14 +79,14 @@ def check_values(layout: Layout, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     for name, cu, total, longest in (("cu_seqlens_q", cu_seqlens_q, layout.total_q, max_seqlen_q),
                                      ("cu_seqlens_k", cu_seqlens_k, layout.total_k, max_seqlen_k)):
         offsets = cu.tolist()
-        _need(offsets[0] == 0, f"{name}[0] must be 0, got {offsets[0]}")
+        need(offsets[0] == 0, f"{name}[0] must be 0, got {offsets[0]}")
         lengths = [b - a for a, b in zip(offsets, offsets[1:])]
         bad = next((i for i, n in enumerate(lengths) if n < 0), None)
         if bad is not None:
             raise ValueError(f"{name} must be non-decreasing; it falls at sequence {bad} "
                              f"({offsets[bad]} -> {offsets[bad + 1]})")
-        _need(offsets[-1] == total, f"{name}[-1] = {offsets[-1]} but the packed tensor holds {total} tokens")
-        _need(max(lengths) <= longest, f"max_seqlen ({longest}) is below the longest sequence of {name} "
+        need(offsets[-1] == total, f"{name}[-1] = {offsets[-1]} but the packed tensor holds {total} tokens")
+        need(max(lengths) <= longest, f"max_seqlen ({longest}) is below the longest sequence of {name} "
                                        f"({max(lengths)})")
 
 
