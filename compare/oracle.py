@@ -454,8 +454,12 @@ class KVCase:
     seed: int = 0
     head_dim_v: int | None = None   # V's (and the output's) head_dim; None: head_dim
     latent: bool = False            # MLA: one cache, V its first head_dim_v columns (v_cache a view of k_cache)
+    window: tuple[int, int] = (-1, -1)  # local attention on each sequence's keys, as Case.window
 
     def __post_init__(self):
+        if isinstance(self.window, list):  # from JSON (a recorded fuzz example)
+            object.__setattr__(self, "window", tuple(self.window))
+        check_window(self.window)
         for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "head_dim"):
             if getattr(self, field) < 1:
                 raise ValueError(f"KVCase.{field} must be >= 1, got {getattr(self, field)}")
@@ -496,7 +500,8 @@ class KVCase:
         """Sequence b as a dense case (batch 1, its own length)."""
         return Case(batch=1, heads_q=self.heads_q, heads_kv=self.heads_kv, seqlen_q=self.seqlen_q,
                     seqlen_k=max(self.cache_seqlens[b], 1), head_dim=self.head_dim, causal=self.causal,
-                    fmt=self.fmt, scale=self.scale, dist=self.dist, seed=self.seed, head_dim_v=self.head_dim_v)
+                    fmt=self.fmt, scale=self.scale, dist=self.dist, seed=self.seed, head_dim_v=self.head_dim_v,
+                    window=self.window)
 
     def shape_str(self) -> str:
         lengths = ",".join(map(str, self.cache_seqlens)) if len(set(self.cache_seqlens)) > 1 else \
@@ -506,7 +511,8 @@ class KVCase:
         dims = f"d{self.head_dim}" + (f"v{self.v_dim}" if self.v_dim != self.head_dim else "")
         return (f"{self.fmt}{kv} b{self.batch} h{self.heads_q}/{self.heads_kv} q{self.seqlen_q} k{lengths} "
                 f"{dims}{' latent' if self.latent else ''} {cache} {'causal' if self.causal else 'full'} {self.dist}"
-                + (" hostile" if self.hostile else ""))
+                + (" hostile" if self.hostile else "")
+                + (f" win{self.window[0]},{self.window[1]}" if self.window != (-1, -1) else ""))
 
     def replace(self, **kw) -> "KVCase":
         return dataclasses.replace(self, **kw)
@@ -534,6 +540,8 @@ class KVInputs:
                   scale=case.scale)
         if self.k_descale is not None:
             kw.update(k_descale=self.k_descale, v_descale=self.v_descale)
+        if case.window != (-1, -1):
+            kw["window"] = case.window
         return kw
 
 

@@ -297,7 +297,7 @@ def _attention_decode(q, k, v, causal: bool, scale: float, spec: dict):
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
                            causal=False, scale=None, return_lse=False, k_descale=None, v_descale=None,
-                           num_splits=None, split_size=None):
+                           num_splits=None, split_size=None, window=(-1, -1)):
     """Decode attention against a KV cache, shaped like FlashAttention's flash_attn_with_kvcache (compare.kvcache
     has the layouts): q (B, Sq, Hq, D) bf16/fp16 with Sq 1..64, the cache in q's dtype or e4m3 (float8_e4m3fn,
     with k_descale / v_descale (B, Hkv) float32); k_cache / v_cache paged (num_blocks, page_size,
@@ -311,7 +311,12 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     split_size=K chunks every sequence by K keys (a multiple of 64), so each sequence's result is the same bits
     whatever the batch around it. Results are deterministic either way. Without k_new there is no host sync:
     a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
-    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync)."""
+    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync). window: the decode kernel
+    takes none yet (NotImplementedError; triton_impl.attention_with_kvcache does)."""
+    kvcache.check_window(window)
+    if tuple(window) != (-1, -1):
+        raise NotImplementedError("window: cuda_impl's decode kernel takes no local window yet; "
+                                  "triton_impl.attention_with_kvcache does")
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],

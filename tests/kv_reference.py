@@ -8,7 +8,7 @@ from compare import oracle
 
 
 def kv_reference(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal=False, scale=None,
-                 return_lse=False, k_descale=None, v_descale=None):
+                 return_lse=False, k_descale=None, v_descale=None, window=(-1, -1)):
     """attention_with_kvcache in float64 torch, reading the pages the block table names for each length."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     scale = scale or head_dim ** -0.5
@@ -27,6 +27,6 @@ def kv_reference(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal
         if k_descale is not None:
             k, v = k * k_descale[b][None, :, None], v * v_descale[b][None, :, None]
         o, l = oracle.reference(q[b:b + 1].transpose(1, 2), k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                causal=causal, scale=scale)
+                                causal=causal, scale=scale, window=window)
         out[b], lse[b] = o[0].transpose(0, 1).to(q.dtype), l[0].float()
     return (out, lse) if return_lse else out

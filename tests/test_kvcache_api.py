@@ -15,6 +15,7 @@ CASES = [
     oracle.KVCase(3, 8, 2, 1, (5, 0, 33), 64, page_size=16, hostile=True, fmt="fp16"),
     oracle.KVCase(2, 4, 4, 3, (7, 2), 32, causal=True, fmt="fp32"),
     oracle.KVCase(2, 8, 1, 2, (40, 17), 64, page_size=16, kv_fmt="fp8", capacity=64),
+    oracle.KVCase(2, 4, 2, 3, (40, 2), 32, page_size=16, causal=True, fmt="fp32", window=(5, -1)),
 ]
 
 
@@ -97,6 +98,7 @@ BAD_INPUTS = [
     ("not both", lambda q, k, v, kw: ((q, k, v), {**kw, "num_splits": 2, "split_size": 64}), ValueError),
     ("multiple of 64", lambda q, k, v, kw: ((q, k, v), {**kw, "split_size": 100}), ValueError),
     ("positive finite", lambda q, k, v, kw: ((q, k, v), {**kw, "scale": float("nan")}), ValueError),
+    ("window must be a tuple", lambda q, k, v, kw: ((q, k, v), {**kw, "window": (-2, 0)}), ValueError),
 ]
 
 
@@ -106,6 +108,12 @@ def test_bad_input_is_named(module, words, make, error):
     (q, k, v), kw = make(*_args())
     with pytest.raises(error, match=__import__("re").escape(words)):
         module.attention_with_kvcache(q, k, v, **kw)
+
+
+def test_cuda_refuses_a_window_by_name():
+    q, k, v, kw = _args()
+    with pytest.raises(NotImplementedError, match="window: cuda_impl's decode kernel"):
+        cuda_impl.attention_with_kvcache(q, k, v, **kw, window=(16, -1))
 
 
 def test_check_values_and_append():

@@ -37,11 +37,11 @@ def _forward(**split):
     from triton_impl.decode import forward
 
     def run(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, scale, return_lse, k_descale=None,
-            v_descale=None):
+            v_descale=None, window=(-1, -1)):
         assert return_lse
         scale = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
         return forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
-                       k_descale=k_descale, v_descale=v_descale, **split)
+                       k_descale=k_descale, v_descale=v_descale, window=window, **split)
     return run
 
 
@@ -102,6 +102,33 @@ def test_many_splits_merge_in_blocks_and_stay_batch_invariant():
     alone = forward(inputs.q[1:2], inputs.k_cache, inputs.v_cache, inputs.cache_seqlens[1:2],
                     inputs.block_table[1:2], causal=False, scale=1 / 8, split_size=16)
     assert torch.equal(alone[0], out[1:2]) and torch.equal(alone[1], lse[1:2])
+
+
+WINDOW_CASES = [
+    KV(2, 8, 2, 1, (600, 129), 64, page_size=16, fmt="fp16", window=(100, -1)),     # most chunks see nothing
+    KV(2, 8, 2, 3, (70, 2), 64, page_size=16, causal=True, fmt="fp16", window=(20, -1), hostile=True),
+    KV(2, 4, 1, 2, (90, 40), 64, fmt="fp16", window=(30, 10)),                        # both sides, contiguous
+    KV(2, 4, 1, 4, (2, 50), 64, page_size=16, fmt="fp32", window=(0, 0)),             # rows that see no key
+]
+
+
+@interpreted
+@pytest.mark.parametrize("case", WINDOW_CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
+@pytest.mark.parametrize("split", [dict(), dict(num_splits=100), dict(split_size=32)],
+                         ids=["auto", "many-splits", "split32"])
+def test_windows_match_the_oracle(case, split):
+    _check(case, **split)
+
+
+@interpreted
+def test_a_window_keeps_split_size_batch_invariant():
+    case = KV(3, 8, 2, 2, (200, 9, 120), 64, page_size=16, causal=True, fmt="fp16", window=(40, -1))
+    inputs = _inputs(case)
+    out, lse = _call(inputs, case, split_size=32)
+    from triton_impl.decode import forward
+    alone = forward(inputs.q[2:3], inputs.k_cache, inputs.v_cache, inputs.cache_seqlens[2:3], inputs.block_table[2:3],
+                    causal=True, scale=1 / 8, split_size=32, window=(40, -1))
+    assert torch.equal(alone[0], out[2:3]) and torch.equal(alone[1], lse[2:3])
 
 
 @interpreted
@@ -216,7 +243,7 @@ def test_custom_op_fake_and_opcheck():
     case = KV(1, 4, 1, 1, (20,), 64, page_size=16, fmt="fp16")
     inputs = _inputs(case)
     args = (inputs.q, inputs.k_cache, inputs.v_cache, inputs.cache_seqlens, inputs.block_table, None, None,
-            False, 0.125, 2, 0)
+            False, 0.125, 2, 0, 8, -1)
     torch.library.opcheck(decode._decode_op, args, test_utils=("test_schema", "test_faketensor"))
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in args]
@@ -277,6 +304,16 @@ def test_gpu_matches_the_oracle(case):
 def test_gpu_split_choices_match_the_oracle(split):
     _needs_gpu()
     _check(KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64), "cuda", **split)
+
+
+@gpu
+@pytest.mark.parametrize("case", [KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64, window=(1024, -1)),
+                                  KV(2, 32, 8, 4, (9000, 300), 128, page_size=16, causal=True, window=(4096, -1)),
+                                  KV(1, 16, 2, 2, (5000,), 64, window=(700, 300))],
+                         ids=lambda c: c.shape_str().replace(" ", "-"))
+def test_gpu_windows_match_the_oracle(case):
+    _needs_gpu()
+    _check(case, "cuda")
 
 
 @gpu

@@ -93,7 +93,7 @@ _plan_cached = functools.lru_cache(maxsize=4096)(_plan)
 
 
 def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
-                 num_splits, split_size, config=None):
+                 num_splits, split_size, window_left=-1, window_right=-1, config=None):
     tensors = [t for t in (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale) if t is not None]
     # the portable pointer kernels' needs: triton, sm_80+ or the interpreter
     reason = unavailable_reason("decode" if "decode" in VARIANTS else "fa2")
@@ -116,17 +116,17 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
         ws_lse = torch.empty((batch, heads_kv, n_splits, rows), dtype=torch.float32, device=q.device)
     with _device_scope(q):
         kernels.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse,
-                       ws_o, ws_lse, causal, scale, split_keys, n_splits, tile)
+                       ws_o, ws_lse, causal, scale, split_keys, n_splits, tile, (window_left, window_right))
     return out, lse
 
 
 def _decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: Optional[torch.Tensor],
             block_table: Optional[torch.Tensor], k_descale: Optional[torch.Tensor],
             v_descale: Optional[torch.Tensor], causal: bool, scale: float, num_splits: int,
-            split_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+            split_size: int, window_left: int, window_right: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The op's implementation; num_splits / split_size 0 mean None."""
     return _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
-                        num_splits, split_size)
+                        num_splits, split_size, window_left, window_right)
 
 
 _decode_op = torch.library.custom_op("triton_fa::decode", mutates_args=())(_decode)
@@ -134,7 +134,7 @@ _decode_op = torch.library.custom_op("triton_fa::decode", mutates_args=())(_deco
 
 @_decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
-                 num_splits, split_size):
+                 num_splits, split_size, window_left, window_right):
     batch, seqlen_q, heads_q = q.shape[:3]
     return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[3])),
             q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
@@ -148,14 +148,25 @@ def _split_arg(name, value):
     return int(value)
 
 
+def _window(window, causal: bool) -> tuple[int, int]:
+    """(left, right) as the kernel takes it: (-1, -1) without a window; with one, right 0 under causal."""
+    left, right = (int(w) for w in window)
+    if (left, right) == (-1, -1):
+        return -1, -1
+    return left, 0 if causal else right
+
+
 def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float,
-            k_descale=None, v_descale=None, num_splits: Optional[int] = None, split_size: Optional[int] = None):
+            k_descale=None, v_descale=None, num_splits: Optional[int] = None, split_size: Optional[int] = None,
+            window=(-1, -1)):
     """Decode attention of q (B, Sq, Hq, D) against the cache; returns (out (B, Sq, Hq, Dv), lse (B, Hq, Sq)), Dv
     V's head_dim (D but for MLA's 576 / 512, where v_cache is best a view of k_cache's first 512 columns).
 
     Paged cache (block_table (B, max_blocks) int32): k_cache/v_cache (num_blocks, page_size, Hkv, D);
     contiguous (block_table None): (B, S_max, Hkv, D). cache_seqlens (B,) int32 or None (full capacity).
-    fp8 e4m3 K/V with k_descale/v_descale (B, Hkv) fp32. causal is bottom-right aligned. See the module
+    fp8 e4m3 K/V with k_descale/v_descale (B, Hkv) fp32. causal is bottom-right aligned. window (left, right):
+    local attention on each sequence's keys (row i of a sequence of L keys sees keys i + L - Sq - left .. + right;
+    -1 unbounded; causal sets right to 0); key tiles no row of a query tile sees are not read. See the module
     docstring for num_splits / split_size."""
     if num_splits is not None and split_size is not None:
         raise ValueError("num_splits and split_size are mutually exclusive")
@@ -172,4 +183,5 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
     else:
         k_descale, v_descale = k_descale.float().contiguous(), v_descale.float().contiguous()
     return _run(_decode_op, _decode, (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale),
-                bool(causal), scale, _split_arg("num_splits", num_splits), _split_arg("split_size", split_size))
+                bool(causal), scale, _split_arg("num_splits", num_splits), _split_arg("split_size", split_size),
+                *_window(window, causal))

@@ -465,7 +465,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 
 def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=None, k_new=None, v_new=None,
                            causal=False, scale=None, return_lse=False, k_descale=None, v_descale=None,
-                           num_splits=None, split_size=None):
+                           num_splits=None, split_size=None, window=(-1, -1)):
     """Decode attention against a KV cache, shaped like FlashAttention's flash_attn_with_kvcache (compare.kvcache
     has the layouts): q (B, Sq, Hq, D) bf16/fp16 (fp32 too) with Sq 1..64; k_cache / v_cache paged
     (num_blocks, page_size, Hkv, D) with block_table (B, max_blocks) int32, or contiguous (B, S_max, Hkv, D)
@@ -478,9 +478,14 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     split_size=K chunks every sequence by K keys (a multiple of 64), so each sequence's result is the same bits
     whatever the batch around it. Results are deterministic either way. Without k_new there is no host sync:
     a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
-    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync)."""
+    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync).
+
+    window=(left, right): local attention as attention() defines it, on each sequence's keys (query i of a
+    sequence of L keys sees keys i + L - Sq - left .. i + L - Sq + right; -1: unbounded; causal sets right to 0);
+    key tiles outside every row's window are not read."""
     from compare import kvcache
     from triton_impl import decode
+    kvcache.check_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16, torch.float32),
@@ -495,7 +500,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
         cache_seqlens = kvcache.append(layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
     out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal), scale=scale,
                               k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
-                              split_size=split_size)
+                              split_size=split_size, window=tuple(window))
     return (out, lse) if return_lse else out
 
 

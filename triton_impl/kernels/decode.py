@@ -15,6 +15,8 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
   L > capacity.
 * Online softmax in exp2 with the scale (and fp8's K descale) folded into one multiplier; every tile is
   masked (key tail, page validity, bottom-right causal per row): decode is memory-bound.
+* A local window (LOCAL; window_left / window_right, -1 unbounded, around each row's bottom-right diagonal): the
+  chunk's key range is narrowed to the tiles some row of the query tile sees, and every tile is masked per row.
 * One split: the program writes out and lse directly. Several: it writes its normalised partial output and
   its LSE (log2 units) in fp32 to a workspace, and `_decode_merge` combines the splits of a row MERGE_BLOCK_S
   at a time, in order (fixed order: the same bits on every run). Chunks past a sequence's length do no work
@@ -86,16 +88,17 @@ def _program(heads_kv, tiles):
     return tile, bh % heads_kv, bh // heads_kv
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys", "heads_kv", "n_splits"])
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys", "heads_kv", "n_splits",
+                               "window_left", "window_right"])
 def _decode_split(
     Q, K, V, O, LSE, WS_O, WS_LSE, SEQLENS, BT, KDS, VDS,
-    qk_scale, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits,
+    qk_scale, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits, window_left, window_right,
     sqb, sqs, sqh, skp, sks, skh, svp, svs, svh, sob, sos, soh, slb, slh, sbt,
     swb, swh, sws, swr, slwb, slwh, slws,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M_TILES: tl.constexpr,
     PAGED: tl.constexpr, PAGE_SIZE: tl.constexpr, HAS_SEQLENS: tl.constexpr, CAUSAL: tl.constexpr,
     SPLIT: tl.constexpr, FP8: tl.constexpr, DOT_PRECISION: tl.constexpr, QK_EXTRA: tl.constexpr,
-    V_IS_K: tl.constexpr,
+    V_IS_K: tl.constexpr, LOCAL: tl.constexpr,
 ):
     pid, hk, b = _program(heads_kv, n_splits * M_TILES)
     split = pid // M_TILES
@@ -123,9 +126,17 @@ def _decode_split(
         seqlen = capacity
     bad = (seqlen < 0) | (seqlen > capacity)
     seqlen = tl.where(bad, 0, seqlen)  # a bad length reads nothing
-    lo = split * split_keys
-    hi = tl.minimum(seqlen, lo + split_keys)
+    chunk = split * split_keys
+    lo = chunk
+    hi = tl.minimum(seqlen, chunk + split_keys)
     diagonal = seqlen - seqlen_q  # causal, bottom-right: row at q_pos sees keys j <= q_pos + diagonal
+    if LOCAL:  # keys q_pos + diagonal - left .. + right (-1: unbounded); the tiles no row of this tile sees skipped
+        first_pos = (m_tile * BLOCK_M) // group
+        last_pos = (tl.minimum(m_tile * BLOCK_M + BLOCK_M, rows) - 1) // group
+        if window_left >= 0:
+            lo = tl.maximum(lo, (tl.maximum(first_pos + diagonal - window_left, 0) // BLOCK_N) * BLOCK_N)
+        if window_right >= 0:
+            hi = tl.minimum(hi, last_pos + diagonal + window_right + 1)
 
     scale = qk_scale
     if FP8:
@@ -177,6 +188,11 @@ def _decode_split(
         visible = key_ok[None, :]
         if CAUSAL:
             visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal)
+        if LOCAL:
+            if window_left >= 0:
+                visible = visible & (pos[None, :] >= q_pos[:, None] + diagonal - window_left)
+            if window_right >= 0:
+                visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal + window_right)
         s = tl.where(visible, qk * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # a row that has seen no key keeps max -inf; shifting by 0 makes its p and alpha 0, not NaN
@@ -202,7 +218,7 @@ def _decode_split(
     if SPLIT:
         lse2 = tl.where(bad, nan, lse2)
         ws = b64 * swb + hk64 * swh + split.to(tl.int64) * sws + offs_r.to(tl.int64) * swr
-        active = lo < seqlen
+        active = chunk < seqlen  # every chunk the length covers writes a partial (the merge reads them all)
         tl.store(WS_LSE + b64 * slwb + hk64 * slwh + split.to(tl.int64) * slws + offs_r, lse2,
                  mask=row_ok & active)
         tl.store(WS_O + ws[:, None] + offs_d[None, :], out, mask=(row_ok & active)[:, None])
@@ -343,10 +359,11 @@ def v_is_k(k_cache, v_cache) -> bool:
 
 
 def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
-           causal, scale, split_keys, n_splits, tile):
+           causal, scale, split_keys, n_splits, tile, window=(-1, -1)):
     """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, Dv)
     and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, Dv) and ws_lse (B, Hkv, n_splits, R) fp32
-    contiguous (None with one split); tile from tiles(). Dv < D: Q/K's columns past Dv (QK_EXTRA) add to S only."""
+    contiguous (None with one split); tile from tiles(). Dv < D: Q/K's columns past Dv (QK_EXTRA) add to S only.
+    window (left, right): each row sees keys row + L - Sq - left .. + right (-1: unbounded; causal: right 0)."""
     batch, seqlen_q, heads_q = q.shape[:3]
     head_dim = out.shape[3]  # V's, the kernels' HEAD_DIM
     qk_extra = q.shape[3] - head_dim
@@ -374,7 +391,7 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         q, k_cache, v_cache, out, lse, ws_o if split else dummy, ws_lse if split else dummy,
         cache_seqlens if cache_seqlens is not None else dummy, block_table if paged else dummy,
         k_descale if fp8 else dummy, v_descale if fp8 else dummy,
-        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits,
+        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits, *window,
         q.stride(0), q.stride(1), q.stride(2),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
         v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
@@ -384,7 +401,7 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, M_TILES=m_tiles,
         PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal,
         SPLIT=split, FP8=fp8, DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32", QK_EXTRA=qk_extra,
-        V_IS_K=qk_extra > 0 and v_is_k(k_cache, v_cache),
+        V_IS_K=qk_extra > 0 and v_is_k(k_cache, v_cache), LOCAL=tuple(window) != (-1, -1),
         num_warps=warps, num_stages=stages,
     )
     if split:
