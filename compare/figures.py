@@ -687,17 +687,39 @@ def fig_decode_bandwidth(df: pd.DataFrame) -> Figure:
     return fig
 
 
+DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
+
+
+def decode_ratio(rows: pd.DataFrame, top: str, bottom: str) -> pd.Series:
+    """`bottom`'s median time over `top`'s per single-token decode case of `rows` (passing rows of one decode
+    sweep; above 1: `top` is faster), indexed by DECODE_CASE. A case where one side is a graph replay and the other
+    an eager timing (host launch time included: at decode sizes most of it) is left out (decode_eager_cases)."""
+    one = rows[rows["seqlen_q"] == 1]
+    times = one.pivot_table(index=DECODE_CASE, columns="label", values="ms_p50", aggfunc="min")
+    if top not in times or bottom not in times:
+        return pd.Series(dtype=float)
+    ratio = (times[bottom] / times[top]).dropna()
+    return ratio.drop(decode_eager_cases(rows, top, bottom), errors="ignore")
+
+
+def decode_eager_cases(rows: pd.DataFrame, top: str, bottom: str) -> pd.Index:
+    """Single-token decode cases where exactly one of `top` and `bottom` was timed eagerly."""
+    pair = rows[(rows["seqlen_q"] == 1) & rows["label"].isin([top, bottom])]
+    eager = pair.assign(eager=pair["note"].astype(str).str.startswith(EAGER)).pivot_table(
+        index=DECODE_CASE, columns="label", values="eager", aggfunc="max")
+    if top not in eager or bottom not in eager:
+        return pd.Index([])
+    return eager.index[(eager[top] != eager[bottom]) & eager[top].notna() & eager[bottom].notna()]
+
+
 def decode_cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
-    """What figure 9 draws: per single-token decode case of one sweep, triton:decode's median time over
-    cuda:decode's (above 1: CUDA faster), with the case's GQA group; cases where either side is an eager timing
-    are left out (one of the two would carry host time the other does not)."""
-    rows = decode_data(df)
-    rows = rows[rows["label"].isin(["cuda:decode", "triton:decode"]) & ~rows["eager"]]
-    times = rows.pivot_table(index=["group", "heads_q", "batch", "seqlen_k"], columns="label", values="ms_p50",
-                             aggfunc="min")
-    if "cuda:decode" not in times or "triton:decode" not in times:
-        return pd.DataFrame(columns=["group", "heads_q", "batch", "seqlen_k", "ratio"])
-    return (times["triton:decode"] / times["cuda:decode"]).dropna().rename("ratio").reset_index()
+    """What figure 9 draws: decode_ratio of cuda:decode against triton:decode (triton's time over cuda's; above 1:
+    CUDA faster) on figure 6's rows, with each case's GQA group."""
+    ratio = decode_ratio(decode_data(df), "cuda:decode", "triton:decode")
+    if ratio.empty:
+        return pd.DataFrame(columns=[*DECODE_CASE, "ratio", "group"])
+    ratio = ratio.rename("ratio").reset_index()
+    return ratio.assign(group=ratio["heads_q"] // ratio["heads_kv"])
 
 
 def fig_decode_cuda_vs_triton(df: pd.DataFrame) -> Figure:

@@ -18,8 +18,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import paired
-from .figures import FOUNDING_SHAPE, REPO_ROOT, grid_rows, load_results, not_drawn_note, passed
-from .schema import EAGER, shape_label
+from .figures import (FOUNDING_SHAPE, REPO_ROOT, decode_eager_cases, decode_ratio, grid_rows, load_results,
+                      not_drawn_note, passed)
+from .schema import shape_label
 
 
 
@@ -380,31 +381,6 @@ def findings(df: pd.DataFrame, paired_dir: Path | None = None) -> list[str]:
     return out
 
 
-DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
-
-
-def _decode_ratio(rows: pd.DataFrame, top: str, bottom: str) -> pd.Series:
-    """`bottom`'s median time over `top`'s per single-token decode case (above 1: `top` is faster), both from the
-    same run (one decode sweep). A case where one side is a graph replay and the other an eager timing (host
-    launch time included: at decode sizes most of it) is left out: `_eager_cases` counts those."""
-    one = rows[rows["seqlen_q"] == 1]
-    times = one.pivot_table(index=DECODE_CASE, columns="label", values="ms_p50", aggfunc="min")
-    if top not in times or bottom not in times:
-        return pd.Series(dtype=float)
-    ratio = (times[bottom] / times[top]).dropna()
-    return ratio.drop(_eager_cases(one, top, bottom), errors="ignore")
-
-
-def _eager_cases(rows: pd.DataFrame, top: str, bottom: str) -> pd.Index:
-    """Decode cases where exactly one of `top` and `bottom` was timed eagerly."""
-    pair = rows[rows["label"].isin([top, bottom])]
-    eager = pair.assign(eager=pair["note"].astype(str).str.startswith(EAGER)).pivot_table(
-        index=DECODE_CASE, columns="label", values="eager", aggfunc="max")
-    if top not in eager or bottom not in eager:
-        return pd.Index([])
-    return eager.index[(eager[top] != eager[bottom]) & eager[top].notna() & eager[bottom].notna()]
-
-
 def _decode_where(key: tuple) -> str:
     batch, heads_q, heads_kv, seqlen_k = (int(x) for x in key)
     return f"b{batch} h{heads_q}/{heads_kv} k{_seq(seqlen_k)}"
@@ -427,11 +403,11 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
     """The README's decode finding: the decode kernels against cuDNN and against the prefill kernels they replace,
     single-token decode (Sq = 1) of one decode sweep, every number computed here."""
     rows = passed(df)
-    cuda = _decode_ratio(rows, "cuda:decode", "sdpa:cudnn")
+    cuda = decode_ratio(rows, "cuda:decode", "sdpa:cudnn")
     if cuda.empty:
         return []
-    triton = _decode_ratio(rows, "triton:decode", "sdpa:cudnn")
-    before = _decode_ratio(rows, "cuda:decode", "cuda:hopper")
+    triton = decode_ratio(rows, "triton:decode", "sdpa:cudnn")
+    before = decode_ratio(rows, "cuda:decode", "cuda:hopper")
     one = rows[(rows["seqlen_q"] == 1) & (rows["label"] == "cuda:decode")]
     kv = 2 * one["batch"] * one["heads_kv"] * one["seqlen_k"] * one["head_dim"] * 2
     peak = (kv / (one["ms_p50"] * 1e-3) / 1e12).max()
@@ -443,13 +419,13 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
             f"{peak:.2f} TB/s")
     if not triton.empty:
         text += f"; `triton:decode` at {_span(triton)} ({_decode_tally(triton, 'cuDNN')})"
-    skipped = len(_eager_cases(rows[rows["seqlen_q"] == 1], "cuda:decode", "sdpa:cudnn"))
+    skipped = len(decode_eager_cases(rows, "cuda:decode", "sdpa:cudnn"))
     if skipped:
         text += (f". {skipped} more {'cases are' if skipped > 1 else 'case is'} left out: cuDNN's graph replay "
                  "there did not reproduce its output, and its eager timing carries the host's launch time")
     if not before.empty:
         text += f". Against the prefill kernel `cuda:hopper` on the same calls it is {_span(before)} faster"
-    versus = _decode_ratio(rows, "cuda:decode", "triton:decode")
+    versus = decode_ratio(rows, "cuda:decode", "triton:decode")
     if not versus.empty:
         text += (f". Against `triton:decode` (figure 9) it runs at {_span(versus)} its speed "
                  f"({_decode_tally(versus, 'Triton')})")
