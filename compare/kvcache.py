@@ -160,11 +160,6 @@ def latent_views(kv_cache, head_dim_v: int):
     return kv_cache, kv_cache[..., :head_dim_v]
 
 
-def check_window(window) -> None:
-    """window = (left, right) as attention() takes it (compare.oracle.check_window): ValueError naming it."""
-    oracle.check_window(tuple(window) if isinstance(window, list) else window)
-
-
 def check_splits(num_splits, split_size) -> None:
     """num_splits: a positive int; split_size: keys per chunk, a positive multiple of SPLIT_MULTIPLE; not both."""
     need(num_splits is None or split_size is None, "give num_splits or split_size, not both")

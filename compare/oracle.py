@@ -70,9 +70,7 @@ class Case:
             value = getattr(self, field)
             if value is not None and value < 1:
                 raise ValueError(f"Case.{field} must be >= 1, got {value}")
-        if isinstance(self.window, list):  # from JSON (a recorded fuzz example)
-            object.__setattr__(self, "window", tuple(self.window))
-        check_window(self.window)
+        object.__setattr__(self, "window", as_window(self.window))
         check_softcap(self.softcap)
         if self.heads_q % self.heads_kv:
             raise ValueError(f"heads_q ({self.heads_q}) must be a multiple of heads_kv ({self.heads_kv})")
@@ -196,6 +194,14 @@ def check_window(window) -> None:
     if (not isinstance(window, tuple) or len(window) != 2
             or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1 for w in window)):
         raise ValueError(f"window must be a tuple (left, right) of ints >= -1 (-1: unbounded), got {window!r}")
+
+
+def as_window(window) -> tuple[int, int]:
+    """window checked (check_window) and returned as a tuple; a list (JSON, a recorded fuzz example, a user's
+    [left, right]) is taken as the tuple it spells."""
+    window = tuple(window) if isinstance(window, list) else window
+    check_window(window)
+    return window
 
 
 def check_softcap(softcap) -> None:
@@ -457,9 +463,7 @@ class KVCase:
     window: tuple[int, int] = (-1, -1)  # local attention on each sequence's keys, as Case.window
 
     def __post_init__(self):
-        if isinstance(self.window, list):  # from JSON (a recorded fuzz example)
-            object.__setattr__(self, "window", tuple(self.window))
-        check_window(self.window)
+        object.__setattr__(self, "window", as_window(self.window))
         for field in ("batch", "heads_q", "heads_kv", "seqlen_q", "head_dim"):
             if getattr(self, field) < 1:
                 raise ValueError(f"KVCase.{field} must be >= 1, got {getattr(self, field)}")

@@ -229,8 +229,7 @@ def attention(q, k, v, *, causal=False, scale=None, variant=None, return_lse=Fal
 
 def _attention_local(q, k, v, causal: bool, scale, variant, return_lse: bool, window, softcap):
     """attention() with a window or softcap: both checked, the variant refused unless it declares both."""
-    window = tuple(window) if isinstance(window, list) else window
-    oracle.check_window(window)
+    window = oracle.as_window(window)
     oracle.check_softcap(softcap)
     takes = sorted(name for name, spec in VARIANTS.items() if spec.get("local") and spec.get("softcap"))
     if validate.is_quantized(q):
@@ -313,8 +312,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
     sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync). window: the decode kernel
     takes none yet (NotImplementedError; triton_impl.attention_with_kvcache does)."""
-    kvcache.check_window(window)
-    if tuple(window) != (-1, -1):
+    if oracle.as_window(window) != (-1, -1):
         raise NotImplementedError("window: cuda_impl's decode kernel takes no local window yet; "
                                   "triton_impl.attention_with_kvcache does")
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,

@@ -366,8 +366,7 @@ LOCAL_DEFAULT_VARIANT = "fa2"  # variant=None with a window or softcap
 def _attention_local(q, k, v, causal, scale, variant, window, softcap):
     """window / softcap checked and the variant refused unless it declares both; the rest as _attention_16bit."""
     from compare import oracle
-    window = tuple(window) if isinstance(window, list) else window
-    oracle.check_window(window)
+    window = oracle.as_window(window)
     oracle.check_softcap(softcap)
     takes = sorted(name for name, spec in VARIANTS.items() if spec.get("local") and spec.get("softcap"))
     if _is_quantized(q) or _is_quantized(k) or _is_quantized(v):
@@ -483,9 +482,9 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     window=(left, right): local attention as attention() defines it, on each sequence's keys (query i of a
     sequence of L keys sees keys i + L - Sq - left .. i + L - Sq + right; -1: unbounded; causal sets right to 0);
     key tiles outside every row's window are not read."""
-    from compare import kvcache
+    from compare import kvcache, oracle
     from triton_impl import decode
-    kvcache.check_window(window)
+    window = oracle.as_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16, torch.float32),
@@ -500,7 +499,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
         cache_seqlens = kvcache.append(layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
     out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal), scale=scale,
                               k_descale=k_descale, v_descale=v_descale, num_splits=num_splits,
-                              split_size=split_size, window=tuple(window))
+                              split_size=split_size, window=window)
     return (out, lse) if return_lse else out
 
 
