@@ -126,9 +126,9 @@ def read_bandwidth_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
 
     from .stream_read import stream_read_tbps
 
-    src = torch.zeros(nbytes // 4, dtype=torch.float32, device="cuda")
+    src = torch.rand(nbytes // 4, dtype=torch.float32, device="cuda")  # one buffer for both probes
     best_ms = timing.best_ms(lambda: torch.sum(src), repeats)
-    return max(nbytes / (best_ms * 1e-3) / 1e12, stream_read_tbps(nbytes, repeats))
+    return max(nbytes / (best_ms * 1e-3) / 1e12, stream_read_tbps(src, repeats))
 
 
 # name -> (what it measures, unit); the names are what compare.backends.Backend.ceiling_for returns.

@@ -41,11 +41,9 @@ def partial_sums(x, block: int, warps: int = 4, stages: int = 1, tiles: int = TI
     return partial
 
 
-def stream_read_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
-    """Read rate of the kernel over `nbytes` of float32, TB/s: the best config, each checked to sum the buffer."""
-    import torch
-
-    x = torch.rand(nbytes // 4, dtype=torch.float32, device="cuda")
+def stream_read_tbps(x, repeats: int = 5) -> float:
+    """Read rate of the kernel over the 1-D float32 CUDA tensor x (values not all zero, so that a lost load shows
+    in the sum), TB/s: the best config, each checked to sum the buffer."""
     want = x.double().sum().item()
     best = float("inf")
     for block, warps, stages in CONFIGS:
@@ -53,4 +51,4 @@ def stream_read_tbps(nbytes: int = 2 << 30, repeats: int = 5) -> float:
         if abs(got - want) > 1e-4 * abs(want):
             raise RuntimeError(f"stream read {block}x{warps}w{stages}s summed {got}, torch {want}: loads were lost")
         best = min(best, timing.best_ms(lambda b=block, w=warps, s=stages: partial_sums(x, b, w, s), repeats))
-    return nbytes / (best * 1e-3) / 1e12
+    return x.numel() * 4 / (best * 1e-3) / 1e12
