@@ -228,25 +228,32 @@ def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
     assert "Against the prefill kernel `cuda:hopper` on the same calls it is 10.00× faster" in text
 
 
-def test_decode_figure_marks_eager_timings(tmp_path):
+def _decode_row(label, ms, batch, seqlen_k=8192, note=""):
+    """One passing decode-sweep row (b `batch`, h32/8, q1, d128 bf16) of `label` at `ms` milliseconds."""
+    backend, variant = label.split(":")
+    row = {c: "" for c in schema.COLUMNS}
+    row.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
+               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
+               family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32, heads_kv=8,
+               seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms, ms_p80=ms,
+               tflops=1.0, oracle="pass", note=note)
+    return row
+
+
+def _decode_results(tmp_path, rows):
+    """The rows written as a results CSV in tmp_path and read back as the figures read them."""
     import csv
-
-    def row(label, ms, batch, note=""):
-        backend, variant = label.split(":")
-        out = {c: "" for c in schema.COLUMNS}
-        out.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
-                   driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-                   family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
-                   heads_kv=8, seqlen_q=1, seqlen_k=8192, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
-                   ms_p80=ms, tflops=1.0, oracle="pass", note=note)
-        return out
-
     with (tmp_path / "decode.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
         writer.writeheader()
-        writer.writerows([row("cuda:decode", 0.02, 1), row("sdpa:cudnn", 0.03, 1, note=schema.EAGER + " (x)"),
-                          row("cuda:decode", 0.1, 8), row("sdpa:cudnn", 0.1, 8)])
-    df = figures.load_results(tmp_path)
+        writer.writerows(rows)
+    return figures.load_results(tmp_path)
+
+
+def test_decode_figure_marks_eager_timings(tmp_path):
+    df = _decode_results(tmp_path, [
+        _decode_row("cuda:decode", 0.02, 1), _decode_row("sdpa:cudnn", 0.03, 1, note=schema.EAGER + " (x)"),
+        _decode_row("cuda:decode", 0.1, 8), _decode_row("sdpa:cudnn", 0.1, 8)])
     assert sorted(figures.decode_data(df)["eager"].tolist()) == [False, False, False, True]
     fig = figures.fig_decode_bandwidth(df)
     hollow = [line for ax in fig.axes for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
@@ -255,27 +262,12 @@ def test_decode_figure_marks_eager_timings(tmp_path):
 
 
 def test_decode_cuda_against_triton_figure_and_finding(tmp_path):
-    import csv
-
-    def row(label, ms, batch, seqlen_k, note=""):
-        backend, variant = label.split(":")
-        out = {c: "" for c in schema.COLUMNS}
-        out.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
-                   driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-                   family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
-                   heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
-                   ms_p80=ms, tflops=1.0, oracle="pass", note=note)
-        return out
-
-    rows = [row("cuda:decode", 0.020, 1, 8192), row("triton:decode", 0.025, 1, 8192),
-            row("cuda:decode", 0.100, 8, 32768), row("triton:decode", 0.090, 8, 32768),
-            row("cuda:decode", 0.050, 32, 1024), row("triton:decode", 0.070, 32, 1024, note=schema.EAGER + " (x)"),
-            row("sdpa:cudnn", 0.022, 1, 8192), row("sdpa:cudnn", 0.095, 8, 32768), row("sdpa:cudnn", 0.06, 32, 1024)]
-    with (tmp_path / "decode.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    df = figures.load_results(tmp_path)
+    row = _decode_row
+    df = _decode_results(tmp_path, [
+        row("cuda:decode", 0.020, 1, 8192), row("triton:decode", 0.025, 1, 8192),
+        row("cuda:decode", 0.100, 8, 32768), row("triton:decode", 0.090, 8, 32768),
+        row("cuda:decode", 0.050, 32, 1024), row("triton:decode", 0.070, 32, 1024, note=schema.EAGER + " (x)"),
+        row("sdpa:cudnn", 0.022, 1, 8192), row("sdpa:cudnn", 0.095, 8, 32768), row("sdpa:cudnn", 0.06, 32, 1024)])
     table = figures.decode_cuda_triton_ratio(df)  # 25 / 20 = 1.25, 90 / 100 = 0.90; the eager case left out
     assert sorted(round(r, 2) for r in table["ratio"]) == [0.9, 1.25] and set(table["group"]) == {4}
     fig = figures.fig_decode_cuda_vs_triton(df)
