@@ -306,6 +306,17 @@ def test_gpu_split_choices_match_the_oracle(split):
     _check(KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64), "cuda", **split)
 
 
+@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_the_local_paths_compile_for_sm90(causal):
+    """The window's masks and tile bounds go through Triton's front end and sm_90's backend (the interpreter
+    accepts shapes the compiler refuses: a mask whose shape changes inside a runtime branch passed there)."""
+    pytest.importorskip("triton")
+    from triton_impl.kernels import offline
+    usage = offline.report(offline.compile_decode(128, causal=causal, local=True))
+    assert usage["HGMMA"] > 0, usage  # both products became wgmma: the whole kernel went through
+
+
 @gpu
 @pytest.mark.parametrize("case", [KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64, window=(1024, -1)),
                                   KV(2, 32, 8, 4, (9000, 300), 128, page_size=16, causal=True, window=(4096, -1)),

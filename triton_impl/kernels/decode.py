@@ -137,6 +137,9 @@ def _decode_split(
             lo = tl.maximum(lo, (tl.maximum(first_pos + diagonal - window_left, 0) // BLOCK_N) * BLOCK_N)
         if window_right >= 0:
             hi = tl.minimum(hi, last_pos + diagonal + window_right + 1)
+        # each row's own bounds, as row vectors (a branch inside the loop could not change the mask's shape)
+        row_lo = tl.where(window_left >= 0, q_pos + diagonal - window_left, 0)
+        row_hi = tl.where(window_right >= 0, q_pos + diagonal + window_right, seqlen)
 
     scale = qk_scale
     if FP8:
@@ -189,10 +192,7 @@ def _decode_split(
         if CAUSAL:
             visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal)
         if LOCAL:
-            if window_left >= 0:
-                visible = visible & (pos[None, :] >= q_pos[:, None] + diagonal - window_left)
-            if window_right >= 0:
-                visible = visible & (pos[None, :] <= q_pos[:, None] + diagonal + window_right)
+            visible = visible & (pos[None, :] >= row_lo[:, None]) & (pos[None, :] <= row_hi[:, None])
         s = tl.where(visible, qk * scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         # a row that has seen no key keeps max -inf; shifting by 0 makes its p and alpha 0, not NaN

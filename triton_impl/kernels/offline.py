@@ -74,10 +74,11 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
 
 
 def compile_decode(head_dim, config=None, *, head_dim_v=None, paged=True, page_size=64, split=True, fp8=False,
-                   v_is_k=None, arch=90):
+                   v_is_k=None, causal=False, local=False, arch=90):
     """Compile the decode split kernel for Q/K head_dim `head_dim` and V's `head_dim_v` (default head_dim; MLA 576
     / 512, V read from K's tile unless v_is_k is False) with config dict(BLOCK_M, BLOCK_N, num_warps, num_stages)
-    (default: kernels.decode.tiles for a full query tile) for sm_<arch>, bf16 queries (e4m3 cache with fp8)."""
+    (default: kernels.decode.tiles for a full query tile) for sm_<arch>, bf16 queries (e4m3 cache with fp8);
+    causal / local: the causal mask and the local window's code paths."""
     from triton_impl.kernels import decode
 
     head_dim_v = head_dim if head_dim_v is None else head_dim_v
@@ -109,7 +110,7 @@ def compile_decode(head_dim, config=None, *, head_dim_v=None, paged=True, page_s
     constexprs = dict(HEAD_DIM=head_dim_v, QK_EXTRA=head_dim - head_dim_v,
                       V_IS_K=head_dim > head_dim_v if v_is_k is None else v_is_k, BLOCK_M=config["BLOCK_M"],
                       BLOCK_N=config["BLOCK_N"], M_TILES=1, PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=True,
-                      CAUSAL=False, SPLIT=split, FP8=fp8, DOT_PRECISION="tf32")
+                      CAUSAL=causal, LOCAL=local, SPLIT=split, FP8=fp8, DOT_PRECISION="tf32")
     names = list(signature)
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     source = ASTSource(fn=kernel, signature=signature, constexprs=constexprs, attrs=attrs)
