@@ -95,7 +95,7 @@ class DequantParams(ctypes.Structure):
 
 
 class DecodeParams(ctypes.Structure):
-    """Mirror of `struct DecodeParams` in csrc/fwd_decode.cu (checked by size at load)."""
+    """Mirror of `struct DecodeParams` in csrc/decode/params.cuh (checked by size at load)."""
 
     _fields_ = [
         ("q", ctypes.c_void_p),
@@ -117,6 +117,7 @@ class DecodeParams(ctypes.Structure):
         ("heads_q", ctypes.c_int32),
         ("heads_kv", ctypes.c_int32),
         ("head_dim", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
         ("page_size", ctypes.c_int32),
         ("num_pages", ctypes.c_int32),
         ("max_pages", ctypes.c_int32),
@@ -126,6 +127,8 @@ class DecodeParams(ctypes.Structure):
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
         ("kv_dtype", ctypes.c_int32),
+        ("window_left", ctypes.c_int32),
+        ("window_right", ctypes.c_int32),
     ]
 
 
@@ -171,7 +174,7 @@ _STRUCTS = (("cuda_fa_params_size", FwdParams, "fwd_common.cuh"),
             ("cuda_fa_fp8_params_size", Fp8FwdParams, "hopper/mainloop_fp8.cuh"),
             ("cuda_fa_dequant_params_size", DequantParams, "dequant_blocked.cu"),
             ("cuda_fa_mx_params_size", MxFwdParams, "hopper/mainloop_mx.cuh"),
-            ("cuda_fa_decode_params_size", DecodeParams, "fwd_decode.cu"))
+            ("cuda_fa_decode_params_size", DecodeParams, "decode/params.cuh"))
 
 
 def _checked(path) -> ctypes.CDLL:
@@ -441,7 +444,7 @@ def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_d
         k_descale.data_ptr() if k_descale is not None else 0, v_descale.data_ptr() if v_descale is not None else 0,
         workspace.data_ptr() if workspace is not None else 0,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], block_table.stride(0) if paged else 0,
-        batch, seqlen_q, heads_q, k_cache.shape[2], head_dim, max(1, k_cache.shape[1]), k_cache.shape[0],
-        block_table.shape[1] if paged else int(k_cache.shape[1] > 0), num_splits, split_keys, scale, int(causal),
-        DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype]))
+        batch, seqlen_q, heads_q, k_cache.shape[2], head_dim, v_cache.shape[3], max(1, k_cache.shape[1]),
+        k_cache.shape[0], block_table.shape[1] if paged else int(k_cache.shape[1] > 0), num_splits, split_keys, scale,
+        int(causal), DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype], -1, -1))
     _call(load(extra_flags), "cuda_fa_decode", DecodeParams, params, q.device, "decode")

@@ -166,15 +166,17 @@ def _decode_impl(
     block_table: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
     causal: bool, scale: float, num_splits: int, split_keys: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(out (B, Sq, Hq, D) in q's dtype, lse (B, Hq, Sq) float32) of csrc/fwd_decode.cu; the split (num_splits
+XX
+    MLA's Q/K 576 with V 512); the split (num_splits
     chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the partials comes from
     torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    batch, seqlen_q, heads_q, _ = q.shape
+    head_dim_v = v_cache.shape[-1]
+    out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     workspace = None
     if num_splits > 1:
-        workspace = torch.empty(num_splits * batch * heads_q * seqlen_q * (head_dim + 1), dtype=torch.float32,
+        workspace = torch.empty(num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1), dtype=torch.float32,
                                 device=q.device)
     _lib.launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace,
                        causal=causal, scale=scale, num_splits=num_splits, split_keys=split_keys)
@@ -188,7 +190,8 @@ _decode_op = torch.library.custom_op("cuda_fa::decode", mutates_args=(), device_
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale, num_splits,
                  split_keys):
     batch, seqlen_q, heads_q, _ = q.shape
-    return q.new_empty(q.shape), q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32)
+    return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[-1])),
+            q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal: bool, scale: float,

@@ -94,12 +94,14 @@ def test_bad_parameters_come_back_as_messages(fa_library):
     lib = _lib.load()
     fn = _lib._typed_entry(lib, "cuda_fa_decode", _lib.DecodeParams)
     err = ctypes.create_string_buffer(256)
-    good = dict(batch=1, seqlen_q=1, heads_q=8, heads_kv=2, head_dim=128, page_size=16, num_pages=4, max_pages=4,
-                num_splits=1, split_keys=256, scale=0.1, dtype=0, kv_dtype=0)  # a multiple of every key tile
+    good = dict(batch=1, seqlen_q=1, heads_q=8, heads_kv=2, head_dim=128, head_dim_v=128, page_size=16, num_pages=4,
+                max_pages=4, num_splits=1, split_keys=256, scale=0.1, dtype=0, kv_dtype=0, window_left=-1,
+                window_right=-1)  # split_keys: a multiple of every key tile
     for change, word in ((dict(head_dim=96), b"head_dim"), (dict(heads_q=7), b"heads"),
                          (dict(split_keys=100), b"splits"), (dict(num_splits=2), b"workspace"),
                          (dict(scale=-1.0), b"scale"), (dict(kv_dtype=1), b"dtype"),
-                         (dict(kv_dtype=2), b"descale"), (dict(page_size=0), b"cache")):
+                         (dict(kv_dtype=2), b"descale"), (dict(page_size=0), b"cache"),
+                         (dict(head_dim_v=64), b"head_dim_v"), (dict(head_dim_v=0), b"head_dim_v")):
         params = _lib.DecodeParams(**{**good, **change})
         assert fn(ctypes.byref(params), None, err, 256) != 0, change
         assert word in err.value, (change, err.value)
@@ -353,7 +355,7 @@ def test_decode_params_are_packed_field_for_field(monkeypatch):
             k_descale=descale.data_ptr() if paged else None, v_descale=descale.data_ptr() if paged else None,
             workspace=work.data_ptr() if paged else None, q_stride=_lib._strides(q), k_stride=_lib._strides(cache),
             v_stride=_lib._strides(cache), block_table_stride=5 if paged else 0, batch=3, seqlen_q=2, heads_q=8,
-            heads_kv=2, head_dim=128, page_size=64 if paged else 300, num_pages=7 if paged else 3,
+            heads_kv=2, head_dim=128, head_dim_v=128, page_size=64 if paged else 300, num_pages=7 if paged else 3,
             max_pages=5 if paged else 1, num_splits=4 if paged else 1, split_keys=128, scale=0.125,
-            causal=int(paged), dtype=0, kv_dtype=_lib.E4M3_CODE if paged else 0)
+            causal=int(paged), dtype=0, kv_dtype=_lib.E4M3_CODE if paged else 0, window_left=-1, window_right=-1)
         assert bytes(captured[-1]) == bytes(expected)

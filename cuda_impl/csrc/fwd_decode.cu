@@ -23,42 +23,12 @@
 //   sequence's rows NaN before any K/V byte is read; entries past the pages the length needs are never read.
 #include <cuda_fp8.h>
 
+#include "decode/merge.cuh"
+#include "decode/params.cuh"
 #include "ladder.cuh"
-
-extern "C" {
-// Mirrored field by field by cuda_impl/_lib.py (DecodeParams, checked by size). Strides are in elements.
-struct DecodeParams {
-  const void* q;               // (batch, seqlen_q, heads_q, head_dim), strides q_stride; head_dim stride 1
-  const void* k;               // paged: (num_pages, page_size, heads_kv, head_dim); contiguous: (batch, S_max, ...)
-  const void* v;
-  void* out;                   // (batch, seqlen_q, heads_q, head_dim) contiguous, q's dtype
-  float* lse;                  // (batch, heads_q, seqlen_q) contiguous, natural log
-  const int32_t* block_table;  // (batch, max_pages), row stride block_table_stride; null: contiguous cache
-  const int32_t* seqlens;      // (batch,); null: every sequence holds the whole capacity
-  const float* k_descale;      // (batch, heads_kv) for e4m3 K/V, else null
-  const float* v_descale;
-  float* workspace;            // num_splits > 1: partial O (num_splits, batch, heads_q, seqlen_q, head_dim), then
-                               // partial LSE (num_splits, batch, heads_q, seqlen_q); else null
-  int64_t q_stride[3];         // batch, query position, head
-  int64_t k_stride[3];         // page (contiguous: batch), row in the page, head
-  int64_t v_stride[3];
-  int64_t block_table_stride;
-  int32_t batch, seqlen_q, heads_q, heads_kv, head_dim;
-  int32_t page_size;           // contiguous: S_max (then the page of a sequence is its batch index)
-  int32_t num_pages;           // pages in the cache (contiguous: batch)
-  int32_t max_pages;           // block-table columns (contiguous: 1); capacity = max_pages * page_size
-  int32_t num_splits;          // chunks per sequence (the grid's); chunks past a sequence's length exit early
-  int32_t split_keys;          // keys per chunk, a multiple of BLOCK_N
-  float scale;                 // softmax scale, > 0
-  int32_t causal;              // bottom-right aligned: query i sees keys j <= i + L - seqlen_q
-  int32_t dtype;               // q and out: FA_DTYPE_BF16 / FA_DTYPE_FP16
-  int32_t kv_dtype;            // K and V: dtype, or KV_E4M3
-};
-}
 
 namespace fa {
 
-constexpr int KV_E4M3 = 2;  // the same code as FA_DTYPE_E4M3 (hopper/config.cuh)
 constexpr int DECODE_WARPS = 4;
 constexpr int TILE_ROWS = 16;  // query rows of a CTA: one m16 MMA tile
 
@@ -95,19 +65,6 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()
   static constexpr int SMEM_BYTES = PIPE_BYTES > MERGE_BYTES ? PIPE_BYTES : MERGE_BYTES;
   static_assert(Base::THREADS % KV_ROW_CHUNKS == 0 && BLOCK_N % (Base::THREADS / KV_ROW_CHUNKS) == 0,
                 "a stage must split evenly over the CTA");
-};
-
-// n / d for 0 <= n < 2^31 as a multiply-high and a shift (d = the page size, fixed per launch): with
-// s = ceil(log2 d) and m = floor(2^32 (2^s - d) / d) + 1, n / d = (umulhi(n, m) + n) >> s.
-struct FastDiv {
-  uint32_t mul, shift;
-  __host__ explicit FastDiv(uint32_t d) : mul(0), shift(0) {
-    while ((uint64_t(1) << shift) < d) shift++;
-    mul = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << shift) - d)) / d + 1);
-  }
-  __device__ __forceinline__ int operator()(int n) const {
-    return int((__umulhi(uint32_t(n), mul) + uint32_t(n)) >> shift);
-  }
 };
 
 // Byte offset of 16-byte chunk `chunk` of ring row `row`, swizzled so that the eight rows of an ldmatrix read at one
@@ -162,60 +119,6 @@ __device__ float q_tile_to_half(uint8_t* Q_tile, int tid) {
   return q_mul;
 }
 
-// Programmatic dependent launch (sm_90+): the split kernel lets the merge's CTAs launch as soon as all of its own
-// are resident, and the merge waits here for the split kernel's writes, so that no launch gap sits between the two.
-__device__ __forceinline__ void launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void wait_for_primary() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-// Where the CTA's rows and keys are, shared by the main kernel's phases.
-struct DecodeWork {
-  int batch, head_kv, split, group, rows, row0;
-  int length;     // L, the sequence's keys
-  int chunk0;     // first key of the chunk
-  int kv_end;     // min(chunk end, L)
-  int cta_end;    // kv_end, shortened under causal masking to the last key the tile's last row sees
-  int min_end;    // the end the tile's first (most restricted) row sees: key tiles past it need a mask
-};
-
-// Output row r of the CTA's tile -> (query position, query head).
-__device__ __forceinline__ int query_of(const DecodeWork& w, int r) { return r / w.group; }
-__device__ __forceinline__ int head_of(const DecodeWork& w, int r) { return w.head_kv * w.group + r % w.group; }
-
-// Writes of one finished row segment: `o` holds COLS fp32 values of (query row, columns col0..) already divided
-// by l; `lse` is that row's natural-log LSE. One split: out in T and lse; several: the fp32 partials.
-template <typename T, int DIM, int COLS>
-__device__ __forceinline__ void store_row(const DecodeParams& p, const DecodeWork& w, int r, int col0,
-                                          const float (&o)[COLS], float lse, bool write_lse) {
-  const int query = query_of(w, r), head = head_of(w, r);
-  const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
-  if (p.num_splits == 1) {
-    T* dst = static_cast<T*>(p.out) + ((int64_t(w.batch) * p.seqlen_q + query) * p.heads_q + head) * DIM + col0;
-#pragma unroll
-    for (int c = 0; c < COLS; c += 8) {
-      const uint4 v = make_uint4(pack2<T>(o[c], o[c + 1]), pack2<T>(o[c + 2], o[c + 3]),
-                                 pack2<T>(o[c + 4], o[c + 5]), pack2<T>(o[c + 6], o[c + 7]));
-      *reinterpret_cast<uint4*>(dst + c) = v;
-    }
-    if (write_lse) p.lse[lse_row] = lse;
-  } else {
-    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-    const int64_t part_row = w.split * rows_total + lse_row;
-    float* dst = p.workspace + part_row * DIM + col0;
-#pragma unroll
-    for (int c = 0; c < COLS; c += 4)
-      *reinterpret_cast<float4*>(dst + c) = make_float4(o[c], o[c + 1], o[c + 2], o[c + 3]);
-    if (write_lse) p.workspace[int64_t(p.num_splits) * rows_total * DIM + part_row] = lse;
-  }
-}
-
 template <typename T, typename KV, int DIM>
 __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_PER_SM)
     fwd_decode_kernel(const DecodeParams p, const FastDiv page_div) {
@@ -240,31 +143,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   w.kv_end = min(w.chunk0 + p.split_keys, w.length);
   const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
 
-  // Poison check before any K/V read: the length, then every block-table entry the chunk's keys use (all of
-  // them, also those past this tile's causal end, so that every row of the sequence agrees).
-  bool bad = w.length < 0 || w.length > capacity;
-  if (!bad && table != nullptr && w.kv_end > w.chunk0) {
-    const int last = page_div(w.kv_end - 1);
-    for (int pg = page_div(w.chunk0) + tid; pg <= last; pg += C::THREADS) {
-      const int page = table[pg];
-      bad |= page < 0 || page >= p.num_pages;
-    }
-  }
-  if (__syncthreads_or(bad)) {
-    // NaN rows (one split) or a NaN partial LSE, which the merge turns into NaN rows.
-    constexpr int COLS = DIM / 8;
-    const int r = w.row0 + tid / 8;
-    if (r < w.rows) {
-      float o[COLS];
-#pragma unroll
-      for (int c = 0; c < COLS; c++) o[c] = NAN;
-      if (p.num_splits == 1) store_row<T, DIM, COLS>(p, w, r, (tid % 8) * COLS, o, NAN, tid % 8 == 0);
-      else if (tid % 8 == 0) {
-        const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-        const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head_of(w, r)) * p.seqlen_q + query_of(w, r);
-        p.workspace[int64_t(p.num_splits) * rows_total * DIM + w.split * rows_total + lse_row] = NAN;
-      }
-    }
+  if (chunk_poisoned<C::THREADS>(p, w, table, page_div, capacity)) {
+    write_poison<T, DIM, C::THREADS>(p, w, TILE_ROWS);
     return;
   }
 
@@ -542,105 +422,6 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   store_row<T, DIM, COLS>(p, w, w.row0 + row, col0, o, lse, tid % 8 == 0);
 }
 
-constexpr int MERGE_WARPS = 8;  // warps of a merge CTA
-constexpr int MERGE_BATCH = 8;  // splits per warp whose O loads are in flight together
-
-// The splits' partials of each output row (batch, head, query) merged through their LSE. A row takes row_warps of
-// the CTA's warps (a power of two, more for more splits: host side); warp j of a row reads splits j, j + row_warps,
-// .. and issues the O loads of MERGE_BATCH of them before it reads any LSE (they do not depend on one another), so
-// that one L2 round trip, not one per split, sets the pace: a warp per row reading its splits in turn took 8 us at
-// 43 splits. Every warp reduces all the row's LSEs itself (max and sum as fixed shuffle trees); the warps' weighted
-// sums meet in shared memory in warp order, so the bits are the same on every call. A NaN partial LSE (a poisoned
-// sequence) makes the row NaN. Every split of a sound sequence wrote its O (zeros where it saw no key, weight
-// exp(-inf) = 0), so all are read.
-template <typename T, int DIM>
-__global__ void __launch_bounds__(MERGE_WARPS * 32) fwd_decode_merge_kernel(const DecodeParams p, int row_warps) {
-  constexpr int COLS = DIM / 32;  // per lane
-  __shared__ __align__(16) float O_sum[MERGE_WARPS][DIM];
-  wait_for_primary();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, part = warp % row_warps;
-  const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-  const int64_t row = int64_t(blockIdx.x) * (MERGE_WARPS / row_warps) + warp / row_warps;
-  const bool live = row < rows_total;
-  const int n = p.num_splits;
-  const int64_t split_stride = rows_total * DIM;
-  const float* lse_part = p.workspace + int64_t(n) * split_stride + row;
-  const float* O_part = p.workspace + row * DIM + lane * COLS;
-  auto load_batch = [&](float (&x)[MERGE_BATCH][COLS], int s0) {
-#pragma unroll
-    for (int j = 0; j < MERGE_BATCH; j++) {
-      const int s = s0 + j * row_warps;
-#pragma unroll
-      for (int c = 0; c < COLS; c += 2) {
-        const float2 v = s < n ? *reinterpret_cast<const float2*>(O_part + s * split_stride + c) : float2{0.f, 0.f};
-        x[j][c] = v.x, x[j][c + 1] = v.y;
-      }
-    }
-  };
-  float o[COLS] = {}, lse = -INFINITY;
-  bool nan = false;
-  if (live) {
-    float x[MERGE_BATCH][COLS];
-    load_batch(x, part);
-    float m = -INFINITY;
-    for (int s = lane; s < n; s += 32) {
-      const float v = lse_part[s * rows_total];
-      nan |= v != v;
-      m = fmaxf(m, v);
-    }
-#pragma unroll
-    for (int d = 16; d > 0; d /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, d));
-    nan = __any_sync(0xffffffff, nan);
-    if (!nan && m != -INFINITY) {
-      float sum = 0.f;
-      for (int s = lane; s < n; s += 32) sum += expf(lse_part[s * rows_total] - m);  // exp(-inf) = 0
-#pragma unroll
-      for (int d = 16; d > 0; d /= 2) sum += __shfl_xor_sync(0xffffffff, sum, d);
-      lse = m + logf(sum);
-      for (int s0 = part;; s0 += MERGE_BATCH * row_warps) {
-#pragma unroll
-        for (int j = 0; j < MERGE_BATCH; j++) {
-          const int s = s0 + j * row_warps;
-          const float f = s < n ? expf(lse_part[s * rows_total] - lse) : 0.f;
-#pragma unroll
-          for (int c = 0; c < COLS; c++) o[c] += f * x[j][c];
-        }
-        if (s0 + MERGE_BATCH * row_warps >= n) break;
-        load_batch(x, s0 + MERGE_BATCH * row_warps);
-      }
-    }
-  }
-  if (row_warps > 1) {
-#pragma unroll
-    for (int c = 0; c < COLS; c++) O_sum[warp][lane * COLS + c] = o[c];
-    __syncthreads();
-    if (part == 0)
-      for (int j = 1; j < row_warps; j++)
-#pragma unroll
-        for (int c = 0; c < COLS; c++) o[c] += O_sum[warp + j][lane * COLS + c];
-  }
-  if (!live || part != 0) return;
-  if (nan) {
-#pragma unroll
-    for (int c = 0; c < COLS; c++) o[c] = NAN;
-    lse = NAN;
-  }
-  // row = (batch * heads_q + head) * seqlen_q + query; out is (batch, seqlen_q, heads_q, DIM).
-  const int query = int(row % p.seqlen_q), head = int(row / p.seqlen_q % p.heads_q);
-  const int64_t batch = row / (int64_t(p.seqlen_q) * p.heads_q);
-  T* dst = static_cast<T*>(p.out) + ((batch * p.seqlen_q + query) * p.heads_q + head) * DIM + lane * COLS;
-#pragma unroll
-  for (int c = 0; c < COLS; c += 2) *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(o[c], o[c + 1]);
-  if (lane == 0) p.lse[row] = lse;
-}
-
-// Warps per merged row: enough that each reads at most four splits' partials, up to the whole CTA.
-inline int merge_row_warps(int num_splits) {
-  int warps = 1;
-  while (warps < MERGE_WARPS && warps * 4 < num_splits) warps *= 2;
-  return warps;
-}
-
 // Calls launcher.template operator()<T, KV, DIM>() for the runtime dtypes and head_dim.
 template <typename Launcher>
 int decode_dispatch(int dtype, int kv_dtype, int head_dim, char* err, int err_len, Launcher&& launcher) {
@@ -658,48 +439,6 @@ int decode_dispatch(int dtype, int kv_dtype, int head_dim, char* err, int err_le
                                : by_dim.template operator()<__nv_bfloat16, __nv_bfloat16>();
   return kv_dtype == KV_E4M3 ? by_dim.template operator()<__half, __nv_fp8_e4m3>()
                              : by_dim.template operator()<__half, __half>();
-}
-
-inline int check_decode_params(const DecodeParams& p, int block_n, char* err, int err_len) {
-  if (p.batch < 1 || p.seqlen_q < 1 || p.heads_q < 1 || p.heads_kv < 1)
-    return report(err, err_len, "shape", "batch, seqlen_q and heads must be >= 1");
-  if (p.heads_q % p.heads_kv != 0) return report(err, err_len, "heads", "heads_q must be a multiple of heads_kv");
-  if (p.page_size < 1 || p.max_pages < 0 || p.num_pages < 0 || int64_t(p.page_size) * p.max_pages > INT32_MAX)
-    return report(err, err_len, "cache", "page_size >= 1 and a capacity below 2^31 keys");
-  if (p.num_splits < 1 || p.split_keys < block_n || p.split_keys % block_n != 0)
-    return report(err, err_len, "splits", "num_splits >= 1 and split_keys a positive multiple of the key tile");
-  if (p.num_splits > 1 && p.workspace == nullptr)
-    return report(err, err_len, "splits", "more than one split needs the workspace");
-  if (int64_t(p.num_splits) * p.heads_kv > 65535 || p.batch > 65535)
-    return report(err, err_len, "grid", "num_splits * heads_kv and batch must be <= 65535");
-  if ((p.seqlen_q * int64_t(p.heads_q / p.heads_kv) + TILE_ROWS - 1) / TILE_ROWS > INT32_MAX)
-    return report(err, err_len, "grid", "too many query rows");
-  if (p.kv_dtype == KV_E4M3 && (p.k_descale == nullptr || p.v_descale == nullptr))
-    return report(err, err_len, "descale", "e4m3 K/V need k_descale and v_descale");
-  if (!(p.scale > 0.f) || std::isinf(p.scale)) return report(err, err_len, "scale", "must be finite and > 0");
-  return 0;
-}
-
-// A launch that may begin before the stream's previous kernel has finished (programmatic stream serialization,
-// sm_90+; plain stream order below): the kernel waits itself (wait_for_primary) before it reads that kernel's output.
-template <typename... Params, typename... Args>
-int launch_dependent(void (*kernel)(Params...), dim3 grid, int threads, cudaStream_t stream, char* err, int err_len,
-                     const Args&... args) {
-  cudaGetLastError();
-  int device = 0, major = 0;
-  cudaGetDevice(&device);
-  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = dim3(threads);
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = major >= 9 ? 1 : 0;
-  const cudaError_t e = cudaLaunchKernelEx(&config, kernel, args...);
-  return e == cudaSuccess ? 0 : report(err, err_len, "kernel launch", cudaGetErrorString(e));
 }
 
 }  // namespace fa
@@ -734,17 +473,16 @@ extern "C" int cuda_fa_decode(const DecodeParams* params, cudaStream_t stream, c
   const DecodeParams& p = *params;
   return fa::decode_dispatch(p.dtype, p.kv_dtype, p.head_dim, err, err_len, [&]<typename T, typename KV, int DIM>() {
     using C = fa::DecodeTiles<DIM, KV>;
-    if (int rc = fa::check_decode_params(p, C::BLOCK_N, err, err_len)) return rc;
+    if (int rc = fa::check_decode_params(p, C::BLOCK_N, fa::TILE_ROWS, err, err_len)) return rc;
+    if (p.head_dim_v != DIM) return fa::report(err, err_len, "head_dim_v", "this kernel takes V of Q's head_dim");
+    if (p.window_left != -1 || p.window_right != -1)
+      return fa::report(err, err_len, "window", "the decode kernel takes no local window yet");
     const int rows = p.seqlen_q * (p.heads_q / p.heads_kv);
     const dim3 grid((rows + fa::TILE_ROWS - 1) / fa::TILE_ROWS, p.heads_kv * p.num_splits, p.batch);
     const fa::FastDiv page_div(uint32_t(p.page_size));
     if (int rc = fa::launch_kernel(fa::fwd_decode_kernel<T, KV, DIM>, grid, C::THREADS, C::SMEM_BYTES, stream, err,
                                    err_len, p, page_div))
       return rc;
-    if (p.num_splits == 1) return 0;
-    const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
-    const int row_warps = fa::merge_row_warps(p.num_splits), rows_per_cta = fa::MERGE_WARPS / row_warps;
-    return fa::launch_dependent(fa::fwd_decode_merge_kernel<T, DIM>, dim3(unsigned((rows_total + rows_per_cta - 1) /
-                                rows_per_cta)), fa::MERGE_WARPS * 32, stream, err, err_len, p, row_warps);
+    return p.num_splits == 1 ? 0 : fa::launch_merge<T, DIM>(p, stream, err, err_len);
   });
 }
