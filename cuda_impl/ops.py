@@ -166,9 +166,8 @@ def _decode_impl(
     block_table: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
     causal: bool, scale: float, num_splits: int, split_keys: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-XX
-    MLA's Q/K 576 with V 512); the split (num_splits
-    chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the partials comes from
+    """(out (B, Sq, Hq, Dv) in q's dtype, Dv = v_cache's head_dim; lse (B, Hq, Sq) float32) of csrc/fwd_decode.cu;
+    the split (num_splits chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the partials comes from
     torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
     batch, seqlen_q, heads_q, _ = q.shape
     head_dim_v = v_cache.shape[-1]
