@@ -167,8 +167,8 @@ def _decode_impl(
     causal: bool, scale: float, num_splits: int, split_keys: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, Sq, Hq, Dv) in q's dtype, Dv = v_cache's head_dim; lse (B, Hq, Sq) float32) of csrc/fwd_decode.cu;
-    the split (num_splits chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the partials comes from
-    torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
+    the split (num_splits chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the
+    partials comes from torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
     batch, seqlen_q, heads_q, _ = q.shape
     head_dim_v = v_cache.shape[-1]
     out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
