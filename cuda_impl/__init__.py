@@ -310,11 +310,11 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     split_size=K chunks every sequence by K keys (a multiple of 64), so each sequence's result is the same bits
     whatever the batch around it. Results are deterministic either way. Without k_new there is no host sync:
     a length beyond the capacity, a negative one, or a block-table entry in use outside the cache gives that
-    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync). window: the decode kernel
-    takes none yet (NotImplementedError; triton_impl.attention_with_kvcache does)."""
-    if oracle.as_window(window) != (-1, -1):
-        raise NotImplementedError("window: cuda_impl's decode kernel takes no local window yet; "
-                                  "triton_impl.attention_with_kvcache does")
+    sequence NaN (compare.kvcache.check_values raises instead, at the cost of a sync). window=(left, right):
+    local attention on each sequence's keys, FlashAttention's (compare.oracle.visible_range): query i of a sequence
+    of L keys sees keys i + L - Sq - left .. i + L - Sq + right (a side of -1 unbounded; causal sets right to 0; a
+    row that sees no key gives 0 and LSE -inf); the chunks then follow the window, so only its keys are read."""
+    window = oracle.as_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],
@@ -325,7 +325,8 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     if k_new is not None:
         cache_seqlens = kvcache.append(layout, k_cache, v_cache, k_new, v_new, cache_seqlens, block_table)
     out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=bool(causal), scale=scale,
-                              k_descale=k_descale, v_descale=v_descale, num_splits=num_splits, split_size=split_size)
+                              k_descale=k_descale, v_descale=v_descale, num_splits=num_splits, split_size=split_size,
+                              window=window)
     return (out, lse) if return_lse else out
 
 

@@ -427,11 +427,12 @@ def decode_ctas_per_sm(dtype, kv_fp8: bool, head_dim: int, device, *, extra_flag
 
 def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace, *,
                   causal: bool, scale: float, num_splits: int, split_keys: int,
-                  extra_flags: tuple[str, ...] = ()) -> None:
+                  window: tuple[int, int] = (-1, -1), extra_flags: tuple[str, ...] = ()) -> None:
     """One decode (csrc/fwd_decode.cu) on torch's current stream of q's device. q (B, Sq, Hq, D) with any strides
     but the last; k_cache/v_cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages) int32, or
     (B, S_max, Hkv, D) with block_table None; out (B, Sq, Hq, D) and lse (B, Hq, Sq) contiguous; workspace: fp32
-    num_splits * B * Hq * Sq * (D + 1) elements when num_splits > 1, else None. Checked already."""
+    num_splits * B * Hq * Sq * (D + 1) elements when num_splits > 1, else None; window (left, right) as
+    cuda_impl.decode.kernel_window gives it. Checked already."""
     _check_aligned({"q": q, "k_cache": k_cache, "v_cache": v_cache, "out": out}, "16-byte cp.async")
     batch, seqlen_q, heads_q, head_dim = q.shape
     paged = block_table is not None
@@ -446,5 +447,5 @@ def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_d
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], block_table.stride(0) if paged else 0,
         batch, seqlen_q, heads_q, k_cache.shape[2], head_dim, v_cache.shape[3], max(1, k_cache.shape[1]),
         k_cache.shape[0], block_table.shape[1] if paged else int(k_cache.shape[1] > 0), num_splits, split_keys, scale,
-        int(causal), DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype], -1, -1))
+        int(causal), DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype], *window))
     _call(load(extra_flags), "cuda_fa_decode", DecodeParams, params, q.device, "decode")

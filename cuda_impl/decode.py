@@ -8,8 +8,10 @@ by a second kernel (deterministic); one chunk writes out directly.
 
 Splits (`plan_splits`): `split_size` fixes the chunk by key positions alone, so a sequence's result has the same
 bits whatever batch it is in; `num_splits` cuts the capacity into that many chunks; neither: a heuristic that
-fills the GPU (below). The grid always covers the capacity (known on the host); chunks past a sequence's length
-exit early, so nothing here reads device data (no host sync: CUDA-graph capturable).
+fills the GPU (below). The grid covers the capacity (known on the host), or with a left window bound the window's
+span (`planned_keys`), the kernel then counting each sequence's chunks from its window's first key (computed on the
+device from the sequence's own length: still batch-invariant under split_size); chunks past a sequence's length
+find no key and write empty partials, so nothing here reads device data (no host sync: CUDA-graph capturable).
 """
 
 from __future__ import annotations
@@ -86,10 +88,29 @@ def plan_splits(capacity: int, block_n: int, *, ctas: int, sms: int = 0, per_sm:
     return max(1, -(-capacity // chunk)), chunk
 
 
+def kernel_window(window, capacity: int, seqlen_q: int) -> tuple[int, int]:
+    """(left, right) as the kernel takes them (csrc/fwd_decode.cu checks their range): a side that reaches past
+    every row's keys is -1, unbounded -- left >= capacity (every row's window starts at key 0 or before), right >=
+    seqlen_q - 1 (every row's ends at its sequence's last key or after) -- which keeps the key arithmetic in int."""
+    left, right = (int(side) for side in window)
+    return (-1 if left >= capacity else left), (-1 if right >= seqlen_q - 1 else right)
+
+
+def planned_keys(capacity: int, block_n: int, seqlen_q: int, window_left: int) -> int:
+    """The keys the split plan cuts into chunks: the capacity, or with a left window bound the window's span,
+    min(capacity, window_left + seqlen_q + block_n): the union of a sequence's rows' windows is at most
+    window_left + seqlen_q keys ending at its length, and its chunks start at that union's first key rounded
+    down to the key tile (decode_chunk0 in csrc/decode/params.cuh), so that the grid holds the window's chunks
+    alone instead of chunks over the whole capacity that mostly find no key."""
+    return capacity if window_left < 0 else min(capacity, window_left + seqlen_q + block_n)
+
+
 def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float, k_descale=None,
-            v_descale=None, num_splits: int | None = None, split_size: int | None = None):
+            v_descale=None, num_splits: int | None = None, split_size: int | None = None, window=(-1, -1)):
     """(out (B, Sq, Hq, D) in q's dtype, contiguous; lse (B, Hq, Sq) float32, natural log) of softmax(scale q k^T) v
-    over each sequence's first cache_seqlens[b] keys (None: the whole capacity), causal bottom-right aligned.
+    over each sequence's first cache_seqlens[b] keys (None: the whole capacity), causal bottom-right aligned;
+    window (left, right): local attention, query i of a sequence of L keys sees keys i + L - Sq - left .. + right
+    (-1: unbounded; causal sets right to 0), key tiles no row of a CTA's tile sees are not read.
     q (B, Sq, Hq, D), stride(-1) == 1; paged cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages)
     int32, or contiguous (B, S_max, Hkv, D) with block_table None; K/V in q's dtype, or float8_e4m3fn with
     k_descale / v_descale (B, Hkv) float32. Inputs are validated by the caller. A used block-table entry outside
@@ -105,10 +126,11 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
     sms = per_sm = 0
     if num_splits is None and split_size is None:
         sms, per_sm = _sm_count(q.device), _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device)
-    splits, split_keys = plan_splits(capacity, block_n, ctas=ctas, sms=sms, per_sm=per_sm,
-                                     num_splits=num_splits, split_size=split_size)
+    left, right = kernel_window(window, capacity, seqlen_q)
+    splits, split_keys = plan_splits(planned_keys(capacity, block_n, seqlen_q, left), block_n, ctas=ctas, sms=sms,
+                                     per_sm=per_sm, num_splits=num_splits, split_size=split_size)
     if splits * heads_kv > 65535:
         raise ValueError(f"splits: {splits} chunks x {heads_kv} KV heads exceed the grid (65535); "
                          "pass a larger split_size or fewer num_splits")
     return ops.decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, bool(causal),
-                      float(scale), splits, split_keys)
+                      float(scale), splits, split_keys, left, right)

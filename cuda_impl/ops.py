@@ -164,11 +164,12 @@ def fwd_mx(fmt, q, q_scale, k, k_scale, vt, vt_scale, q_ts, k_ts, v_ts, head_dim
 def _decode_impl(
     q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, cache_seqlens: torch.Tensor | None,
     block_table: torch.Tensor | None, k_descale: torch.Tensor | None, v_descale: torch.Tensor | None,
-    causal: bool, scale: float, num_splits: int, split_keys: int,
+    causal: bool, scale: float, num_splits: int, split_keys: int, window_left: int, window_right: int,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(out (B, Sq, Hq, Dv) in q's dtype, Dv = v_cache's head_dim; lse (B, Hq, Sq) float32) of csrc/fwd_decode.cu;
-    the split (num_splits chunks of split_keys keys) is chosen by cuda_impl.decode.forward. The workspace for the
-    partials comes from torch's caching allocator (stream-ordered, so CUDA graphs capture it)."""
+    the split (num_splits chunks of split_keys keys) and the window's sides (-1: unbounded) are chosen by
+    cuda_impl.decode.forward (plan_splits, kernel_window). The workspace for the partials comes from torch's caching
+    allocator (stream-ordered, so CUDA graphs capture it)."""
     batch, seqlen_q, heads_q, _ = q.shape
     head_dim_v = v_cache.shape[-1]
     out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
@@ -178,7 +179,8 @@ def _decode_impl(
         workspace = torch.empty(num_splits * batch * heads_q * seqlen_q * (head_dim_v + 1), dtype=torch.float32,
                                 device=q.device)
     _lib.launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace,
-                       causal=causal, scale=scale, num_splits=num_splits, split_keys=split_keys)
+                       causal=causal, scale=scale, num_splits=num_splits, split_keys=split_keys,
+                       window=(window_left, window_right))
     return out, lse
 
 
@@ -187,14 +189,14 @@ _decode_op = torch.library.custom_op("cuda_fa::decode", mutates_args=(), device_
 
 @_decode_op.register_fake
 def _decode_fake(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale, num_splits,
-                 split_keys):
+                 split_keys, window_left, window_right):
     batch, seqlen_q, heads_q, _ = q.shape
     return (q.new_empty((batch, seqlen_q, heads_q, v_cache.shape[-1])),
             q.new_empty((batch, heads_q, seqlen_q), dtype=torch.float32))
 
 
 def decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal: bool, scale: float,
-           num_splits: int, split_keys: int):
+           num_splits: int, split_keys: int, window_left: int, window_right: int):
     tensors = (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale)
     impl = _decode_impl if _eager(tensors) else _decode_op
-    return impl(*tensors, causal, scale, num_splits, split_keys)
+    return impl(*tensors, causal, scale, num_splits, split_keys, int(window_left), int(window_right))

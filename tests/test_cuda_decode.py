@@ -3,9 +3,13 @@
 CPU part: the library exports the decode entry points, DecodeParams in _lib.py matches the C struct, every decode
 kernel is built for every target without spills and its machine code holds mma.sync (HMMA), ldmatrix (LDSM) and
 cp.async (LDGSTS) and no local memory; bad parameters come back as messages; the split plan (pure Python).
+CPU part, windows: the kernel's window range check, the host's folding of sides wider than every row into -1, and
+the split plan over the window's span (its chunks cover every row's window from the kernel's chunk start).
 GPU part (skipped without one): compare.oracle.check_kvcache over query lengths, GQA groups, head dims, page sizes
 and the contiguous cache, odd and empty lengths, causal with L < Sq, hostile block tables, e4m3 K/V, forced and
-heuristic splits; poison of a bad sequence only; batch invariance under split_size; determinism; CUDA graphs.
+heuristic splits; poison of a bad sequence only; batch invariance under split_size; determinism; CUDA graphs; local
+windows (tails, causal, both sides, GQA, Sq > 1, pages, wider than the cache, rows that see no key) against the
+oracle, poison and batch invariance with a window.
 """
 
 from __future__ import annotations
@@ -101,7 +105,10 @@ def test_bad_parameters_come_back_as_messages(fa_library):
                          (dict(split_keys=100), b"splits"), (dict(num_splits=2), b"workspace"),
                          (dict(scale=-1.0), b"scale"), (dict(kv_dtype=1), b"dtype"),
                          (dict(kv_dtype=2), b"descale"), (dict(page_size=0), b"cache"),
-                         (dict(head_dim_v=64), b"head_dim_v"), (dict(head_dim_v=0), b"head_dim_v")):
+                         (dict(head_dim_v=64), b"head_dim_v"), (dict(head_dim_v=0), b"head_dim_v"),
+                         # window sides: -1 or within what a row reaches (capacity 64 keys, seqlen_q 1)
+                         (dict(window_left=-2), b"window"), (dict(window_left=65), b"window"),
+                         (dict(window_right=-5), b"window"), (dict(window_right=2), b"window")):
         params = _lib.DecodeParams(**{**good, **change})
         assert fn(ctypes.byref(params), None, err, 256) != 0, change
         assert word in err.value, (change, err.value)
@@ -133,10 +140,58 @@ def test_split_plan():
         decode.plan_splits(100, 64, ctas=1, sms=1, per_sm=1, num_splits=0)
 
 
+def test_kernel_window_folds_sides_past_every_row_into_unbounded():
+    assert decode.kernel_window((-1, -1), 4096, 1) == (-1, -1)
+    assert decode.kernel_window((4095, 0), 4096, 4) == (4095, 0)
+    # left >= capacity: every row's window starts at key 0 or before; right >= Sq - 1: ends at the last key or after
+    assert decode.kernel_window((4096, 3), 4096, 4) == (-1, -1)
+    assert decode.kernel_window((1 << 40, 1 << 40), 4096, 4) == (-1, -1)  # beyond int32: packed as -1
+    assert decode.kernel_window((7, 0), 4096, 1) == (7, -1)  # one query: right 0 is its last key already
+    assert decode.kernel_window((0, 0), 0, 2) == (-1, 0)  # no capacity: nothing to bound
+
+
+def _chunk_start(length: int, seqlen_q: int, left: int, block_n: int) -> int:
+    """decode_chunk0's start (csrc/decode/params.cuh), for the plan tests."""
+    return max(0, length - seqlen_q - left) // block_n * block_n if left >= 0 else 0
+
+
+@pytest.mark.parametrize("seqlen_q, left, block_n", [(1, 4096, 64), (4, 100, 64), (64, 0, 128), (3, 1000, 256),
+                                                      (1, 5000, 64)])
+def test_split_plan_covers_the_window_from_the_chunk_start(seqlen_q, left, block_n):
+    """The plan over the window's span: for every length up to the capacity, the chunks from the kernel's start
+    cover the sequence's last key, and the start is at or before every row's first key; every split choice."""
+    capacity = 4160
+    left = decode.kernel_window((left, -1), capacity, seqlen_q)[0]
+    keys = decode.planned_keys(capacity, block_n, seqlen_q, left)
+    assert keys == (capacity if left < 0 else min(capacity, left + seqlen_q + block_n))
+    for split in (dict(), dict(num_splits=3), dict(num_splits=200), dict(split_size=block_n)):
+        n, chunk = decode.plan_splits(keys, block_n, ctas=8, sms=132, per_sm=2, **split)
+        for length in range(capacity + 1):
+            start = _chunk_start(length, seqlen_q, left, block_n)
+            assert start <= max(0, length - seqlen_q - left) and start % block_n == 0
+            assert start + n * chunk >= length, (split, length)
+
+
+def test_split_plan_follows_the_window_not_the_capacity():
+    """b1 Hkv8 Sq1 L32k with window 4096 (8 CTAs a chunk): planned as a cache of 4161 keys (the span), so its grid
+    is the one of a 4097-key cache (65 pages of 64), not 32k keys' chunks that mostly find nothing."""
+    keys = decode.planned_keys(32768, 64, 1, 4096)
+    assert keys == 4161
+    windowed = decode.plan_splits(keys, 64, ctas=8, sms=132, per_sm=2)
+    full = decode.plan_splits(4160, 64, ctas=8, sms=132, per_sm=2)
+    assert windowed[1] == full[1] and windowed[0] in (full[0], full[0] + 1)
+    assert decode.plan_splits(32768, 64, ctas=8, sms=132, per_sm=2) == (32, 1024)  # the capacity's: 5 see the window
+    # split_size keeps its chunk; only the grid shrinks to the span
+    assert decode.plan_splits(keys, 64, ctas=8, sms=132, per_sm=2, split_size=512) == (9, 512)
+    # no left bound, or one wider than the cache: the capacity
+    assert decode.planned_keys(32768, 64, 1, -1) == 32768
+    assert decode.planned_keys(1000, 64, 4, 999) == 1000
+
+
 def test_fake_op_shapes():
     q = torch.empty(2, 3, 8, 64, device="meta", dtype=torch.bfloat16)
     k = torch.empty(5, 16, 2, 64, device="meta", dtype=torch.bfloat16)
-    out, lse = decode.ops._decode_fake(q, k, k, None, None, None, None, False, 0.1, 1, 64)
+    out, lse = decode.ops._decode_fake(q, k, k, None, None, None, None, False, 0.1, 1, 64, 100, -1)
     assert out.shape == (2, 3, 8, 64) and out.dtype == torch.bfloat16
     assert lse.shape == (2, 8, 3) and lse.dtype == torch.float32
 
@@ -157,10 +212,10 @@ def run_forward(**fixed):
     """fn(q, k_cache, v_cache, **kwargs) for compare.oracle.check_kvcache: decode.forward with `fixed` options."""
 
     def fn(q, k_cache, v_cache, *, cache_seqlens, block_table, causal, scale, return_lse, k_descale=None,
-           v_descale=None):
+           v_descale=None, window=(-1, -1)):
         scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
         out, lse = decode.forward(q, k_cache, v_cache, cache_seqlens, block_table, causal=causal, scale=scale,
-                                  k_descale=k_descale, v_descale=v_descale, **fixed)
+                                  k_descale=k_descale, v_descale=v_descale, window=window, **fixed)
         return (out, lse) if return_lse else out
 
     return fn
@@ -329,6 +384,118 @@ def test_cuda_graph_replay_matches_eager():
     assert torch.equal(captured[0], fresh[0])
 
 
+# Local windows: (case overrides, forward options), each also with forced splits and a split size
+WINDOW_CASES = [
+    # a window far shorter than the cache: the chunks follow it (tails 6000 / 2049, page 64)
+    dict(batch=2, heads_q=32, heads_kv=8, cache_seqlens=(6000, 2049), page_size=64, window=(1024, -1)),
+    # causal, Sq 4, page 16, one sequence shorter than the window
+    dict(batch=2, heads_q=32, heads_kv=8, seqlen_q=4, cache_seqlens=(9000, 300), causal=True, window=(4096, -1)),
+    # both sides, contiguous, d64
+    dict(batch=1, heads_q=16, heads_kv=2, seqlen_q=2, cache_seqlens=(5000,), head_dim=64, page_size=None,
+         window=(700, 300)),
+    # causal overrides the right side; GQA 8 x Sq 16: query tiles of two positions, edges inside a tile
+    dict(batch=2, heads_q=32, heads_kv=4, seqlen_q=16, cache_seqlens=(4000, 100), causal=True, page_size=64,
+         window=(256, 50)),
+    # Sq 64 without GQA: each query tile's window starts elsewhere; a left bound of 63 keys
+    dict(batch=1, heads_q=2, heads_kv=2, seqlen_q=64, cache_seqlens=(3000,), head_dim=64, window=(63, 0)),
+    # a window wider than the cache (the plan over the capacity), lengths 1 and 0
+    dict(batch=4, heads_q=8, heads_kv=2, seqlen_q=3, cache_seqlens=(1000, 1, 0, 77), head_dim=64, window=(5000, -1)),
+    # rows that see no key (L 2 < Sq 4 with a zero window) beside a long sequence
+    dict(batch=2, heads_q=8, heads_kv=2, seqlen_q=4, cache_seqlens=(2, 500), page_size=64, window=(0, 0)),
+    # hostile table tail, d256, e4m3 K/V
+    dict(batch=3, cache_seqlens=(17, 0, 3000), capacity=4096, page_size=64, hostile=True, window=(500, -1)),
+    dict(batch=2, heads_q=16, heads_kv=4, seqlen_q=2, cache_seqlens=(3000, 129), head_dim=256, page_size=64,
+         window=(600, -1)),
+    dict(batch=2, heads_q=32, heads_kv=8, cache_seqlens=(4000, 2500), kv_fmt="fp8", page_size=16, window=(2000, -1)),
+    dict(batch=2, heads_q=16, heads_kv=2, seqlen_q=3, cache_seqlens=(1200, 700), fmt="fp16", kv_fmt="fp8",
+         head_dim=64, page_size=None, causal=True, window=(129, -1)),
+]
+WINDOW_SPLITS = [{}, dict(num_splits=7), dict(split_size=256)]
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("split", WINDOW_SPLITS, ids=["auto", "seven", "size256"])
+@pytest.mark.parametrize("over", WINDOW_CASES, ids=[_id((o, {})) for o in WINDOW_CASES])
+def test_windows_match_the_oracle(over, split):
+    case = _case(**over)
+    verdict = _oracle().check_kvcache(run_forward(**split), case, device="cuda")
+    assert verdict.passed, f"{case.shape_str()} {split}: {verdict.reason}"
+
+
+@gpu
+@needs_gpu
+def test_public_entry_point_takes_a_window():
+    """cuda_impl.attention_with_kvcache with window=: checks, then the windowed kernel (the oracle)."""
+    import cuda_impl
+
+    case = _case(batch=2, heads_q=32, heads_kv=8, seqlen_q=2, cache_seqlens=(5000, 64), page_size=64, causal=True,
+                 window=(1000, -1))
+    verdict = _oracle().check_kvcache(cuda_impl.attention_with_kvcache, case, device="cuda")
+    assert verdict.passed, verdict.reason
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("page_size", [64, None])
+def test_a_window_keeps_split_size_batch_invariant_and_runs_deterministic(page_size):
+    """With a window the chunks start at each sequence's own window (from its length on the device): under
+    split_size a sequence alone gives the same bits as inside a batch of other lengths, and repeated calls agree."""
+    window = (1500, -1)
+    case = _case(batch=4, cache_seqlens=(3000, 10, 1777, 4096), page_size=page_size, heads_q=16, heads_kv=4,
+                 seqlen_q=3, capacity=4096, causal=True, window=window)
+    inputs = _inputs(case)
+    out, lse = _call(inputs, case, split_size=512)
+    for b in range(case.batch):
+        k = inputs.k_cache if page_size else inputs.k_cache[b:b + 1]
+        v = inputs.v_cache if page_size else inputs.v_cache[b:b + 1]
+        table = inputs.block_table[b:b + 1] if page_size else None
+        alone = decode.forward(inputs.q[b:b + 1], k, v, inputs.cache_seqlens[b:b + 1], table, causal=True,
+                               scale=case.softmax_scale, split_size=512, window=window)
+        assert torch.equal(alone[0][0], out[b]) and torch.equal(alone[1][0], lse[b]), b
+    for opt in ({}, dict(split_size=512)):
+        first = _call(inputs, case, **opt)
+        for _ in range(3):
+            again = _call(inputs, case, **opt)
+            assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1]), opt
+
+
+@gpu
+@needs_gpu
+@pytest.mark.parametrize("opt", [dict(num_splits=1), dict(num_splits=5), {}])
+def test_a_bad_page_inside_the_window_poisons_that_sequence_alone(opt):
+    """A block-table entry the window's keys use, outside the cache: that sequence's rows are NaN, the others keep
+    their bits."""
+    case = _case(batch=3, cache_seqlens=(3000, 2500, 900), page_size=16, seqlen_q=2, window=(1000, -1))
+    inputs = _inputs(case)
+    clean_out, clean_lse = _call(inputs, case, **opt)
+    inputs.block_table[1, 2400 // 16] = inputs.k_cache.shape[0] + 5  # key 2400: inside sequence 1's window
+    out, lse = _call(inputs, case, **opt)
+    assert out[1].isnan().all() and lse[1].isnan().all()
+    for b in (0, 2):
+        assert torch.equal(out[b], clean_out[b]) and torch.equal(lse[b], clean_lse[b]), b
+
+
+@gpu
+@needs_gpu
+def test_a_windowed_call_replays_in_a_cuda_graph():
+    """The window's chunk start comes from the lengths on the device: a replay follows a new length."""
+    case = _case(batch=2, cache_seqlens=(5000, 777), page_size=16, window=(900, -1))
+    inputs = _inputs(case)
+    eager = _call(inputs, case, num_splits=3)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = _call(inputs, case, num_splits=3)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], eager[0]) and torch.equal(captured[1], eager[1])
+    inputs.cache_seqlens[0] = 3000
+    graph.replay()
+    fresh = _call(inputs, case, num_splits=3)
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], fresh[0]) and torch.equal(captured[1], fresh[1])
+
+
 def test_decode_params_are_packed_field_for_field(monkeypatch):
     """launch_decode packs DecodeParams with struct_packer (the host-time path): the bytes equal a Structure built
     from keywords, field by field, for a paged fp8 call and a contiguous 16-bit one."""
@@ -347,8 +514,9 @@ def test_decode_params_are_packed_field_for_field(monkeypatch):
         lengths = torch.zeros(3, dtype=torch.int32)
         descale = torch.ones(3, 2) if paged else None
         work = torch.empty(10) if paged else None
+        window = (300, -1) if paged else (-1, -1)
         _lib.launch_decode(q, cache, cache, out, lse, lengths, table, descale, descale, work, causal=paged,
-                           scale=0.125, num_splits=4 if paged else 1, split_keys=128)
+                           scale=0.125, num_splits=4 if paged else 1, split_keys=128, window=window)
         expected = _lib.DecodeParams(
             q=q.data_ptr(), k=cache.data_ptr(), v=cache.data_ptr(), out=out.data_ptr(), lse=lse.data_ptr(),
             block_table=table.data_ptr() if paged else None, seqlens=lengths.data_ptr(),
@@ -357,5 +525,6 @@ def test_decode_params_are_packed_field_for_field(monkeypatch):
             v_stride=_lib._strides(cache), block_table_stride=5 if paged else 0, batch=3, seqlen_q=2, heads_q=8,
             heads_kv=2, head_dim=128, head_dim_v=128, page_size=64 if paged else 300, num_pages=7 if paged else 3,
             max_pages=5 if paged else 1, num_splits=4 if paged else 1, split_keys=128, scale=0.125,
-            causal=int(paged), dtype=0, kv_dtype=_lib.E4M3_CODE if paged else 0, window_left=-1, window_right=-1)
+            causal=int(paged), dtype=0, kv_dtype=_lib.E4M3_CODE if paged else 0, window_left=window[0],
+            window_right=window[1])
         assert bytes(captured[-1]) == bytes(expected)

@@ -109,6 +109,8 @@ WINDOW_CASES = [
     KV(2, 8, 2, 3, (70, 2), 64, page_size=16, causal=True, fmt="fp16", window=(20, -1), hostile=True),
     KV(2, 4, 1, 2, (90, 40), 64, fmt="fp16", window=(30, 10)),                        # both sides, contiguous
     KV(2, 4, 1, 4, (2, 50), 64, page_size=16, fmt="fp32", window=(0, 0)),             # rows that see no key
+    KV(2, 4, 1, 3, (45, 7), 64, page_size=16, fmt="fp16", window=(1 << 40, 1 << 40)),  # wider than the cache
+    KV(1, 2, 2, 32, (90,), 64, page_size=16, fmt="fp16", causal=True, window=(5, -1)),  # tiles start apart
 ]
 
 
@@ -141,6 +143,37 @@ def test_plan_chunks_to_the_key_tile():
     assert plan(1, 1, 4, 100, 64, num_splits=50)[1:] == (16, 7)   # at most one chunk per key tile
     assert plan(1, 1, 4, 100, 64, split_size=20)[1:] == (32, 4)   # rounded up to the tile
     assert plan(1, 1, 40, 100, 64)[0][0] == 32 and plan(1, 1, 3, 100, 64)[0][0] == 16  # query tile
+
+
+@interpreted
+def test_plan_covers_the_window_span():
+    from triton_impl.decode import plan
+    # interpreter tiles: 16 keys. 600 keys, window 100 at Sq 1: the span's 117 keys, not the capacity's 600
+    assert plan(1, 1, 4, 608, 64, split_size=32, window_keys=101)[1:] == (32, 4)
+    assert plan(1, 1, 4, 608, 64, split_size=32)[1:] == (32, 19)
+    assert plan(1, 1, 4, 608, 64, window_keys=101)[1:] == (48, 3)  # auto: 3 splits over 8 key tiles
+    assert plan(1, 1, 4, 100, 64, window_keys=500)[1:] == plan(1, 1, 4, 100, 64)[1:]  # wider than the cache
+
+
+@pytest.mark.skipif(INSIDE, reason="the GPU's tiles: outside the interpreter")
+def test_gpu_plan_follows_the_window_not_the_capacity():
+    """The split plan for an H200 (132 SMs; pure Python): b1 Hkv8 Sq1 bf16 d128 with window 4096 on 32k keys is
+    planned as a cache of its span (4096 + 1 + one 64-key tile), so its grid is the one of a 4097-key cache, and
+    under split_size only the grid shrinks; the chunks from the kernel's start cover every length's window."""
+    pytest.importorskip("triton")
+    from triton_impl.decode import _plan
+    def gpu_plan(capacity, split_size=None, window_keys=None, seqlen_q=1):
+        return _plan(1, 8, 4 * seqlen_q, capacity, 128, None, split_size, 132, 2, window_keys, False)
+    tile, split_keys, n_splits = gpu_plan(32768, window_keys=4097)
+    assert tile[1] == 64 and (split_keys, n_splits) == gpu_plan(4097 + 64)[1:]
+    assert n_splits * split_keys < 32768 // 4
+    assert gpu_plan(32768, split_size=512, window_keys=4097)[1:] == (512, 9)
+    assert gpu_plan(1000, window_keys=5000) == gpu_plan(1000)
+    for seqlen_q, left in ((1, 4096), (4, 100), (16, 0)):
+        _, split_keys, n_splits = gpu_plan(8192, window_keys=left + seqlen_q, seqlen_q=seqlen_q)
+        for length in range(8193):
+            start = max(0, length - seqlen_q - left) // 64 * 64  # kernels.decode._chunk_start
+            assert start + n_splits * split_keys >= length, (seqlen_q, left, length)
 
 
 @interpreted
@@ -325,6 +358,44 @@ def test_the_local_paths_compile_for_sm90(causal):
 def test_gpu_windows_match_the_oracle(case):
     _needs_gpu()
     _check(case, "cuda")
+
+
+@gpu
+@pytest.mark.parametrize("case", [KV(3, 8, 2, 3, (1000, 1, 0), 64, page_size=16, window=(5000, -1)),  # wider
+                                  KV(2, 8, 2, 4, (2, 500), 128, page_size=64, window=(0, 0)),  # rows see no key
+                                  KV(2, 32, 4, 16, (4000, 100), 128, page_size=64, causal=True, window=(256, 50)),
+                                  KV(2, 32, 8, 1, (4000, 2500), 128, page_size=16, kv_fmt="fp8", window=(2000, -1))],
+                         ids=lambda c: c.shape_str().replace(" ", "-"))
+@pytest.mark.parametrize("split", [dict(), dict(num_splits=7), dict(split_size=256)], ids=["auto", "seven", "size256"])
+def test_gpu_more_windows_match_the_oracle(case, split):
+    _needs_gpu()
+    _check(case, "cuda", **split)
+
+
+@gpu
+@pytest.mark.parametrize("paged", [True, False], ids=["page64", "contiguous"])
+def test_gpu_a_window_keeps_split_size_batch_invariant_and_runs_deterministic(paged):
+    """The chunks start at each sequence's window (from its own length, on the device): under split_size a sequence
+    alone gives the same bits as inside the batch; repeated calls agree, with and without split_size."""
+    _needs_gpu()
+    from triton_impl.decode import forward
+    window = (1500, -1)
+    case = KV(4, 16, 4, 3, (3000, 10, 1777, 4096), 128, page_size=64 if paged else None, capacity=4096, causal=True,
+              window=window)
+    inputs = _inputs(case, "cuda")
+    out, lse = _call(inputs, case, split_size=512)
+    for b in range(case.batch):
+        sub = slice(b, b + 1)
+        table = inputs.block_table[sub] if paged else None
+        k_cache, v_cache = (inputs.k_cache, inputs.v_cache) if paged else (inputs.k_cache[sub], inputs.v_cache[sub])
+        alone = forward(inputs.q[sub], k_cache, v_cache, inputs.cache_seqlens[sub], table, causal=True,
+                        scale=1 / math.sqrt(128), split_size=512, window=window)
+        assert torch.equal(alone[0], out[sub]) and torch.equal(alone[1], lse[sub]), b
+    for split in (dict(), dict(split_size=512)):
+        first = _call(inputs, case, **split)
+        for _ in range(3):
+            again = _call(inputs, case, **split)
+            assert torch.equal(first[0], again[0]) and torch.equal(first[1], again[1]), split
 
 
 @gpu

@@ -7,7 +7,10 @@ Kernels: triton_impl/kernels/decode.py. The work runs behind the custom op `trit
 implementation for torch.compile), called directly in plain eager use (frontend._eager).
 
 Split-KV: the key range [0, capacity) is cut into chunks of `split_keys` keys (a multiple of the key tile)
-processed by different programs, merged through their LSE in split order (deterministic).
+processed by different programs, merged through their LSE in split order (deterministic). With a left window
+bound the chunks cover the window's span instead (`plan(window_keys=)`: window_left + Sq keys and one key tile), each
+sequence's counted on the device from the first key its rows see, rounded down to the key tile
+(kernels.decode._chunk_start: from the sequence's own length, so still batch-invariant under split_size).
   * num_splits=None: about _PROGRAMS_PER_SM programs per SM over batch x KV heads x query tiles x splits, but
     no more programs than the SMs hold at once (kernels.decode.programs_per_sm, from the tile's shared memory):
     a partial second wave costs more than splitting gains. At least _MIN_SPLIT_TILES key tiles per chunk, at
@@ -45,26 +48,29 @@ def _cdiv(a, b):
 
 
 def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=None, device=None, config=None,
-         kv_element_size=2):
-    """(tile, split_keys, n_splits): the kernel's tile (kernels.decode.tiles) and the chunking of [0, capacity)."""
+         kv_element_size=2, window_keys=None):
+    """(tile, split_keys, n_splits): the kernel's tile (kernels.decode.tiles) and the chunking of [0, capacity), or
+    with window_keys (window_left + Sq: how wide the union of a sequence's rows' windows is, ending at its length)
+    of the window's span, min(capacity, window_keys + BLOCK_N) keys from the kernel's chunk start."""
     from triton_impl.kernels import decode as kernels
     on_gpu = not _interpreting() and device is not None and device.type == "cuda"
     sms = _sm_count(device.index or 0) if on_gpu else 0
     args = (int(batch), int(heads_kv), int(rows), max(int(capacity), 1), int(head_dim), num_splits, split_size, sms,
-            kv_element_size)
+            kv_element_size, window_keys)
     if config is not None:
         return _plan(*args, kernels.interpreting(), config)
     return _plan_cached(*args, kernels.interpreting())
 
 
-def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms, kv_element_size, interpreting,
-          config=None):
+def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms, kv_element_size, window_keys,
+          interpreting, config=None):
     """plan() for `sms` SMs (0: no GPU, the interpreter's fixed split count); `interpreting` (the kernels' tiles
     depend on it) is part of the cache key of _plan_cached."""
     from triton_impl.kernels import decode as kernels
     tile = kernels.tiles(head_dim, rows, kv_element_size, config)
     block_m, block_n = tile[0], tile[1]
-    key_tiles = _cdiv(capacity, block_n)
+    keys = capacity if window_keys is None else min(capacity, window_keys + block_n)  # what the chunks cover
+    key_tiles = _cdiv(keys, block_n)
     if split_size is not None:
         tiles_per_split = _cdiv(int(split_size), block_n)
     else:
@@ -79,13 +85,13 @@ def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms
                 one_wave = max(1, sms * kernels.programs_per_sm(tile, head_dim, kv_element_size) // units)
                 most = min(one_wave, max(1, key_tiles // _MIN_SPLIT_TILES), _MAX_SPLITS)
                 want = min(_cdiv(_PROGRAMS_PER_SM * sms, units), most)
-                if capacity / want < _MIN_SHARED_CHUNK:  # short chunks: one program per SM, none split if filled
+                if keys / want < _MIN_SHARED_CHUNK:  # short chunks: one program per SM, none split if filled
                     want = 1 if units >= 0.8 * sms else min(_cdiv(sms, units), most)
         else:
             want = int(num_splits)
         tiles_per_split = _cdiv(key_tiles, max(1, min(want, key_tiles)))
     split_keys = tiles_per_split * block_n
-    return tile, split_keys, _cdiv(capacity, split_keys)
+    return tile, split_keys, _cdiv(keys, split_keys)
 
 
 # a pure function of ints, asked on every call: caching it is most of the host time it took
@@ -106,8 +112,13 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
     heads_kv = k_cache.shape[2]
     rows = seqlen_q * (heads_q // heads_kv)
     capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    # a side that reaches past every row's keys is unbounded (keeps the kernel's key arithmetic in int32): left >=
+    # capacity starts every row's window at key 0 or before, right >= Sq - 1 ends it at the sequence's last key
+    window_left = -1 if window_left >= capacity else window_left
+    window_right = -1 if window_right >= seqlen_q - 1 else window_right
     tile, split_keys, n_splits = plan(batch, heads_kv, rows, capacity, head_dim, num_splits or None,
-                                      split_size or None, q.device, config, k_cache.element_size())
+                                      split_size or None, q.device, config, k_cache.element_size(),
+                                      window_left + seqlen_q if window_left >= 0 else None)
     out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
     lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
     ws_o = ws_lse = None

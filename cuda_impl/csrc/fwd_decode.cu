@@ -19,6 +19,10 @@
 //   which Q's fragments and O's store order follow. Q is scaled by a power of two into fp16's range (a bf16 q
 //   may exceed it) and converted once per CTA; that factor and the per-(b, kv head) K descale fold into the
 //   softmax scale, the V descale into the output.
+// - A local window (window_left / window_right keys around each row's bottom-right diagonal, -1 unbounded): with a
+//   left bound the chunks start at the window's first key (decode_chunk0), so the grid covers the window's span,
+//   not the capacity; a CTA reads the key tiles from its first row's first key to its last row's last and masks
+//   both sides per row on the edge tiles. A chunk that sees no key still writes its empty partial (weight 0).
 // - Safety: a length outside [0, capacity] or a used block-table entry outside [0, num_pages) makes the
 //   sequence's rows NaN before any K/V byte is read; entries past the pages the length needs are never read.
 #include <cuda_fp8.h>
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   w.row0 = blockIdx.x * TILE_ROWS;
   const int capacity = p.max_pages * p.page_size;
   w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : capacity;
-  w.chunk0 = w.split * p.split_keys;
+  w.chunk0 = decode_chunk0(p, w.length, w.split, BLOCK_N);
   w.kv_end = min(w.chunk0 + p.split_keys, w.length);
   const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
 
@@ -148,11 +152,17 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
     return;
   }
 
-  const int diag = w.length - p.seqlen_q;  // causal: query i sees keys j <= i + diag
+  // Query i sees the chunk's keys i + diag - left .. i + diag + right (a side of -1: unbounded; causal: right 0).
+  // Later rows' windows start and end later: the CTA reads the key tiles from its first row's first key to its
+  // last row's last, and the first row's end (min_end) is where tiles start to need a mask on the right.
+  const int diag = w.length - p.seqlen_q, left = p.window_left, right = p.causal ? 0 : p.window_right;
+  auto key_start = [&](int query) { return left >= 0 ? max(w.chunk0, query + diag - left) : w.chunk0; };
+  auto key_end = [&](int query) { return right >= 0 ? min(w.kv_end, query + diag + right + 1) : w.kv_end; };
   const int last_row = min(w.rows, w.row0 + TILE_ROWS) - 1;
-  w.cta_end = p.causal ? min(w.kv_end, query_of(w, last_row) + diag + 1) : w.kv_end;
-  w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
-  const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + BLOCK_N - 1) / BLOCK_N : 0;
+  w.cta_end = key_end(query_of(w, last_row));
+  w.min_end = key_end(query_of(w, w.row0));
+  w.cta_start = w.chunk0 + (key_start(query_of(w, w.row0)) - w.chunk0) / BLOCK_N * BLOCK_N;
+  const int n_tiles = w.cta_end > w.cta_start ? (w.cta_end - w.cta_start + BLOCK_N - 1) / BLOCK_N : 0;
 
   // Q tile: row r of the tile from (query r / g, head hk * g + r % g); padding rows are zeros.
   {
@@ -174,7 +184,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
   const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
   auto load_kv = [&](int tile, uint32_t stage) {
-    const int tile_start = w.chunk0 + tile * BLOCK_N;
+    const int tile_start = w.cta_start + tile * BLOCK_N;
 #pragma unroll
     for (int i = 0; i < PASSES; i++) {
       const int r = load_row + i * ROWS_PER_PASS, pos = tile_start + r;
@@ -233,12 +243,14 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
       else ldmatrix_x4(Q_rmem[kk], Q_smem + V_lane.at(kk * 2));
     }
 
-  // The end of the keys each of this thread's two accumulator rows (lane / 4 and + 8) sees.
-  int row_end[2];
+  // The keys each of this thread's two accumulator rows (lane / 4 and + 8) sees: row_start[h] .. + row_width[h]
+  // (one unsigned compare per score masks both sides; an empty window has width 0).
+  int row_start[2], row_width[2];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int row = min(w.row0 + lane / 4 + 8 * h, w.rows - 1);
-    row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
+    const int query = query_of(w, min(w.row0 + lane / 4 + 8 * h, w.rows - 1));
+    row_start[h] = key_start(query);
+    row_width[h] = max(key_end(query) - row_start[h], 0);
   }
 
   float O_rmem[1][C::D_TILES][4] = {};
@@ -303,12 +315,17 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
           mma_m16n8k16<T>(S[0][nt], Q_rmem[kk + 1], K_frag[2], K_frag[3]);
         }
     }
-    if (warp_key0 + KW > w.min_end) {  // keys past a row's end (chunk tail, length, causal diagonal)
+    // Keys outside a row's range: past its end (chunk tail, length, causal diagonal, window) or before its start.
+    // With a left bound every tile is masked: testing for the tiles all rows see whole would keep one more register
+    // live in the loop, and the e4m3 d256 kernel spills with it.
+    if (warp_key0 + KW > w.min_end || p.window_left >= 0) {
 #pragma unroll
       for (int nt = 0; nt < C::KV_TILES; nt++)
 #pragma unroll
-        for (int i = 0; i < 4; i++)
-          if (warp_key0 + nt * 8 + (lane % 4) * 2 + i % 2 >= row_end[i / 2]) S[0][nt][i] = -INFINITY;
+        for (int i = 0; i < 4; i++) {
+          const int key = warp_key0 + nt * 8 + (lane % 4) * 2 + i % 2;
+          if (uint32_t(key - row_start[i / 2]) >= uint32_t(row_width[i / 2])) S[0][nt][i] = -INFINITY;
+        }
     }
     uint32_t P_rmem[1][C::KV_STEPS][4];
     online_softmax<MMA_T>(S, row_max, row_sum, O_rmem, P_rmem, scale_log2);
@@ -356,7 +373,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
     __syncthreads();
     if (tile + STAGES - 1 < n_tiles) load_kv(tile + STAGES - 1, prev);
     cp_async_commit();
-    const int warp_key0 = w.chunk0 + tile * BLOCK_N + warp * KW;
+    const int warp_key0 = w.cta_start + tile * BLOCK_N + warp * KW;
     if (warp_key0 < w.cta_end) warp_step(slot, warp_key0);
     prev = slot;
     slot = slot + C::STAGE_BYTES == ring_end ? KV_smem : slot + C::STAGE_BYTES;
@@ -475,8 +492,11 @@ extern "C" int cuda_fa_decode(const DecodeParams* params, cudaStream_t stream, c
     using C = fa::DecodeTiles<DIM, KV>;
     if (int rc = fa::check_decode_params(p, C::BLOCK_N, fa::TILE_ROWS, err, err_len)) return rc;
     if (p.head_dim_v != DIM) return fa::report(err, err_len, "head_dim_v", "this kernel takes V of Q's head_dim");
-    if (p.window_left != -1 || p.window_right != -1)
-      return fa::report(err, err_len, "window", "the decode kernel takes no local window yet");
+    // A side wider than any row reaches is unbounded and comes as -1 (cuda_impl/decode.py): the key arithmetic
+    // stays in int range.
+    if (p.window_left < -1 || p.window_left > p.max_pages * p.page_size || p.window_right < -1 ||
+        p.window_right > p.seqlen_q)
+      return fa::report(err, err_len, "window", "each side -1 or at most the capacity (left) / seqlen_q (right)");
     const int rows = p.seqlen_q * (p.heads_q / p.heads_kv);
     const dim3 grid((rows + fa::TILE_ROWS - 1) / fa::TILE_ROWS, p.heads_kv * p.num_splits, p.batch);
     const fa::FastDiv page_div(uint32_t(p.page_size));

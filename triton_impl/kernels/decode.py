@@ -15,8 +15,10 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
   L > capacity.
 * Online softmax in exp2 with the scale (and fp8's K descale) folded into one multiplier; every tile is
   masked (key tail, page validity, bottom-right causal per row): decode is memory-bound.
-* A local window (LOCAL; window_left / window_right, -1 unbounded, around each row's bottom-right diagonal): the
-  chunk's key range is narrowed to the tiles some row of the query tile sees, and every tile is masked per row.
+* A local window (LOCAL; window_left / window_right, -1 unbounded, around each row's bottom-right diagonal): with a
+  left bound a sequence's chunks start at the first key its rows see, rounded down to the key tile (_chunk_start;
+  the host plans them over the window's span, not the capacity); the chunk's key range is narrowed to the tiles
+  some row of the query tile sees, and every tile is masked per row.
 * One split: the program writes out and lse directly. Several: it writes its normalised partial output and
   its LSE (log2 units) in fp32 to a workspace, and `_decode_merge` combines the splits of a row MERGE_BLOCK_S
   at a time, in order (fixed order: the same bits on every run). Chunks past a sequence's length do no work
@@ -88,6 +90,14 @@ def _program(heads_kv, tiles):
     return tile, bh % heads_kv, bh // heads_kv
 
 
+@triton.jit
+def _chunk_start(seqlen, seqlen_q, window_left, BLOCK_N: tl.constexpr):
+    """First key of a sequence's chunk 0: 0, or with a left window bound the first key any of its rows sees
+    (seqlen - seqlen_q - window_left, at least 0) rounded down to the split kernel's key tile BLOCK_N."""
+    start = (tl.maximum(seqlen - seqlen_q - window_left, 0) // BLOCK_N) * BLOCK_N
+    return tl.where(window_left >= 0, start, 0)
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys", "heads_kv", "n_splits",
                                "window_left", "window_right"])
 def _decode_split(
@@ -127,6 +137,8 @@ def _decode_split(
     bad = (seqlen < 0) | (seqlen > capacity)
     seqlen = tl.where(bad, 0, seqlen)  # a bad length reads nothing
     chunk = split * split_keys
+    if LOCAL:
+        chunk += _chunk_start(seqlen, seqlen_q, window_left, BLOCK_N)
     lo = chunk
     hi = tl.minimum(seqlen, chunk + split_keys)
     diagonal = seqlen - seqlen_q  # causal, bottom-right: row at q_pos sees keys j <= q_pos + diagonal
@@ -232,17 +244,18 @@ def _decode_split(
         tl.store(LSE + b64 * slb + q_head.to(tl.int64) * slh + q_pos, lse, mask=row_ok)
 
 
-@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "split_keys", "heads_kv", "m_tiles"])
+@triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "split_keys", "heads_kv", "m_tiles", "window_left"])
 def _decode_merge(
     WS_O, WS_LSE, O, LSE, SEQLENS, VDS,
-    seqlen_q, group, capacity, split_keys, heads_kv, m_tiles,
+    seqlen_q, group, capacity, split_keys, heads_kv, m_tiles, window_left,
     sob, sos, soh, slb, slh, swb, swh, sws, swr, slwb, slwh, slws,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_S: tl.constexpr,
-    HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr,
+    HAS_SEQLENS: tl.constexpr, FP8: tl.constexpr, KEY_BLOCK: tl.constexpr,
 ):
     """One program: BLOCK_M packed rows x BLOCK_D of V's HEAD_DIM columns (tile = row tile x column slice), the
     splits BLOCK_S at a time: their loads do not depend on one another, so one memory round trip serves BLOCK_S
-    splits (a loop over single splits waits for each in turn)."""
+    splits (a loop over single splits waits for each in turn). KEY_BLOCK: the split kernel's key tile, which the
+    chunks' start follows under a left window bound (_chunk_start)."""
     tile, hk, b = _program(heads_kv, m_tiles * (HEAD_DIM // BLOCK_D))
     m_tile = tile // (HEAD_DIM // BLOCK_D)
     d_slice = tile % (HEAD_DIM // BLOCK_D)
@@ -262,7 +275,7 @@ def _decode_merge(
         seqlen = capacity
     bad = (seqlen < 0) | (seqlen > capacity)
     seqlen = tl.where(bad, 0, seqlen)
-    n_active = tl.cdiv(seqlen, split_keys)
+    n_active = tl.cdiv(seqlen - _chunk_start(seqlen, seqlen_q, window_left, KEY_BLOCK), split_keys)
 
     ws = b64 * swb + hk64 * swh + offs_r.to(tl.int64) * swr  # [M]
     wl = b64 * slwb + hk64 * slwh + offs_r
@@ -409,10 +422,10 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
         _decode_merge[grid(triton.cdiv(rows, merge_m) * (head_dim // merge_d), heads_kv, batch)](
             ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
             v_descale if fp8 else dummy,
-            seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m),
+            seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m), window[0],
             out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
             *ws_strides,
             HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
-            HAS_SEQLENS=cache_seqlens is not None, FP8=fp8,
+            HAS_SEQLENS=cache_seqlens is not None, FP8=fp8, KEY_BLOCK=block_n,
             num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1,
         )

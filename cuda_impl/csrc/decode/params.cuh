@@ -37,8 +37,8 @@ struct DecodeParams {
   int32_t causal;              // bottom-right aligned: query i sees keys j <= i + L - seqlen_q
   int32_t dtype;               // q and out: FA_DTYPE_BF16 / FA_DTYPE_FP16
   int32_t kv_dtype;            // K and V: dtype, or KV_E4M3
-  int32_t window_left;         // local window around each query's bottom-right diagonal; -1: unbounded
-  int32_t window_right;
+  int32_t window_left;         // local window around each query's bottom-right diagonal; -1: unbounded. With a left
+  int32_t window_right;        // bound the chunks follow the window (decode_chunk0)
 };
 }
 
@@ -77,9 +77,20 @@ struct DecodeWork {
   int length;     // L, the sequence's keys
   int chunk0;     // first key of the chunk
   int kv_end;     // min(chunk end, L)
-  int cta_end;    // kv_end, shortened under causal masking to the last key the tile's last row sees
+  int cta_end;    // kv_end, shortened under causal masking or a window to the last key the tile's last row sees
   int min_end;    // the end the tile's first (most restricted) row sees: key tiles past it need a mask
+  int cta_start;  // first key the CTA reads: chunk0, or under a window the first key its first row sees, rounded
+                  // down to the key tile
 };
+
+// First key of chunk `split`: split * split_keys, or under a left window bound counted from the first key any row
+// of the sequence sees, max(0, length - seqlen_q - window_left) rounded down to the key tile `block_n`; the host
+// then plans the chunks over the window's span (window_left + seqlen_q + block_n keys) instead of the capacity.
+// Either way a chunk depends on its sequence alone.
+__device__ __forceinline__ int decode_chunk0(const DecodeParams& p, int length, int split, int block_n) {
+  const int start = p.window_left >= 0 ? max(0, length - p.seqlen_q - p.window_left) / block_n * block_n : 0;
+  return start + split * p.split_keys;
+}
 
 // Output row r of the CTA's tile -> (query position, query head).
 __device__ __forceinline__ int query_of(const DecodeWork& w, int r) { return r / w.group; }
