@@ -54,6 +54,7 @@ class Backend:
     description: str = ""
     last_config: Callable[[], str | None] = field(default=lambda: None, repr=False)  # autotuned tile choice
     head_dim_pairs: tuple[tuple[int, int], ...] = ()  # (Q/K, V) head dims it takes besides equal ones in head_dims
+    latent_pairs_only: bool = False  # the pairs only as one latent KV cache in q's dtype (MLA: V = K's first columns)
 
     @property
     def backend(self) -> str:
@@ -102,6 +103,10 @@ class Backend:
             if v_dim == case.head_dim:
                 return f"head_dim {case.head_dim} not in {self.head_dims}"
             return f"Q/K head_dim {case.head_dim} with V head_dim {v_dim} not in {self.head_dim_pairs}"
+        if self.latent_pairs_only and v_dim != case.head_dim and not (
+                getattr(case, "latent", False) and getattr(case, "kv_fmt", "") == "same"):
+            return (f"Q/K head_dim {case.head_dim} with V head_dim {v_dim} only as one latent KV cache in q's dtype "
+                    "(V a view of K's first columns: attention_mla_decode)")
         if not self.gqa and case.heads_q != case.heads_kv:
             return "no GQA/MQA"
         if case.seqlen_k < self.min_seqlen_k:
@@ -297,6 +302,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             # scale folded in costs ~1e-6 relative, see docs/journal/2026-11-29_triton.md).
             name=f"{family}:{variant}", family=family, formats=tuple(f for f in caps["formats"] if f in formats.FORMATS),
             head_dims=tuple(caps["head_dims"]), head_dim_pairs=tuple(caps.get("head_dim_pairs", ())),
+            latent_pairs_only=bool(caps.get("latent_pairs_only")),
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
             # under TRITON_INTERPRET=1 the Triton kernels run on the CPU: triton_impl says which can
             min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())

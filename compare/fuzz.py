@@ -423,9 +423,11 @@ def kv_examples(backend: backends.Backend, profile: Profile):
     @st.composite
     def draw_example(draw):
         fmt = draw(st.sampled_from(fmts))
-        kv_fmt = draw(st.sampled_from(oracle.KV_FORMATS))
         d, dv = draw(dims)
-        latent = dv is not None and draw(st.booleans())  # V a view of K's first columns (MLA), or a cache of its own
+        # a (D, Dv) pair: V a view of K's first columns (MLA) or a cache of its own, where the backend takes both
+        only_latent = dv is not None and backend.latent_pairs_only
+        kv_fmt = "same" if only_latent else draw(st.sampled_from(oracle.KV_FORMATS))
+        latent = dv is not None and (only_latent or draw(st.booleans()))
         batch = draw(st.integers(1, profile.kv_max_batch))
         heads_q, heads_kv = _heads(draw, profile, True)
         sq = draw(st.integers(1, max_sq))

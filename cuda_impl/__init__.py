@@ -6,7 +6,8 @@ kernels for Blackwell sm_120a (cuda_impl.sm120: compiled and SASS-checked, never
 quantizers that produce compare.formats containers (cuda_impl.quant).
 
 Public surface (docs/contract.md): VARIANTS, DEFAULT_VARIANTS, select_variant(), attention(),
-attention_with_kvcache() (decode against a contiguous or paged KV cache: "decode", split-KV), attention_varlen()
+attention_with_kvcache() (decode against a contiguous or paged KV cache: "decode", split-KV), attention_mla_decode()
+(MLA's Q/K 576 against one latent cache, V its first 512 columns), attention_varlen()
 (packed variable-length batches: "hopper"), unavailable_reason(),
 quantize(), quantize_attention_inputs().
 Kernels live in csrc/ (one per version), are built by cuda_impl.toolchain into a torch-free shared
@@ -52,6 +53,9 @@ VARIANTS["decode"] = {
     "min_cc": (8, 0),
     "max_cc": (9, 0),
     "max_seqlen_q": 64,  # 1..64 query tokens per sequence (decode, speculative tokens, chunked prefill)
+    # MLA: Q/K 576 against one latent cache whose first 512 columns are V (attention_mla_decode; its own kernel)
+    "head_dim_pairs": ((576, 512),),
+    "latent_pairs_only": True,  # V must be a view of K's first columns, the cache in q's dtype
     "description": "split-KV decode (flash-decoding): the query tokens of all query heads of one KV head packed "
     "into one mma.sync tile, each CTA one chunk of the keys, partials merged through their LSE in a fixed order; "
     "contiguous or paged KV cache (attention_with_kvcache)",
@@ -318,7 +322,9 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
                                   dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],
-                                  backend="cuda_impl")
+                                  backend="cuda_impl", head_dim_pairs=VARIANTS["decode"]["head_dim_pairs"])
+    if layout.head_dim_v != layout.head_dim:
+        _check_latent(k_cache, v_cache, window)
     kvcache.check_splits(num_splits, split_size)
     scale = kvcache.resolve_scale(scale, layout.head_dim)
     validate.check_device_and_arch([q], "q", "decode", VARIANTS["decode"])
@@ -329,6 +335,33 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
                               window=window)
     return (out, lse) if return_lse else out
 
+
+
+def _check_latent(k_cache, v_cache, window) -> None:
+    """What the MLA kernel (csrc/fwd_mla_decode.cu) takes beyond compare.kvcache's checks: V the first columns of
+    K's rows (it reads each row once, for both products), a cache in q's dtype, no window."""
+    if k_cache.dtype == torch.float8_e4m3fn:
+        raise NotImplementedError("cuda_impl's MLA decode takes a cache in q's dtype (an e4m3 latent cache: "
+                                  "triton_impl.attention_mla_decode)")
+    if v_cache.data_ptr() != k_cache.data_ptr() or v_cache.stride() != k_cache.stride():
+        raise ValueError(f"v_cache must be k_cache[..., :{v_cache.shape[3]}] (the latent cache's first columns): "
+                         "cuda_impl's MLA kernel reads V from K's rows; use attention_mla_decode(q, kv_cache, ...)")
+    if oracle.as_window(window) != (-1, -1):
+        raise NotImplementedError("window: cuda_impl's MLA decode takes no local window")
+
+
+def attention_mla_decode(q, kv_cache, *, cache_seqlens, block_table=None, head_dim_v=512, causal=False, scale=None,
+                         return_lse=False, num_splits=None, split_size=None):
+    """Multi-head latent attention decode (DeepSeek's MLA, FlashMLA's shapes): q (B, Sq, Hq, 576) bf16/fp16 with
+    Sq 1..64 against one latent cache in q's dtype, paged (num_blocks, page_size, 1, 576) with block_table
+    (B, max_blocks) int32 or contiguous (B, S_max, 1, 576); V is the cache's first head_dim_v (512) columns, read
+    from the same rows (no second copy). scale defaults to 1/sqrt(576): pass the model's own. Returns out
+    (B, Sq, Hq, head_dim_v) and with return_lse the LSE (B, Hq, Sq); otherwise as
+    attention_with_kvcache(q, kv_cache, kv_cache[..., :head_dim_v])."""
+    k_cache, v_cache = kvcache.latent_views(kv_cache, head_dim_v)
+    return attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
+                                  causal=causal, scale=scale, return_lse=return_lse, num_splits=num_splits,
+                                  split_size=split_size)
 
 
 def _attention_fp8(q, k, v, causal: bool, scale: float, variant: str, spec: dict):
@@ -349,6 +382,7 @@ def _attention_blocked(q, k, v, causal: bool, scale: float, variant: str, spec: 
                       v.tensor_scale, q.shape[-1], k.shape[2], causal, scale)
 
 
-__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "attention_varlen", "attention_with_kvcache",
+__all__ = ["VARIANTS", "DEFAULT_VARIANTS", "select_variant", "attention", "attention_mla_decode", "attention_varlen",
+           "attention_with_kvcache",
            "unavailable_reason", "quantize",
            "quantize_attention_inputs"]

@@ -8,6 +8,7 @@ into that call; validation of what users pass happens before, in cuda_impl.valid
 from __future__ import annotations
 
 import ctypes
+import functools
 import struct
 import threading
 
@@ -425,10 +426,37 @@ def decode_ctas_per_sm(dtype, kv_fp8: bool, head_dim: int, device, *, extra_flag
     return _decode_slots[key]
 
 
+@functools.lru_cache(maxsize=256)
+def mla_decode_tiles(rows: int, *, extra_flags: tuple[str, ...] = ()) -> tuple[int, int]:
+    """(keys per tile, query rows per CTA) of the MLA decode kernel (csrc/fwd_mla_decode.cu) for `rows` packed
+    query rows (heads x query positions)."""
+    lib = load(extra_flags)
+    block_n = _optional_entry(lib, "cuda_fa_mla_decode_block_n", ctypes.c_int, [])
+    tile_rows = _optional_entry(lib, "cuda_fa_mla_decode_tile_rows", ctypes.c_int, [ctypes.c_int])
+    return block_n(), tile_rows(rows)
+
+
+def mla_decode_ctas_per_sm(dtype, rows: int, device, *, extra_flags: tuple[str, ...] = ()) -> int:
+    """MLA decode CTAs resident per SM of `device` for `rows` packed query rows (cached as decode_ctas_per_sm)."""
+    index = torch.cuda.current_device() if device.index is None else device.index
+    tile_rows = mla_decode_tiles(rows, extra_flags=extra_flags)[1]
+    key = (index, dtype, "mla", tile_rows, extra_flags)
+    if key not in _decode_slots:
+        fn = _optional_entry(load(extra_flags), "cuda_fa_mla_decode_ctas_per_sm", ctypes.c_int,
+                             [ctypes.c_int, ctypes.c_int])
+        with torch.cuda.device(index):
+            n = fn(DTYPE_CODES[dtype], rows)
+        if n < 1:
+            raise RuntimeError(f"cuda_impl MLA decode: no occupancy for {tile_rows}-row tiles ({n})")
+        _decode_slots[key] = n
+    return _decode_slots[key]
+
+
 def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace, *,
                   causal: bool, scale: float, num_splits: int, split_keys: int,
                   window: tuple[int, int] = (-1, -1), extra_flags: tuple[str, ...] = ()) -> None:
-    """One decode (csrc/fwd_decode.cu) on torch's current stream of q's device. q (B, Sq, Hq, D) with any strides
+    """One decode (csrc/fwd_decode.cu; fwd_mla_decode.cu for V narrower than Q/K, MLA's latent cache, where v_cache
+    must be k_cache's first columns) on torch's current stream of q's device. q (B, Sq, Hq, D) with any strides
     but the last; k_cache/v_cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages) int32, or
     (B, S_max, Hkv, D) with block_table None; out (B, Sq, Hq, D) and lse (B, Hq, Sq) contiguous; workspace: fp32
     num_splits * B * Hq * Sq * (D + 1) elements when num_splits > 1, else None; window (left, right) as
@@ -448,4 +476,6 @@ def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_d
         batch, seqlen_q, heads_q, k_cache.shape[2], head_dim, v_cache.shape[3], max(1, k_cache.shape[1]),
         k_cache.shape[0], block_table.shape[1] if paged else int(k_cache.shape[1] > 0), num_splits, split_keys, scale,
         int(causal), DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype], *window))
-    _call(load(extra_flags), "cuda_fa_decode", DecodeParams, params, q.device, "decode")
+    # V narrower than Q/K: MLA's latent cache (V the first columns of K's rows), its own kernel.
+    entry = "cuda_fa_mla_decode" if v_cache.shape[3] != head_dim else "cuda_fa_decode"
+    _call(load(extra_flags), entry, DecodeParams, params, q.device, "decode")

@@ -119,13 +119,20 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
     heads_kv = k_cache.shape[2]
     capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
     fp8 = k_cache.dtype == torch.float8_e4m3fn
-    block_n = _lib.decode_block_n(head_dim, fp8)
+    rows = seqlen_q * (heads_q // heads_kv)  # packed query rows of one KV head
+    mla = v_cache.shape[3] != head_dim  # MLA's latent cache: its own kernel (csrc/fwd_mla_decode.cu)
+    if mla:
+        block_n, tile_rows = _lib.mla_decode_tiles(rows)
+    else:
+        block_n, tile_rows = _lib.decode_block_n(head_dim, fp8), 16
     if block_n < 0:
         raise ValueError(f"head_dim: cuda_impl decode runs 64, 128 and 256, got {head_dim}")
-    ctas = batch * heads_kv * -(-seqlen_q * (heads_q // heads_kv) // 16)
+    ctas = batch * heads_kv * -(-rows // tile_rows)
     sms = per_sm = 0
     if num_splits is None and split_size is None:
-        sms, per_sm = _sm_count(q.device), _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device)
+        sms = _sm_count(q.device)
+        per_sm = (_lib.mla_decode_ctas_per_sm(q.dtype, rows, q.device) if mla
+                  else _lib.decode_ctas_per_sm(q.dtype, fp8, head_dim, q.device))
     left, right = kernel_window(window, capacity, seqlen_q)
     splits, split_keys = plan_splits(planned_keys(capacity, block_n, seqlen_q, left), block_n, ctas=ctas, sms=sms,
                                      per_sm=per_sm, num_splits=num_splits, split_size=split_size)

@@ -212,6 +212,8 @@ _MX_FORMATS = ("mxfp8", "nvfp4")
 # fwd_decode.cu: <q type, K/V type (S1_: the same), DIM>, and the split merge <q type, DIM>
 _DECODE_NAME = re.compile(
     r"(fwd_decode_kernel|fwd_decode_merge_kernel)I(6__half|13__nv_bfloat16)(S1_|13__nv_fp8_e4m3)?Li(\d+)E")
+# fwd_mla_decode.cu: <q type, query rows per CTA>
+_MLA_NAME = re.compile(r"fwd_mla_decode_kernelI(6__half|13__nv_bfloat16)Li(\d+)E")
 
 
 def readable_kernel_name(mangled: str) -> str:
@@ -225,7 +227,10 @@ def readable_kernel_name(mangled: str) -> str:
     counter), '<fp8,128,flat-k,...>' where K loads through the key-permuted 5-D map; the block-scaled
     one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'; the
     decode kernel -> 'fwd_decode_kernel<bf16,128>' (K/V in q's type) / 'fwd_decode_kernel<bf16,128,kv-fp8>' (e4m3
-    K/V), its split merge -> 'fwd_decode_merge_kernel<bf16,128>'."""
+    K/V), its split merge -> 'fwd_decode_merge_kernel<bf16,128>'; the MLA decode kernel ->
+    'fwd_mla_decode_kernel<bf16,rows16>'."""
+    if m := _MLA_NAME.search(mangled):
+        return f"fwd_mla_decode_kernel<{'bf16' if 'bfloat16' in m.group(1) else 'fp16'},rows{m.group(2)}>"
     if m := _FP8_NAME.search(mangled):
         flat = ",flat-k" if m.group(3) == "1" else ""
         return f"{m.group(1)}<fp8,{m.group(2)}{flat}{_FP8_SCHEDULES[int(m.group(4))]}>"

@@ -1,0 +1,327 @@
+// MLA decode (DeepSeek's multi-head latent attention, FlashMLA's shapes): 16-128 query heads against one latent KV
+// head whose rows hold Q/K's 576 columns (512 latent + 64 rotary) and whose first 512 columns are V. The contract is
+// the decode one (cuda_impl/decode.py, compare.oracle.check_kvcache) with head_dim 576, head_dim_v 512 and V the
+// same rows as K (the host checks v == k's first columns): each key row is loaded once, for both products.
+// - One CTA = ROWS packed query rows (heads x query positions, as GQA rows: decode/params.cuh) of one sequence,
+//   one chunk of keys. ROWS / 16 row groups of four warps each. Per key tile (BLOCK_N = 32 keys):
+//   S phase: warp (row group, slice) scores its 16 rows against the tile's keys 8 * slice .. + 7 over all 576
+//   columns (Q's fragments re-read from shared memory: 16 rows of Q are 144 registers a thread);
+//   the four slices' row maxima meet in shared memory, every warp of the row group takes the same new maximum,
+//   writes its exp'd scores to a shared P tile and keeps its own part of the row sums;
+//   O phase: warp (row group, slice) accumulates O's columns 128 * slice .. + 127 for its 16 rows from all 32 keys
+//   of P, V's fragments read from the same ring rows (ldmatrix.trans of K's first 512 columns).
+//   So each warp holds 64 O registers whatever ROWS is, and the 16-row tile (16 heads, the memory-bound case)
+//   still keeps four warps of loads and MMAs going.
+// - K: a STAGES-deep cp.async ring of 36 KB stages (three in flight while one is computed), rows swizzled for
+//   ldmatrix, each key row at its own page address; chunks, the merge (decode/merge.cuh over V's 512 columns),
+//   poison checks and causal masking as the GQA decode kernel (fwd_decode.cu).
+#include "decode/merge.cuh"
+#include "decode/params.cuh"
+#include "ladder.cuh"
+
+extern "C" {
+// The MLA kernel's shape table for the host (cuda_impl/_lib.py): keys per tile, query rows per CTA for `rows`
+// packed rows, resident CTAs per SM; and the launch.
+int cuda_fa_mla_decode_block_n();
+int cuda_fa_mla_decode_tile_rows(int rows);
+int cuda_fa_mla_decode_ctas_per_sm(int dtype, int rows);
+int cuda_fa_mla_decode(const DecodeParams* params, cudaStream_t stream, char* err, int err_len);
+}
+
+namespace fa {
+
+constexpr int MLA_DQK = 576, MLA_DV = 512;
+
+template <int ROWS_>
+struct MlaTiles {
+  static constexpr int ROWS = ROWS_;
+  static constexpr int ROW_GROUPS = ROWS / 16;
+  static constexpr int SLICES = 4;  // warps per row group
+  static constexpr int WARPS = ROW_GROUPS * SLICES;
+  static constexpr int THREADS = WARPS * 32;
+  static constexpr int BLOCK_N = 32;                      // keys of a ring stage
+  static constexpr int KEYS_PER_WARP = BLOCK_N / SLICES;  // S phase: one n-tile
+  static constexpr int COLS_PER_WARP = MLA_DV / SLICES;   // O phase
+  static constexpr int O_TILES = COLS_PER_WARP / 8;
+  static constexpr int D_STEPS = MLA_DQK / 16;  // k-steps of Q K^T
+  static constexpr int KV_STEPS = BLOCK_N / 16;  // k-steps of P V
+  static constexpr int S_CHAINS = 4;  // independent accumulators of the 36-step Q K^T (shorter MMA dependency chain)
+  static constexpr int STAGES = 4;
+  static constexpr int ROW_BYTES = MLA_DQK * 2, ROW_CHUNKS = MLA_DQK / 8;
+  static constexpr int Q_BYTES = ROWS * ROW_BYTES;
+  static constexpr int STAGE_BYTES = BLOCK_N * ROW_BYTES;
+  // P rows of 32 keys padded to 80 bytes: the eight rows of an ldmatrix read fall in distinct banks.
+  static constexpr int P_ROW_BYTES = BLOCK_N * 2 + 16;
+  static constexpr int P_BYTES = ROWS * P_ROW_BYTES;
+  static constexpr int STATS_BYTES = SLICES * ROWS * 4;  // the slices' row maxima, at the end their row sums
+  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + P_BYTES + STATS_BYTES;
+  static_assert(KEYS_PER_WARP == 8 && D_STEPS % S_CHAINS == 0 && O_TILES % 2 == 0, "tile shape");
+  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
+};
+
+// 16 rows (up to 16 heads at one query: memory-bound), else 32 (more rows: each CTA re-reads the chunk's keys
+// from L2, one CTA per 32 rows).
+inline int mla_tile_rows(int rows) { return rows <= 16 ? 16 : 32; }
+
+template <typename T, int ROWS>
+__global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
+    fwd_mla_decode_kernel(const DecodeParams p, const FastDiv page_div) {
+  using C = MlaTiles<ROWS>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  const uint32_t Q_smem = smem_u32(smem);
+  const uint32_t KV_smem = Q_smem + C::Q_BYTES;
+  const uint32_t P_smem = KV_smem + C::STAGES * C::STAGE_BYTES;
+  float* stats = reinterpret_cast<float*>(smem + C::Q_BYTES + C::STAGES * C::STAGE_BYTES + C::P_BYTES);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int group = warp % C::ROW_GROUPS, slice = warp / C::ROW_GROUPS;
+  launch_dependents();  // the merge (more than one split) may get resident now
+
+  DecodeWork w;
+  w.batch = blockIdx.z;
+  w.head_kv = blockIdx.y % p.heads_kv;
+  w.split = blockIdx.y / p.heads_kv;
+  w.group = p.heads_q / p.heads_kv;
+  w.rows = p.seqlen_q * w.group;
+  w.row0 = blockIdx.x * ROWS;
+  const int capacity = p.max_pages * p.page_size;
+  w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : capacity;
+  w.chunk0 = w.split * p.split_keys;
+  w.kv_end = min(w.chunk0 + p.split_keys, w.length);
+  const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
+  if (chunk_poisoned<C::THREADS>(p, w, table, page_div, capacity)) {
+    write_poison<T, MLA_DV, C::THREADS>(p, w, ROWS);
+    return;
+  }
+  const int diag = w.length - p.seqlen_q;  // causal: query i sees keys j <= i + diag
+  const int last_row = min(w.rows, w.row0 + ROWS) - 1;
+  w.cta_end = p.causal ? min(w.kv_end, query_of(w, last_row) + diag + 1) : w.kv_end;
+  w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
+  const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + C::BLOCK_N - 1) / C::BLOCK_N : 0;
+
+  // Q tile (rows past the packed rows are zeros); it rides with the first key tile's commit group.
+  {
+    const T* Q = static_cast<const T*>(p.q) + w.batch * p.q_stride[0];
+    for (int c = tid; c < ROWS * C::ROW_CHUNKS; c += C::THREADS) {
+      const int r = c / C::ROW_CHUNKS, chunk = c % C::ROW_CHUNKS, row = w.row0 + r;
+      const bool valid = row < w.rows;
+      const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
+      cp_async_16(Q_smem + tile_offset<C::ROW_CHUNKS, true>(r, chunk), valid ? src : Q, valid ? 16 : 0);
+    }
+  }
+  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes (one page
+  // lookup per row, the same address in every lane); rows past the CTA's last key are zero-filled.
+  const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2];
+  auto load_k = [&](int tile, uint32_t stage) {
+    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < C::BLOCK_N / C::WARPS; i++) {
+      const int r = warp + i * C::WARPS, pos = tile_start + r;
+      bool valid = pos < w.cta_end;
+      int64_t off = 0;
+      if (valid) {
+        int page = w.batch, in_page = pos;
+        if (table != nullptr) {
+          const int index = page_div(pos);
+          page = table[index];
+          in_page = pos - index * p.page_size;
+          valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
+        }
+        off = page * p.k_stride[0] + in_page * p.k_stride[1];
+      }
+#pragma unroll
+      for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
+        const int chunk = lane + 32 * j;
+        if (chunk < C::ROW_CHUNKS)
+          cp_async_16(stage + tile_offset<C::ROW_CHUNKS, true>(r, chunk), K_head + off + chunk * 8, valid ? 16 : 0);
+      }
+    }
+  };
+#pragma unroll
+  for (int tile = 0; tile < C::STAGES - 1; tile++) {
+    if (tile < n_tiles) load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    cp_async_commit();
+  }
+
+  // ldmatrix lanes: Q (A, 16 rows x two 8-column halves) and V (B of P V, ldmatrix.trans: 16 keys x two n-tiles)
+  // share one pattern; K (B of Q K^T): 8 keys x four chunks = two k-steps per x4.
+  const SwizzledLane<C::ROW_BYTES, 2> QV_lane(lane % 16, lane / 16);
+  const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
+  const uint32_t Q_warp = Q_smem + group * 16 * C::ROW_BYTES;
+  const int g = lane / 4, c2 = (lane % 4) * 2;  // accumulator rows g, g + 8 of the warp's 16; columns c2, c2 + 1
+  const int local_row[2] = {group * 16 + g, group * 16 + g + 8};
+  int row_end[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = min(w.row0 + local_row[h], w.rows - 1);
+    row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
+  }
+  const float scale_log2 = p.scale * LOG2E;
+  float O_rmem[C::O_TILES][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  const uint32_t ring_end = KV_smem + C::STAGES * C::STAGE_BYTES;
+  uint32_t slot = KV_smem, prev = KV_smem + (C::STAGES - 1) * C::STAGE_BYTES;
+  for (int tile = 0; tile < n_tiles; tile++) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();  // tile lands; every warp is done with tile - 1 (its slot, P and the maxima)
+    if (tile + C::STAGES - 1 < n_tiles) load_k(tile + C::STAGES - 1, prev);
+    cp_async_commit();
+
+    // S phase: 16 rows x the slice's 8 keys over 576 columns, in S_CHAINS interleaved accumulators.
+    float S_part[C::S_CHAINS][4] = {};
+    const uint32_t K_warp = slot + slice * C::KEYS_PER_WARP * C::ROW_BYTES;
+#pragma unroll
+    for (int kk = 0; kk < C::D_STEPS; kk += 2) {
+      uint32_t K_frag[4], Q_a[4], Q_b[4];
+      ldmatrix_x4(K_frag, K_warp + K_lane.at(kk * 2));
+      ldmatrix_x4(Q_a, Q_warp + QV_lane.at(kk * 2));
+      ldmatrix_x4(Q_b, Q_warp + QV_lane.at(kk * 2 + 2));
+      mma_m16n8k16<T>(S_part[kk % C::S_CHAINS], Q_a, K_frag[0], K_frag[1]);
+      mma_m16n8k16<T>(S_part[(kk + 1) % C::S_CHAINS], Q_b, K_frag[2], K_frag[3]);
+    }
+    float S[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) S[i] = (S_part[0][i] + S_part[1][i]) + (S_part[2][i] + S_part[3][i]);
+    const int key0 = w.chunk0 + tile * C::BLOCK_N + slice * C::KEYS_PER_WARP + c2;
+    if (key0 - c2 + C::KEYS_PER_WARP > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
+#pragma unroll
+      for (int i = 0; i < 4; i++)
+        if (key0 + i % 2 >= row_end[i / 2]) S[i] = -INFINITY;
+    }
+    // The row group's maximum over the tile: each slice's, met in shared memory.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float m = fmaxf(S[2 * h], S[2 * h + 1]);
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+      if (lane % 4 == 0) stats[slice * ROWS + local_row[h]] = m;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float m = row_max[h];
+#pragma unroll
+      for (int s = 0; s < C::SLICES; s++) m = fmaxf(m, stats[s * ROWS + local_row[h]]);
+      // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      const float alpha = rescale_factor(row_max[h], m, m_scaled, scale_log2);
+      row_max[h] = m;
+      const float p0 = fast_exp2(fmaf(S[2 * h], scale_log2, -m_scaled));
+      const float p1 = fast_exp2(fmaf(S[2 * h + 1], scale_log2, -m_scaled));
+      row_sum[h] = row_sum[h] * alpha + (p0 + p1);
+#pragma unroll
+      for (int nd = 0; nd < C::O_TILES; nd++) O_rmem[nd][2 * h] *= alpha, O_rmem[nd][2 * h + 1] *= alpha;
+      const uint32_t dst = P_smem + local_row[h] * C::P_ROW_BYTES + (slice * C::KEYS_PER_WARP + c2) * 2;
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(pack2<T>(p0, p1)) : "memory");
+    }
+    __syncthreads();  // P of all slices
+
+    // O phase: the warp's 16 rows x its 128 columns += P (16 x 32 keys) V (32 keys x 128 columns).
+    const uint32_t V_warp = slot + slice * (C::COLS_PER_WARP / 8) * 16;  // chunk 16 * slice: its own 128 columns
+#pragma unroll
+    for (int kk = 0; kk < C::KV_STEPS; kk++) {
+      uint32_t P_frag[4];
+      ldmatrix_x4(P_frag, P_smem + (group * 16 + lane % 16) * C::P_ROW_BYTES + (kk * 2 + lane / 16) * 16);
+#pragma unroll
+      for (int nd = 0; nd < C::O_TILES; nd += 2) {
+        uint32_t V_frag[4];
+        ldmatrix_x4_trans(V_frag, V_warp + QV_lane.at(nd) + kk * 16 * C::ROW_BYTES);
+        mma_m16n8k16<T>(O_rmem[nd], P_frag, V_frag[0], V_frag[1]);
+        mma_m16n8k16<T>(O_rmem[nd + 1], P_frag, V_frag[2], V_frag[3]);
+      }
+    }
+    prev = slot;
+    slot = slot + C::STAGE_BYTES == ring_end ? KV_smem : slot + C::STAGE_BYTES;
+  }
+  cp_async_wait<0>();
+
+  // Row sums: each slice's part (over its keys), summed in slice order. The maxima in `stats` were last read
+  // before the final P barrier, so the slot is free.
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = row_sum[h];
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    if (lane % 4 == 0) stats[slice * ROWS + local_row[h]] = l;
+  }
+  __syncthreads();
+  const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int r = w.row0 + local_row[h];
+    if (r >= w.rows) continue;
+    float l = 0.f;
+#pragma unroll
+    for (int s = 0; s < C::SLICES; s++) l += stats[s * ROWS + local_row[h]];
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that saw no key: zeros and -inf (weight 0 in the merge)
+    const float lse = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
+    const int query = query_of(w, r), head = head_of(w, r);
+    const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
+    const int col0 = slice * C::COLS_PER_WARP + c2;
+    if (p.num_splits == 1) {
+      T* dst = static_cast<T*>(p.out) + ((int64_t(w.batch) * p.seqlen_q + query) * p.heads_q + head) * MLA_DV + col0;
+#pragma unroll
+      for (int nd = 0; nd < C::O_TILES; nd++)
+        *reinterpret_cast<uint32_t*>(dst + nd * 8) = pack2<T>(O_rmem[nd][2 * h] * inv, O_rmem[nd][2 * h + 1] * inv);
+      if (slice == 0 && lane % 4 == 0) p.lse[lse_row] = lse;
+    } else {
+      const int64_t part_row = w.split * rows_total + lse_row;
+      float* dst = p.workspace + part_row * MLA_DV + col0;
+#pragma unroll
+      for (int nd = 0; nd < C::O_TILES; nd++)
+        *reinterpret_cast<float2*>(dst + nd * 8) = make_float2(O_rmem[nd][2 * h] * inv, O_rmem[nd][2 * h + 1] * inv);
+      if (slice == 0 && lane % 4 == 0) p.workspace[int64_t(p.num_splits) * rows_total * MLA_DV + part_row] = lse;
+    }
+  }
+}
+
+// Calls launcher.template operator()<T, ROWS>() for q's dtype and the tile rows of `rows` packed rows.
+template <typename Launcher>
+int mla_dispatch(int dtype, int rows, char* err, int err_len, Launcher&& launcher) {
+  auto by_rows = [&]<typename T>() {
+    return mla_tile_rows(rows) == 16 ? launcher.template operator()<T, 16>() : launcher.template operator()<T, 32>();
+  };
+  if (dtype == FA_DTYPE_BF16) return by_rows.template operator()<__nv_bfloat16>();
+  if (dtype == FA_DTYPE_FP16) return by_rows.template operator()<__half>();
+  return report(err, err_len, "dtype", "q and the latent cache: bfloat16, float16");
+}
+
+}  // namespace fa
+
+int cuda_fa_mla_decode_block_n() { return fa::MlaTiles<16>::BLOCK_N; }
+
+int cuda_fa_mla_decode_tile_rows(int rows) { return fa::mla_tile_rows(rows); }
+
+int cuda_fa_mla_decode_ctas_per_sm(int dtype, int rows) {
+  return fa::mla_dispatch(dtype, rows, nullptr, 0, []<typename T, int ROWS>() {
+    using C = fa::MlaTiles<ROWS>;
+    auto kernel = fa::fwd_mla_decode_kernel<T, ROWS>;
+    int blocks = 0;
+    if (fa::prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
+      return -1;
+    return blocks;
+  });
+}
+
+int cuda_fa_mla_decode(const DecodeParams* params, cudaStream_t stream, char* err, int err_len) {
+  const DecodeParams& p = *params;
+  if (p.head_dim != fa::MLA_DQK || p.head_dim_v != fa::MLA_DV)
+    return fa::report(err, err_len, "head_dim", "the MLA kernel takes Q/K 576 and V 512");
+  if (p.kv_dtype != p.dtype) return fa::report(err, err_len, "dtype", "the MLA kernel takes a cache in q's dtype");
+  if (p.v != p.k || p.v_stride[0] != p.k_stride[0] || p.v_stride[1] != p.k_stride[1] || p.v_stride[2] != p.k_stride[2])
+    return fa::report(err, err_len, "v_cache", "the MLA kernel reads V from K's rows: v must be k's first 512 columns");
+  if (p.window_left != -1 || p.window_right != -1)
+    return fa::report(err, err_len, "window", "the MLA kernel takes no local window");
+  const int rows = p.seqlen_q * (p.heads_q / max(1, p.heads_kv));
+  return fa::mla_dispatch(p.dtype, rows, err, err_len, [&]<typename T, int ROWS>() {
+    using C = fa::MlaTiles<ROWS>;
+    if (int rc = fa::check_decode_params(p, C::BLOCK_N, ROWS, err, err_len)) return rc;
+    const dim3 grid((rows + ROWS - 1) / ROWS, p.heads_kv * p.num_splits, p.batch);
+    const fa::FastDiv page_div(uint32_t(p.page_size));
+    if (int rc = fa::launch_kernel(fa::fwd_mla_decode_kernel<T, ROWS>, grid, C::THREADS, C::SMEM_BYTES, stream, err,
+                                   err_len, p, page_div))
+      return rc;
+    return p.num_splits == 1 ? 0 : fa::launch_merge<T, fa::MLA_DV>(p, stream, err, err_len);
+  });
+}
