@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 
 from . import formats, oracle
+from .kvcache import MLA_HEAD_DIM, MLA_HEAD_DIM_V
 
 SIXTEEN_BIT = ("bf16", "fp16")
 
@@ -55,6 +56,9 @@ class Backend:
     last_config: Callable[[], str | None] = field(default=lambda: None, repr=False)  # autotuned tile choice
     head_dim_pairs: tuple[tuple[int, int], ...] = ()  # (Q/K, V) head dims it takes besides equal ones in head_dims
     latent_pairs_only: bool = False  # the pairs only as one latent KV cache in q's dtype (MLA: V = K's first columns)
+    # run_mla(q, kv_cache, *, cache_seqlens, block_table, causal, scale, return_lse): attention_mla_decode's call
+    # (compare.mla: MLA decode against a paged latent cache); None: no MLA sweep case
+    run_mla: Callable | None = field(default=None, repr=False)
 
     @property
     def backend(self) -> str:
@@ -95,6 +99,8 @@ class Backend:
             return "no packed batches (no attention_varlen)"
         if padded and not self.dense:
             return "packed batches only (no dense call for the padded batch)"
+        if getattr(case, "mla", False) and self.run_mla is None:
+            return "no MLA decode against a latent cache (attention_mla_decode)"
         if case.fmt not in self.formats:
             return f"format {case.fmt} not in {self.formats}"
         v_dim = getattr(case, "v_dim", case.head_dim)  # (a case type without one: V's head_dim is Q's)
@@ -296,6 +302,10 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
         def run_varlen(q, k, v, *args, _variant=variant, **kwargs):
             return module.attention_varlen(q, k, v, *args, variant=_variant, **kwargs)
 
+        # the decode variant that takes MLA's head dims serves attention_mla_decode
+        mla = variant == "decode" and (MLA_HEAD_DIM, MLA_HEAD_DIM_V) in caps.get("head_dim_pairs", ()) and hasattr(
+            module, "attention_mla_decode")
+
         out.append(Backend(
             # fp32 is accepted by some kernels for interpreter tests only; the compared formats are the
             # design's (on the H200, triton:fa2 in fp32 exceeds 2x torch's fp32 error: exp2 with the
@@ -310,6 +320,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
             local=bool(caps.get("local")), softcap=bool(caps.get("softcap")), varlen=bool(caps.get("varlen")),
             run_varlen=run_varlen if caps.get("varlen") else None,
+            run_mla=module.attention_mla_decode if mla else None,
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))

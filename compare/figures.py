@@ -1,8 +1,8 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
-``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode, local and
-varlen sweeps' in ``decode/``, ``local/`` and ``varlen/``), keeps the newest row per (gpu, case), and draws nine
-figures and one appendix figure, each as PNG and PDF:
+``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode, local,
+varlen and MLA sweeps' in ``decode/``, ``local/``, ``varlen/`` and ``mla/``), keeps the newest row per (gpu, case),
+and draws ten figures and one appendix figure, each as PNG and PDF:
 
 1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
    not, for the fastest CUDA and the fastest Triton variant of each panel and the PyTorch SDPA peers
@@ -18,6 +18,8 @@ figures and one appendix figure, each as PNG and PDF:
    (``varlen/``),
 9. where custom CUDA wins at decode: triton:decode / cuda:decode time per (batch, cache length), per GQA group
    (``decode/``),
+10. MLA decode: the latent cache's bytes per second and TFLOP/s against the bytes a step reads, per query-head
+    count, with the read and bf16 MMA ceilings of the same run (``mla/``),
 
 A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
@@ -837,6 +839,69 @@ def fig_varlen(df: pd.DataFrame) -> Figure:
     return fig
 
 
+def mla_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 10 draws: passing MLA decode rows (packing "latent"), with the latent cache's bytes a call must
+    read (every key row of head_dim columns once: V is a view of K's first columns) and the bandwidth that gives."""
+    rows = passed(df)
+    rows = rows[(rows["packing"] == "latent") & rows["format"].isin(list(ELEMENT_BYTES))]
+    cache_bytes = rows["batch"] * rows["seqlen_k"] * rows["head_dim"] * rows["format"].map(ELEMENT_BYTES)
+    notes = rows["note"] if "note" in rows else pd.Series("", index=rows.index)  # (no CSV read: no column)
+    return rows.assign(cache_gb=cache_bytes / 1e9, tbps=cache_bytes / (rows["ms_p50"] * 1e-3) / 1e12,
+                       eager=notes.astype(str).str.startswith(EAGER))
+
+
+MLA_CEILINGS = {"tbps": ("dram.read",), "tflops": ("wgmma.bf16", "mma.sync.bf16")}  # figure 10's dashed lines
+
+
+def fig_mla(df: pd.DataFrame) -> Figure:
+    """Figure 10: MLA decode, one column per query-head count: the latent cache's bytes per second (top) and
+    TFLOP/s (bottom) against the bytes a step reads, one line per backend (Sq = 1; Sq = 2 causal as hollow
+    markers), the read and the bf16 MMA ceilings measured in the same run dashed."""
+    rows = mla_data(df)
+    if rows.empty:
+        raise NothingToDraw("no passing MLA decode rows (packing latent) in the mla data")
+    style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    heads = sorted(rows["heads_q"].unique())
+    fig = Figure(figsize=(4.0 * len(heads), 6.4), layout="constrained")
+    axes = fig.subplots(2, len(heads), squeeze=False, sharex="col", sharey="row")
+    ceilings = df[df["backend"] == "ceiling"]
+    for col, count in enumerate(heads):
+        panel = rows[rows["heads_q"] == count]
+        for row, (metric, names) in enumerate(MLA_CEILINGS.items()):
+            ax = axes[row][col]
+            for label in style.ordered(panel["label"]):
+                mine = panel[panel["label"] == label]
+                one = mine[mine["seqlen_q"] == 1].groupby("cache_gb", as_index=False)[metric].max()
+                ax.plot(one["cache_gb"], one[metric], color=style.color[label], marker=style.marker[label],
+                        linewidth=1.2, markersize=4)
+                more = mine[mine["seqlen_q"] > 1]
+                ax.plot(more["cache_gb"], more[metric], linestyle="none", marker=style.marker[label], markersize=5,
+                        color=style.color[label], markerfacecolor="white")
+            for name in names:
+                value = ceilings.loc[ceilings["variant"] == name, "ceiling_tflops"]
+                if not value.empty:
+                    ax.axhline(value.max(), color="0.4", linestyle="--", linewidth=1)
+                    ax.annotate(name, (1, value.max()), xycoords=("axes fraction", "data"), ha="right",
+                                va="bottom", fontsize=7, color="0.3")
+            ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_ylim(bottom=0)
+            ax.grid(True, which="major", alpha=0.3)
+            if row == 0:
+                ax.set_title(f"{int(count)} query heads, one latent head", fontsize=9)
+            else:
+                ax.set_xlabel("latent cache read per step (GB)")
+    axes[0][0].set_ylabel("TB/s (latent cache bytes / time)")
+    axes[1][0].set_ylabel("TFLOP/s (2 Hq Sq L (576 + 512))")
+    _legend(fig, style, rows["label"])
+    timing = "CUDA-graph replays, median"
+    if rows["eager"].any():
+        timing += "; some rows eager (host launch time included)"
+    _footer(fig, [environment_caption(rows), f"bf16, Q/K 576, V its first 512 columns, pages of "
+                  f"{'/'.join(sorted(set(rows['page_size'].astype(str))))} keys; hollow: Sq = 2 causal; {timing}"])
+    return fig
+
+
 def _format_key(fmt: str):
     return (FORMAT_ORDER.index(fmt) if fmt in FORMAT_ORDER else len(FORMAT_ORDER), fmt)
 
@@ -874,11 +939,14 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
     local = load_results(local_dir) if local_dir.is_dir() else df.iloc[0:0]
     varlen_dir = Path(data_dir) / "varlen"
     varlen = load_results(varlen_dir) if varlen_dir.is_dir() else df.iloc[0:0]
+    mla_dir = Path(data_dir) / "mla"
+    mla = load_results(mla_dir) if mla_dir.is_dir() else df.iloc[0:0]
     for gpu in gpus:
         rows = df[df["gpu"] == gpu]
         decode_rows = decode[decode["gpu"] == gpu]
         local_rows = local[local["gpu"] == gpu]
         varlen_rows = varlen[varlen["gpu"] == gpu]
+        mla_rows = mla[mla["gpu"] == gpu]
         suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
         makers = {
             "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
@@ -890,6 +958,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig7_local_attention": lambda: fig_local(local_rows),
             "fig8_varlen": lambda: fig_varlen(varlen_rows),
             "fig9_decode_cuda_vs_triton": lambda: fig_decode_cuda_vs_triton(decode_rows),
+            "fig10_mla_decode": lambda: fig_mla(mla_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

@@ -19,7 +19,7 @@ import pandas as pd
 
 from . import paired
 from .figures import (FOUNDING_SHAPE, REPO_ROOT, decode_eager_cases, decode_ratio, grid_rows, load_results,
-                      not_drawn_note, passed)
+                      mla_data, not_drawn_note, passed)
 from .schema import shape_label
 
 
@@ -527,6 +527,48 @@ def varlen_findings(df: pd.DataFrame) -> list[str]:
     return [text + "."]
 
 
+MLA_CASE = ["batch", "heads_q", "seqlen_q", "seqlen_k"]
+
+
+def _mla_where(key: tuple) -> str:
+    batch, heads_q, seqlen_q, seqlen_k = (int(x) for x in key)
+    return f"b{batch} h{heads_q} q{seqlen_q} k{_seq(seqlen_k)}"
+
+
+def mla_findings(df: pd.DataFrame) -> list[str]:
+    """The README's MLA decode finding: `cuda:decode`'s MLA kernel against the read ceiling (the fewest query heads,
+    memory-bound), against the bf16 wgmma ceiling (the most, compute-bound) and against `triton:decode`, one mla
+    sweep (figures/data/mla), every number computed here."""
+    rows = mla_data(df)
+    if rows.empty or "cuda:decode" not in set(rows["label"]):
+        return []
+    ceilings = df[df["backend"] == "ceiling"].groupby("variant")["ceiling_tflops"].max()
+    cuda = rows[rows["label"] == "cuda:decode"]
+    parts = []
+    few, many = cuda[cuda["heads_q"] == cuda["heads_q"].min()], cuda[cuda["heads_q"] == cuda["heads_q"].max()]
+    if "dram.read" in ceilings:
+        best = few.loc[few["tbps"].idxmax()]
+        parts.append(f"at {int(best['heads_q'])} query heads it reads the latent cache at up to {best['tbps']:.2f} "
+                     f"TB/s, {100 * best['tbps'] / ceilings['dram.read']:.0f}% of the read ceiling measured in the "
+                     f"same run ({_mla_where(tuple(best[MLA_CASE]))})")
+    if "wgmma.bf16" in ceilings:
+        best = many.loc[many["tflops"].idxmax()]
+        parts.append(f"at {int(best['heads_q'])} heads it reaches {best['tflops']:.0f} TFLOP/s, "
+                     f"{100 * best['tflops'] / ceilings['wgmma.bf16']:.0f}% of the bf16 wgmma ceiling "
+                     f"({_mla_where(tuple(best[MLA_CASE]))}; mma.sync through shared memory)")
+    times = rows.pivot_table(index=MLA_CASE, columns="label", values="ms_p50", aggfunc="min")
+    if "triton:decode" in times:
+        versus = (times["triton:decode"] / times["cuda:decode"]).dropna()
+        parts.append(f"against `triton:decode` it runs at {_span(versus)} its speed "
+                     f"({_tally_at(versus, 'Triton', _mla_where, ' cases')})")
+    pages = "/".join(sorted(set(cuda["page_size"].astype(str))))
+    text = (f"**MLA decode** (bf16, Q/K 576 against one latent head, V its first 512 columns, pages of {pages} keys, "
+            f"{int(rows['heads_q'].min())}–{int(rows['heads_q'].max())} query heads, batch {int(rows['batch'].min())}–"
+            f"{int(rows['batch'].max())}, {_seq(rows['seqlen_k'].min())}–{_seq(rows['seqlen_k'].max())} keys, "
+            f"{len(cuda)} cases of one run, figure 10): `cuda:decode` " + "; ".join(parts))
+    return [text + "."]
+
+
 def readme_findings(data_dir: Path) -> str:
     groups = by_gpu(load_results(data_dir))
     if not groups:
@@ -536,7 +578,7 @@ def readme_findings(data_dir: Path) -> str:
     items = findings(rows, Path(data_dir) / "paired")
     below = []  # the other sweeps' findings, each from its subfolder of data_dir
     for name, folder, section in (("decode", "decode", decode_findings), ("local attention", "local", local_findings),
-                                  ("packed batches", "varlen", varlen_findings)):
+                                  ("packed batches", "varlen", varlen_findings), ("MLA decode", "mla", mla_findings)):
         if (Path(data_dir) / folder).is_dir():
             sub = load_results(Path(data_dir) / folder)
             extra = section(sub[sub["gpu"] == gpu])

@@ -144,6 +144,11 @@ class SweepCase:
     seqlen_k = property(lambda self: max(self.case.seqlens_k))
     quantized = False
 
+    @property
+    def sequences(self) -> tuple[tuple[int, int], ...]:
+        """(query tokens, keys) of every sequence (compare.bench.flops counts their pairs, padded or not)."""
+        return tuple(zip(self.case.seqlens_q, self.case.seqlens_k))
+
     def padded_case(self) -> oracle.Case:
         """The dense case of the padded batch: every sequence as long as the longest."""
         c = self.case

@@ -12,7 +12,7 @@ def kv_reference(q, k_cache, v_cache, *, cache_seqlens, block_table=None, causal
     """attention_with_kvcache in float64 torch, reading the pages the block table names for each length."""
     batch, seqlen_q, heads_q, head_dim = q.shape
     scale = scale or head_dim ** -0.5
-    out = torch.zeros_like(q)
+    out = q.new_zeros(*q.shape[:3], v_cache.shape[-1])  # V's head_dim (MLA: the latent's 512 of 576)
     lse = torch.full((batch, heads_q, seqlen_q), -math.inf)
     for b in range(batch):
         length = int(cache_seqlens[b])

@@ -12,7 +12,10 @@ the table expands to the product of its lists. Shape keys:
   unbounded; default none) and ``softcap`` (default 0), for the backends that declare them;
 * ``lengths`` (a length mix of ``compare.varlen.LENGTH_MIXES``) with ``tokens``: a packed batch of that many
   tokens (queries and keys alike), and ``packing``: "packed" (default; the backends with a varlen call) or
-  "padded" (a dense backend on the batch padded to the longest sequence).
+  "padded" (a dense backend on the batch padded to the longest sequence);
+* ``latent = true`` with ``page_size``: MLA decode (compare.mla) -- one latent head of 576 columns per sequence in a
+  paged cache, V its first 512, every sequence ``seqlen_k`` keys long, run through the backends'
+  ``attention_mla_decode`` (the head dims are MLA's; ``head_dim`` / ``heads_kv`` may be left out).
 
 A top-level ``triton_interpret = true`` marks a sweep sized for Triton's interpreter: on a machine without a
 CUDA GPU, ``compare run`` sets TRITON_INTERPRET=1 for it, so that the Triton kernels run on the CPU
@@ -32,7 +35,7 @@ SWEEP_DIR = Path(__file__).resolve().parent
 _TOP_KEYS = {"description", "backends", "formats", "shapes", "triton_interpret"}
 _SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
                "head_dim", "causal", "formats", "head_dim_v", "window_left", "window_right", "softcap", "lengths",
-               "packing"}
+               "packing", "latent", "page_size"}
 PACKINGS = ("packed", "padded")
 
 
@@ -83,6 +86,8 @@ def load(name_or_path: str) -> Sweep:
 def _case(d: dict, where: str) -> Case:
     if "lengths" in d or "packing" in d:
         return _packed_case(d, where)
+    if d.get("latent") or "page_size" in d:
+        return _latent_case(d, where)
     try:
         seqlen_q = d.get("seqlen_q", d.get("seqlen"))
         seqlen_k = d.get("seqlen_k", d.get("seqlen"))
@@ -112,6 +117,26 @@ def _packed_case(d: dict, where: str):
     except (KeyError, TypeError, ValueError) as exc:
         raise ValueError(f"{where}: packed batch {d} ({exc!r})") from exc
     return varlen.SweepCase(case, mix=d["lengths"], padded=packing == "padded")
+
+
+def _latent_case(d: dict, where: str):
+    """An MLA decode case (compare.mla.SweepCase) of a shapes table with latent = true."""
+    from .. import mla
+    from ..kvcache import MLA_HEAD_DIM, MLA_HEAD_DIM_V
+    try:
+        if not d.get("latent") or "page_size" not in d:
+            raise ValueError("latent = true and page_size go together (a paged latent cache)")
+        fixed = dict(head_dim=MLA_HEAD_DIM, head_dim_v=MLA_HEAD_DIM_V, heads_kv=1)
+        for key, value in fixed.items():
+            if d.get(key, value) != value:
+                raise ValueError(f"{key} is {value} in an MLA case, got {d[key]}")
+        for key in ("window_left", "window_right", "softcap", "seqlen", "tokens", "model_dim"):
+            if key in d:
+                raise ValueError(f"{key} is not a key of an MLA case")
+        return mla.sweep_case(batch=d["batch"], heads_q=d["heads_q"], seqlen_q=d["seqlen_q"], seqlen_k=d["seqlen_k"],
+                              page_size=d["page_size"], causal=bool(d.get("causal", False)), fmt=d["formats"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: MLA case {d} ({exc!r})") from exc
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
