@@ -271,7 +271,8 @@ def test_surface_matches_contract():
         assert spec["max_cc"] is None or high <= spec["max_cc"], variant
     for spec in cuda_impl.VARIANTS.values():
         required = {"formats", "head_dims", "min_cc", "max_cc", "description"}
-        assert required <= set(spec) <= required | {"ceiling", "tma", "max_seqlen_q", "local", "softcap", "varlen"}
+        assert required <= set(spec) <= required | {"ceiling", "tma", "max_seqlen_q", "local", "softcap", "varlen",
+                                                    "head_dim_pairs", "latent_pairs_only"}
     if not torch.cuda.is_available():
         assert "GPU" in cuda_impl.unavailable_reason("v1")
 

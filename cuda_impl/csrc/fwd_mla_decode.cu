@@ -4,12 +4,13 @@
 // same rows as K (the host checks v == k's first columns): each key row is loaded once, for both products.
 // - One CTA = ROWS packed query rows (heads x query positions, as GQA rows: decode/params.cuh) of one sequence,
 //   one chunk of keys. ROWS / 16 row groups of four warps each. Per key tile (BLOCK_N = 32 keys):
-//   S phase: warp (row group, slice) scores its 16 rows against the tile's keys 8 * slice .. + 7 over all 576
-//   columns (Q's fragments re-read from shared memory: 16 rows of Q are 144 registers a thread);
-//   the four slices' row maxima meet in shared memory, every warp of the row group takes the same new maximum,
-//   writes its exp'd scores to a shared P tile and keeps its own part of the row sums;
-//   O phase: warp (row group, slice) accumulates O's columns 128 * slice .. + 127 for its 16 rows from all 32 keys
-//   of P, V's fragments read from the same ring rows (ldmatrix.trans of K's first 512 columns).
+//   S phase: warp (row group, slice) scores its 16 rows against all 32 keys over its quarter of the 576 columns
+//   (k-steps slice, slice + 4, ..: nine of them), Q's fragments for them in registers (36 a thread, loaded once;
+//   all 576 columns would be 144); the four partial scores meet in shared memory and every warp of the row group
+//   sums them in slice order, so each holds the same full 16 x 32 scores, the same maxima and the same P;
+//   O phase: warp (row group, slice) accumulates O's columns 128 * slice .. + 127 for its 16 rows from all 32 keys,
+//   P straight from its registers, V's fragments read from the same ring rows (ldmatrix.trans of K's first 512
+//   columns). Two barriers a tile: the tile's arrival and the partial scores.
 //   So each warp holds 64 O registers whatever ROWS is, and the 16-row tile (16 heads, the memory-bound case)
 //   still keeps four warps of loads and MMAs going.
 // - K: a STAGES-deep cp.async ring of 36 KB stages (three in flight while one is computed), rows swizzled for
@@ -40,23 +41,21 @@ struct MlaTiles {
   static constexpr int WARPS = ROW_GROUPS * SLICES;
   static constexpr int THREADS = WARPS * 32;
   static constexpr int BLOCK_N = 32;                      // keys of a ring stage
-  static constexpr int KEYS_PER_WARP = BLOCK_N / SLICES;  // S phase: one n-tile
+  static constexpr int N_TILES = BLOCK_N / 8;            // S: n-tiles of 8 keys, every warp all of them
   static constexpr int COLS_PER_WARP = MLA_DV / SLICES;   // O phase
   static constexpr int O_TILES = COLS_PER_WARP / 8;
-  static constexpr int D_STEPS = MLA_DQK / 16;  // k-steps of Q K^T
-  static constexpr int KV_STEPS = BLOCK_N / 16;  // k-steps of P V
-  static constexpr int S_CHAINS = 4;  // independent accumulators of the 36-step Q K^T (shorter MMA dependency chain)
+  static constexpr int D_STEPS = MLA_DQK / 16;             // k-steps of Q K^T
+  static constexpr int SLICE_STEPS = D_STEPS / SLICES;     // a warp's share of them
+  static constexpr int KV_STEPS = BLOCK_N / 16;            // k-steps of P V
   static constexpr int STAGES = 4;
   static constexpr int ROW_BYTES = MLA_DQK * 2, ROW_CHUNKS = MLA_DQK / 8;
   static constexpr int Q_BYTES = ROWS * ROW_BYTES;
   static constexpr int STAGE_BYTES = BLOCK_N * ROW_BYTES;
-  // P rows of 32 keys padded to 80 bytes: the eight rows of an ldmatrix read fall in distinct banks.
-  static constexpr int P_ROW_BYTES = BLOCK_N * 2 + 16;
-  static constexpr int P_BYTES = ROWS * P_ROW_BYTES;
-  static constexpr int STATS_BYTES = SLICES * ROWS * 4;  // the slices' row maxima, at the end their row sums
-  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + P_BYTES + STATS_BYTES;
-  static_assert(KEYS_PER_WARP == 8 && D_STEPS % S_CHAINS == 0 && O_TILES % 2 == 0, "tile shape");
-  static_assert(SMEM_BYTES <= 227 * 1024, "shared memory");
+  // The partial scores (a float4 per lane and n-tile of every warp) reuse Q's tile once Q is in registers.
+  static constexpr int PARTIAL_BYTES = WARPS * N_TILES * 32 * 16;
+  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES;
+  static_assert(D_STEPS % SLICES == 0 && SLICES * 2 <= 8 && O_TILES % 2 == 0 && N_TILES % 2 == 0, "tile shape");
+  static_assert(PARTIAL_BYTES <= Q_BYTES && SMEM_BYTES <= 227 * 1024, "shared memory");
 };
 
 // 16 rows (up to 16 heads at one query: memory-bound), else 32 (more rows: each CTA re-reads the chunk's keys
@@ -70,8 +69,7 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   extern __shared__ __align__(128) uint8_t smem[];
   const uint32_t Q_smem = smem_u32(smem);
   const uint32_t KV_smem = Q_smem + C::Q_BYTES;
-  const uint32_t P_smem = KV_smem + C::STAGES * C::STAGE_BYTES;
-  float* stats = reinterpret_cast<float*>(smem + C::Q_BYTES + C::STAGES * C::STAGE_BYTES + C::P_BYTES);
+  float4* partial = reinterpret_cast<float4*>(smem);  // [warp][n-tile][lane], over Q's tile
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int group = warp % C::ROW_GROUPS, slice = warp / C::ROW_GROUPS;
   launch_dependents();  // the merge (more than one split) may get resident now
@@ -98,7 +96,7 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
   const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + C::BLOCK_N - 1) / C::BLOCK_N : 0;
 
-  // Q tile (rows past the packed rows are zeros); it rides with the first key tile's commit group.
+  // Q tile (rows past the packed rows are zeros): its own commit group, ahead of the key tiles'.
   {
     const T* Q = static_cast<const T*>(p.q) + w.batch * p.q_stride[0];
     for (int c = tid; c < ROWS * C::ROW_CHUNKS; c += C::THREADS) {
@@ -107,6 +105,7 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
       const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
       cp_async_16(Q_smem + tile_offset<C::ROW_CHUNKS, true>(r, chunk), valid ? src : Q, valid ? 16 : 0);
     }
+    cp_async_commit();
   }
   // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes (one page
   // lookup per row, the same address in every lane); rows past the CTA's last key are zero-filled.
@@ -142,90 +141,109 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
     cp_async_commit();
   }
 
-  // ldmatrix lanes: Q (A, 16 rows x two 8-column halves) and V (B of P V, ldmatrix.trans: 16 keys x two n-tiles)
-  // share one pattern; K (B of Q K^T): 8 keys x four chunks = two k-steps per x4.
-  const SwizzledLane<C::ROW_BYTES, 2> QV_lane(lane % 16, lane / 16);
-  const SwizzledLane<C::ROW_BYTES, 4> K_lane(lane % 8, lane / 8);
-  const uint32_t Q_warp = Q_smem + group * 16 * C::ROW_BYTES;
+  // ldmatrix lanes. Q (A) and K (B of Q K^T: 16 keys = two n-tiles per x4) at the warp's k-steps slice + 4 i:
+  // chunks 8 i + 2 slice + (0, 1), so the lane's swizzled chunk is one runtime constant and i an immediate.
+  // V (B of P V, ldmatrix.trans: 16 keys x two n-tiles of its 128 columns) at compile-time chunks.
+  const SwizzledLane<C::ROW_BYTES, 8> S_lane(lane % 16, 2 * slice + lane / 16);
+  const SwizzledLane<C::ROW_BYTES, 2> V_lane(lane % 16, lane / 16);
   const int g = lane / 4, c2 = (lane % 4) * 2;  // accumulator rows g, g + 8 of the warp's 16; columns c2, c2 + 1
-  const int local_row[2] = {group * 16 + g, group * 16 + g + 8};
   int row_end[2];
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int row = min(w.row0 + local_row[h], w.rows - 1);
+    const int row = min(w.row0 + group * 16 + g + 8 * h, w.rows - 1);
     row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
   }
+  cp_async_wait<C::STAGES - 1>();  // the Q group
+  __syncthreads();
+  uint32_t Q_rmem[C::SLICE_STEPS][4];
+#pragma unroll
+  for (int i = 0; i < C::SLICE_STEPS; i++)
+    ldmatrix_x4(Q_rmem[i], Q_smem + group * 16 * C::ROW_BYTES + S_lane.at(8 * i));
+  // (Q's tile is overwritten by the partial scores only after the first tile's barrier: every warp is past here.)
+
   const float scale_log2 = p.scale * LOG2E;
   float O_rmem[C::O_TILES][4] = {};
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns
 
   const uint32_t ring_end = KV_smem + C::STAGES * C::STAGE_BYTES;
   uint32_t slot = KV_smem, prev = KV_smem + (C::STAGES - 1) * C::STAGE_BYTES;
   for (int tile = 0; tile < n_tiles; tile++) {
     cp_async_wait<C::STAGES - 2>();
-    __syncthreads();  // tile lands; every warp is done with tile - 1 (its slot, P and the maxima)
+    __syncthreads();  // tile lands; every warp is done with tile - 1 (its slot and the partial scores)
     if (tile + C::STAGES - 1 < n_tiles) load_k(tile + C::STAGES - 1, prev);
     cp_async_commit();
 
-    // S phase: 16 rows x the slice's 8 keys over 576 columns, in S_CHAINS interleaved accumulators.
-    float S_part[C::S_CHAINS][4] = {};
-    const uint32_t K_warp = slot + slice * C::KEYS_PER_WARP * C::ROW_BYTES;
+    // S phase: the warp's partial scores, 16 rows x 32 keys over its nine k-steps (four accumulator chains).
+    float S[C::N_TILES][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < C::D_STEPS; kk += 2) {
-      uint32_t K_frag[4], Q_a[4], Q_b[4];
-      ldmatrix_x4(K_frag, K_warp + K_lane.at(kk * 2));
-      ldmatrix_x4(Q_a, Q_warp + QV_lane.at(kk * 2));
-      ldmatrix_x4(Q_b, Q_warp + QV_lane.at(kk * 2 + 2));
-      mma_m16n8k16<T>(S_part[kk % C::S_CHAINS], Q_a, K_frag[0], K_frag[1]);
-      mma_m16n8k16<T>(S_part[(kk + 1) % C::S_CHAINS], Q_b, K_frag[2], K_frag[3]);
+    for (int i = 0; i < C::SLICE_STEPS; i++) {
+#pragma unroll
+      for (int jp = 0; jp < C::N_TILES / 2; jp++) {
+        uint32_t K_frag[4];
+        ldmatrix_x4(K_frag, slot + jp * 16 * C::ROW_BYTES + S_lane.at(8 * i));
+        mma_m16n8k16<T>(S[2 * jp], Q_rmem[i], K_frag[0], K_frag[2]);
+        mma_m16n8k16<T>(S[2 * jp + 1], Q_rmem[i], K_frag[1], K_frag[3]);
+      }
     }
-    float S[4];
+    float4* mine = partial + (warp * C::N_TILES) * 32 + lane;
 #pragma unroll
-    for (int i = 0; i < 4; i++) S[i] = (S_part[0][i] + S_part[1][i]) + (S_part[2][i] + S_part[3][i]);
-    const int key0 = w.chunk0 + tile * C::BLOCK_N + slice * C::KEYS_PER_WARP + c2;
-    if (key0 - c2 + C::KEYS_PER_WARP > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
+    for (int j = 0; j < C::N_TILES; j++) mine[j * 32] = make_float4(S[j][0], S[j][1], S[j][2], S[j][3]);
+    __syncthreads();  // the partial scores of every slice
 #pragma unroll
-      for (int i = 0; i < 4; i++)
-        if (key0 + i % 2 >= row_end[i / 2]) S[i] = -INFINITY;
+    for (int j = 0; j < C::N_TILES; j++) {
+      float4 sum = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+      for (int s = 0; s < C::SLICES; s++) {  // slice order: the same sums, bit for bit, in every warp
+        const float4 part = partial[((s * C::ROW_GROUPS + group) * C::N_TILES + j) * 32 + lane];
+        sum.x += part.x, sum.y += part.y, sum.z += part.z, sum.w += part.w;
+      }
+      S[j][0] = sum.x, S[j][1] = sum.y, S[j][2] = sum.z, S[j][3] = sum.w;
     }
-    // The row group's maximum over the tile: each slice's, met in shared memory.
+    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+    if (tile_start + C::BLOCK_N > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float m = fmaxf(S[2 * h], S[2 * h + 1]);
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-      if (lane % 4 == 0) stats[slice * ROWS + local_row[h]] = m;
+      for (int j = 0; j < C::N_TILES; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+          if (tile_start + 8 * j + c2 + i % 2 >= row_end[i / 2]) S[j][i] = -INFINITY;
     }
-    __syncthreads();
+    // Online softmax over the tile's 32 keys, a row's four lanes meeting by shuffles.
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       float m = row_max[h];
 #pragma unroll
-      for (int s = 0; s < C::SLICES; s++) m = fmaxf(m, stats[s * ROWS + local_row[h]]);
+      for (int j = 0; j < C::N_TILES; j++) m = fmaxf(m, fmaxf(S[j][2 * h], S[j][2 * h + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
       // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
       const float alpha = rescale_factor(row_max[h], m, m_scaled, scale_log2);
       row_max[h] = m;
-      const float p0 = fast_exp2(fmaf(S[2 * h], scale_log2, -m_scaled));
-      const float p1 = fast_exp2(fmaf(S[2 * h + 1], scale_log2, -m_scaled));
-      row_sum[h] = row_sum[h] * alpha + (p0 + p1);
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < C::N_TILES; j++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+          S[j][2 * h + e] = fast_exp2(fmaf(S[j][2 * h + e], scale_log2, -m_scaled));
+          sum += S[j][2 * h + e];
+        }
+      row_sum[h] = row_sum[h] * alpha + sum;
 #pragma unroll
       for (int nd = 0; nd < C::O_TILES; nd++) O_rmem[nd][2 * h] *= alpha, O_rmem[nd][2 * h + 1] *= alpha;
-      const uint32_t dst = P_smem + local_row[h] * C::P_ROW_BYTES + (slice * C::KEYS_PER_WARP + c2) * 2;
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(pack2<T>(p0, p1)) : "memory");
     }
-    __syncthreads();  // P of all slices
 
-    // O phase: the warp's 16 rows x its 128 columns += P (16 x 32 keys) V (32 keys x 128 columns).
+    // O phase: the warp's 16 rows x its 128 columns += P (16 x 32 keys, the scores' accumulator layout is the A
+    // fragment's) V (32 keys x 128 columns).
     const uint32_t V_warp = slot + slice * (C::COLS_PER_WARP / 8) * 16;  // chunk 16 * slice: its own 128 columns
 #pragma unroll
     for (int kk = 0; kk < C::KV_STEPS; kk++) {
-      uint32_t P_frag[4];
-      ldmatrix_x4(P_frag, P_smem + (group * 16 + lane % 16) * C::P_ROW_BYTES + (kk * 2 + lane / 16) * 16);
+      const uint32_t P_frag[4] = {pack2<T>(S[2 * kk][0], S[2 * kk][1]), pack2<T>(S[2 * kk][2], S[2 * kk][3]),
+                                  pack2<T>(S[2 * kk + 1][0], S[2 * kk + 1][1]),
+                                  pack2<T>(S[2 * kk + 1][2], S[2 * kk + 1][3])};
 #pragma unroll
       for (int nd = 0; nd < C::O_TILES; nd += 2) {
         uint32_t V_frag[4];
-        ldmatrix_x4_trans(V_frag, V_warp + QV_lane.at(nd) + kk * 16 * C::ROW_BYTES);
+        ldmatrix_x4_trans(V_frag, V_warp + V_lane.at(nd) + kk * 16 * C::ROW_BYTES);
         mma_m16n8k16<T>(O_rmem[nd], P_frag, V_frag[0], V_frag[1]);
         mma_m16n8k16<T>(O_rmem[nd + 1], P_frag, V_frag[2], V_frag[3]);
       }
@@ -235,24 +253,14 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   }
   cp_async_wait<0>();
 
-  // Row sums: each slice's part (over its keys), summed in slice order. The maxima in `stats` were last read
-  // before the final P barrier, so the slot is free.
-#pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    if (lane % 4 == 0) stats[slice * ROWS + local_row[h]] = l;
-  }
-  __syncthreads();
   const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
 #pragma unroll
   for (int h = 0; h < 2; h++) {
-    const int r = w.row0 + local_row[h];
+    float l = row_sum[h];  // the row's four lanes' columns
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const int r = w.row0 + group * 16 + g + 8 * h;
     if (r >= w.rows) continue;
-    float l = 0.f;
-#pragma unroll
-    for (int s = 0; s < C::SLICES; s++) l += stats[s * ROWS + local_row[h]];
     const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that saw no key: zeros and -inf (weight 0 in the merge)
     const float lse = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
     const int query = query_of(w, r), head = head_of(w, r);
