@@ -548,18 +548,18 @@ def mla_findings(df: pd.DataFrame) -> list[str]:
     few, many = cuda[cuda["heads_q"] == cuda["heads_q"].min()], cuda[cuda["heads_q"] == cuda["heads_q"].max()]
     if "dram.read" in ceilings:
         best = few.loc[few["tbps"].idxmax()]
-        parts.append(f"at {int(best['heads_q'])} query heads it reads the latent cache at up to {best['tbps']:.2f} "
-                     f"TB/s, {100 * best['tbps'] / ceilings['dram.read']:.0f}% of the read ceiling measured in the "
+        parts.append(f"reads the latent cache at up to {best['tbps']:.2f} TB/s at {int(best['heads_q'])} query heads, "
+                     f"{100 * best['tbps'] / ceilings['dram.read']:.0f}% of the read ceiling measured in the "
                      f"same run ({_mla_where(tuple(best[MLA_CASE]))})")
     if "wgmma.bf16" in ceilings:
         best = many.loc[many["tflops"].idxmax()]
-        parts.append(f"at {int(best['heads_q'])} heads it reaches {best['tflops']:.0f} TFLOP/s, "
+        parts.append(f"reaches {best['tflops']:.0f} TFLOP/s at {int(best['heads_q'])} heads, "
                      f"{100 * best['tflops'] / ceilings['wgmma.bf16']:.0f}% of the bf16 wgmma ceiling "
                      f"({_mla_where(tuple(best[MLA_CASE]))}; mma.sync through shared memory)")
     times = rows.pivot_table(index=MLA_CASE, columns="label", values="ms_p50", aggfunc="min")
     if "triton:decode" in times:
         versus = (times["triton:decode"] / times["cuda:decode"]).dropna()
-        parts.append(f"against `triton:decode` it runs at {_span(versus)} its speed "
+        parts.append(f"runs at {_span(versus)} `triton:decode`'s speed "
                      f"({_tally_at(versus, 'Triton', _mla_where, ' cases')})")
     pages = "/".join(sorted(set(cuda["page_size"].astype(str))))
     text = (f"**MLA decode** (bf16, Q/K 576 against one latent head, V its first 512 columns, pages of {pages} keys, "

@@ -117,11 +117,11 @@ def test_the_mla_finding_is_computed_from_the_rows(tmp_path):
     (text,) = report.mla_findings(_results(tmp_path))
     # 65536 keys x 576 x 2 bytes / 40 us = 1.89 TB/s = 47% of 4.0; 32 x 128 x 8192 x 2 x 1088 / 1 ms = 73 TFLOP/s
     # (the Sq = 2 row: 49)
-    assert "at 16 query heads it reads the latent cache at up to 1.89 TB/s, 47% of the read ceiling" in text
+    assert "`cuda:decode` reads the latent cache at up to 1.89 TB/s at 16 query heads, 47% of the read ceiling" in text
     assert "(b1 h16 q1 k64k)" in text and "(b32 h128 q1 k8k;" in text
-    assert "at 128 heads it reaches 73 TFLOP/s, 9% of the bf16 wgmma ceiling" in text
+    assert "reaches 73 TFLOP/s at 128 heads, 9% of the bf16 wgmma ceiling" in text
     # Triton's time over CUDA's: 50 / 40 = 1.25, 0.8 / 1.0 = 0.80
-    assert "against `triton:decode` it runs at 0.80–1.25× its speed (ahead in 1 of 2; Triton is ahead in 1, most " \
+    assert "runs at 0.80–1.25× `triton:decode`'s speed (ahead in 1 of 2; Triton is ahead in 1, most " \
            "at b32 h128 q1 k8k: 0.80×)" in text
     assert "pages of 64 keys" in text and "3 cases of one run" in text
 
