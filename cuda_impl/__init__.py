@@ -63,8 +63,11 @@ VARIANTS["decode"] = {
 
 VARIANTS["hopper"] = {
     "formats": ("bf16", "fp16"),
-    # d256: 80-key tiles (O 128 + S 40 + P 20 registers of the consumers' 240; 224 KB of shared).
-    "head_dims": (64, 128, 256),
+    # Kernels at 64, 128 and 256 (d256: 80-key tiles, O 128 + S 40 + P 20 registers of the consumers' 240; 224 KB of
+    # shared); every other multiple of 8 runs on the next of them, the columns past it zero-filled by TMA
+    # (hopper/config.cuh hopper_kernel_dim): d80 and d96 cost what d128 costs.
+    "head_dims": tuple(range(32, 257, 8)),
+    "head_dim_pairs": ((192, 128),),  # DeepSeek-style prefill, on the d256 kernel (V's map 128 columns wide)
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync
@@ -273,9 +276,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
         raise NotImplementedError(f"variant {variant!r} takes no packed batches; the variants that do: {takes}")
     if q.dtype not in validate.DTYPE_FORMATS:
         raise TypeError(f"dtype: variant {variant} supports bfloat16 and float16, got {q.dtype}")
-    if layout.head_dim_v != layout.head_dim:
-        raise ValueError(f"head_dim: variant {variant} takes V's head_dim equal to Q's, got {layout.head_dim} and "
-                         f"{layout.head_dim_v}")
+    validate.check_head_dims(variant, spec, layout.head_dim, layout.head_dim_v)
     scale = 1.0 / math.sqrt(layout.head_dim) if scale is None else float(scale)
     as_bhsd = lambda x: x.unsqueeze(0).transpose(1, 2)  # noqa: E731 - the kernel's view of the packed tensors
     if min(layout.total_q, layout.total_k) > 0:

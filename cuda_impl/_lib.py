@@ -47,6 +47,7 @@ class FwdParams(ctypes.Structure):
         ("scale", ctypes.c_float),
         ("causal", ctypes.c_int32),
         ("dtype", ctypes.c_int32),
+        ("head_dim_v", ctypes.c_int32),
         ("tile_counter", ctypes.c_void_p),
         ("split_workspace", ctypes.c_void_p),
         ("local", ctypes.c_int32),
@@ -320,6 +321,7 @@ def launch_forward(
     a window or softcap makes it a local launch (FwdParams::local; the kernel schedules it as a causal one)."""
     _check_aligned({"q": q, "k": k, "v": v, "out": out}, "16-byte cp.async")
     params = _base_params(q, k, v, out, lse, causal=causal, scale=scale, dtype=DTYPE_CODES[q.dtype])
+    params.head_dim_v = v.shape[3] if v.shape[3] != q.shape[3] else 0
     _run_16bit(variant, params, causal, window, softcap, q.shape[3], q.device, extra_flags)
 
 
@@ -351,6 +353,7 @@ def launch_varlen(
     params.batch, params.seqlen_q, params.seqlen_k = cu_seqlens_q.numel() - 1, max_seqlen_q, max_seqlen_k
     params.total_q, params.total_k = q.shape[0], k.shape[0]
     params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
+    params.head_dim_v = v.shape[2] if v.shape[2] != q.shape[2] else 0
     _run_16bit(variant, params, causal, window, softcap, q.shape[2], q.device)
 
 

@@ -37,7 +37,7 @@ def _fwd_local_impl(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """_fwd_impl with a local window (left, right keys around the diagonal; -1: unbounded) and a logit cap (0:
     none), for the variants that declare them."""
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:-1], dtype=torch.float32, device=q.device)
     _lib.launch_forward(variant, q, k, v, out, lse, causal=causal, scale=scale, window=(window_left, window_right),
                         softcap=softcap)
@@ -49,7 +49,7 @@ _fwd_op = torch.library.custom_op("cuda_fa::fwd", mutates_args=(), device_types=
 
 @_fwd_op.register_fake
 def _fwd_fake(q, k, v, causal, scale, variant):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 def fwd(q, k, v, causal: bool, scale: float, variant: str):
@@ -61,7 +61,7 @@ _fwd_local_op = torch.library.custom_op("cuda_fa::fwd_local", mutates_args=(), d
 
 @_fwd_local_op.register_fake
 def _fwd_local_fake(q, k, v, causal, scale, window_left, window_right, softcap, variant):
-    return q.new_empty(q.shape), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 def fwd_local(q, k, v, causal: bool, scale: float, window: tuple[int, int], softcap: float, variant: str):
@@ -78,9 +78,9 @@ def _fwd_varlen_impl(
     kernel writes every row of every sequence. A batch without a query or without a key launches nothing: zeros
     and lse -inf."""
     if min(q.shape[0], k.shape[0], max_seqlen_q, max_seqlen_k) == 0:
-        return (torch.zeros(q.shape, dtype=q.dtype, device=q.device),
+        return (torch.zeros((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device),
                 torch.full((q.shape[1], q.shape[0]), -torch.inf, dtype=torch.float32, device=q.device))
-    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    out = torch.empty((*q.shape[:-1], v.shape[-1]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     _lib.launch_varlen(variant, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        causal=causal, scale=scale, window=(window_left, window_right), softcap=softcap)
@@ -94,7 +94,7 @@ _fwd_varlen_op = torch.library.custom_op("cuda_fa::fwd_varlen", mutates_args=(),
 @_fwd_varlen_op.register_fake
 def _fwd_varlen_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, scale, window_left,
                      window_right, softcap, variant):
-    return q.new_empty(q.shape), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+    return q.new_empty((*q.shape[:-1], v.shape[-1])), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def fwd_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, causal: bool,

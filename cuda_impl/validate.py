@@ -58,6 +58,31 @@ def arch_problem(variant: str, spec: dict, capability: tuple[int, int]) -> str |
     return None
 
 
+def head_dims_text(spec: dict) -> str:
+    """A variant's head dims for messages: '(64, 128)', or 'multiples of 8 from 32 to 256' for a long even run; and
+    its (Q/K, V) pairs."""
+    dims = spec["head_dims"]
+    steps = {b - a for a, b in zip(dims, dims[1:])}
+    text = f"multiples of {dims[1] - dims[0]} from {dims[0]} to {dims[-1]}" if len(dims) > 3 and len(steps) == 1 \
+        else str(tuple(dims))
+    return text + "".join(f", or Q/K {d} with V {dv}" for d, dv in _dense_pairs(spec))
+
+
+def _dense_pairs(spec: dict) -> tuple:
+    """The (Q/K, V) pairs a dense q, k, v call may take (MLA's latent pairs only through attention_mla_decode)."""
+    return () if spec.get("latent_pairs_only") else spec.get("head_dim_pairs", ())
+
+
+def check_head_dims(variant: str, spec: dict, head_dim: int, head_dim_v: int) -> None:
+    """ValueError unless the variant takes Q/K head_dim `head_dim` with V head_dim `head_dim_v` in q, k, v."""
+    if head_dim_v == head_dim and head_dim in spec["head_dims"]:
+        return
+    if (head_dim, head_dim_v) in _dense_pairs(spec):
+        return
+    got = head_dim if head_dim_v == head_dim else f"Q/K {head_dim} with V {head_dim_v}"
+    raise ValueError(f"head_dim: variant {variant} supports {head_dims_text(spec)}, got {got}")
+
+
 def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
     for name, t in (("q", q), ("k", k), ("v", v)):
         if is_quantized(t):
@@ -76,16 +101,15 @@ def check_inputs(q, k, v, *, variant: str, spec: dict, scale: float) -> None:
         raise TypeError(f"dtype: variant {variant} supports {spec['formats']}, got {fmt}")
 
     (batch, heads_q, seqlen_q, head_dim), (kb, heads_kv, seqlen_k, kd) = q.shape, k.shape
-    if k.shape != v.shape:
+    if k.shape[:3] != v.shape[:3]:
         raise ValueError(
-            f"shape: k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}"
+            f"shape: k and v must agree but in head_dim, got {tuple(k.shape)} and {tuple(v.shape)}"
         )
     if kb != batch:
         raise ValueError(f"shape: batch differs between q ({batch}) and k/v ({kb})")
     if kd != head_dim:
-        raise ValueError(f"head_dim: q has {head_dim}, k/v have {kd}")
-    if head_dim not in spec["head_dims"]:
-        raise ValueError(f"head_dim: variant {variant} supports {spec['head_dims']}, got {head_dim}")
+        raise ValueError(f"head_dim: q has {head_dim}, k has {kd}")
+    check_head_dims(variant, spec, head_dim, v.shape[3])
     if min(batch, heads_q, heads_kv, seqlen_q, seqlen_k) < 1:
         raise ValueError(
             f"shape: batch, heads and seqlens must be >= 1, got q {tuple(q.shape)}, k {tuple(k.shape)}"

@@ -235,10 +235,12 @@ def test_sm80_build_holds_no_hopper_instructions(hopper_sass):
 def test_c_entry_reports_errors_before_touching_a_device(fa_library):
     fn = _lib.entry_point(_lib.load(), "hopper")
     err = ctypes.create_string_buffer(256)
-    bad_dim = _lib.FwdParams(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, head_dim=96, scale=1.0)
-    assert fn(ctypes.byref(bad_dim), None, err, 256) != 0
-    assert err.value == b"head_dim: supported: 64, 128, 256"
+    for head_dim in (24, 100, 264):
+        bad_dim = _lib.FwdParams(batch=1, heads_q=1, heads_kv=1, seqlen_q=4, seqlen_k=4, head_dim=head_dim, scale=1.0)
+        assert fn(ctypes.byref(bad_dim), None, err, 256) != 0
+        assert err.value == b"head_dim: variant hopper takes multiples of 8 from 32 to 256", head_dim
     # The ladder's entries keep their own list.
+    bad_dim.head_dim = 96
     assert _lib.entry_point(_lib.load(), "v5")(ctypes.byref(bad_dim), None, err, 256) != 0
     assert err.value == b"head_dim: supported: 64, 128"
 
@@ -329,8 +331,8 @@ def qkv(hq=2, hkv=2, sq=16, sk=16, d=64, dtype=torch.bfloat16):
 
 def test_surface_entry():
     assert SPEC["min_cc"] == (9, 0) and SPEC["max_cc"] == (9, 0)
-    assert SPEC["head_dims"] == (64, 128, 256)
-    assert set(SPEC) == {"formats", "head_dims", "min_cc", "max_cc", "description", "ceiling", "tma", "local",
+    assert SPEC["head_dims"] == tuple(range(32, 257, 8)) and SPEC["head_dim_pairs"] == ((192, 128),)
+    assert set(SPEC) == {"formats", "head_dims", "head_dim_pairs", "min_cc", "max_cc", "description", "ceiling", "tma", "local",
                          "softcap", "varlen"}
     assert SPEC["ceiling"] == "wgmma" and SPEC["tma"] is True
     assert SPEC["local"] is SPEC["softcap"] is SPEC["varlen"] is True
@@ -341,8 +343,8 @@ def test_surface_entry():
 @pytest.mark.parametrize(
     "make, error, match",
     [
-        (lambda: qkv(d=192), ValueError, "head_dim"),
-        (lambda: qkv(d=96), ValueError, "head_dim"),
+        (lambda: qkv(d=100), ValueError, "head_dim"),
+        (lambda: qkv(d=264), ValueError, "head_dim"),
         (lambda: (torch.randn(1, 2, 16, 64), *qkv()[1:]), TypeError, "dtype"),
         (lambda: qkv(hq=3, hkv=2), ValueError, "heads"),
         (

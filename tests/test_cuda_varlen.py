@@ -39,9 +39,11 @@ def test_refusals_name_the_constraint():
         cuda_impl.attention_varlen(*args[:3], inputs.cu_seqlens_q.long(), *args[4:])
     with pytest.raises(TypeError, match="bfloat16 and float16"):
         cuda_impl.attention_varlen(*(x.float() for x in args[:3]), *args[3:])
-    bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, 96, fmt="fp16"))
-    with pytest.raises(ValueError, match="head_dim: variant hopper supports \\(64, 128, 256\\), got 96"):
-        cuda_impl.attention_varlen(bad.q, bad.k, bad.v, bad.cu_seqlens_q, bad.cu_seqlens_k, 3, 4)
+    for d, dv, got in ((100, 100, "100"), (128, 64, "Q/K 128 with V 64")):
+        bad = oracle.make_varlen_inputs(oracle.VarlenCase((3,), (4,), 2, 2, d, fmt="fp16", head_dim_v=dv))
+        with pytest.raises(ValueError, match=f"head_dim: variant hopper supports multiples of 8 from 32 to 256, or "
+                                             f"Q/K 192 with V 128, got {got}"):
+            cuda_impl.attention_varlen(bad.q, bad.k, bad.v, bad.cu_seqlens_q, bad.cu_seqlens_k, 3, 4)
     with pytest.raises(ValueError, match="window"):
         cuda_impl.attention_varlen(*args, window=(3, -2))
     with pytest.raises(ValueError, match="device"):  # checked like any hopper call: CPU tensors are refused

@@ -27,6 +27,8 @@ struct FwdParams {
   float scale;             // softmax scale, > 0
   int32_t causal;          // bottom-right aligned: query i sees keys j <= i + seqlen_k - seqlen_q
   int32_t dtype;           // FA_DTYPE_*
+  int32_t head_dim_v;      // V's and O's head_dim where it differs from Q/K's (hopper: Q/K 192 with V 128), else 0
+                           // (in the 4 bytes before the next pointer: the layout of the other fields is unchanged)
   int32_t* tile_counter;   // zeroed by the caller for each launch that takes one (hopper's dynamic causal
                            // scheduler, cuda_fa_hopper_dynamic_causal(head_dim)), else null and unused
   void* split_workspace;   // hopper's split last round: cuda_fa_hopper_split_workspace() bytes, the first

@@ -313,14 +313,15 @@ struct HopperLaunch {
     // (varlen: the packed tensors are one batch entry of all the sequences' rows)
     const int batch = C::VARLEN ? 1 : p.batch;
     const int rows_q = C::VARLEN ? p.total_q : p.seqlen_q, rows_k = C::VARLEN ? p.total_k : p.seqlen_k;
-    if (int rc = encode_map(&map_q, p.q, p.q_stride, batch, p.heads_q, rows_q, DIM, C::BLOCK_Q, p.dtype, err,
+    if (int rc = encode_map(&map_q, p.q, p.q_stride, batch, p.heads_q, rows_q, p.head_dim, C::BLOCK_Q, p.dtype, err,
                             err_len))
       return rc;
-    if (int rc = encode_map(&map_k, p.k, p.k_stride, batch, p.heads_kv, rows_k, DIM, C::KV_BOX_ROWS, p.dtype, err,
+    if (int rc = encode_map(&map_k, p.k, p.k_stride, batch, p.heads_kv, rows_k, p.head_dim, C::KV_BOX_ROWS, p.dtype, err,
                             err_len))
       return rc;
-    if (int rc = encode_map(&map_v, p.v, p.v_stride, batch, p.heads_kv, rows_k, DIM, C::KV_BOX_ROWS, p.dtype, err,
-                            err_len))
+    const int head_dim_v = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
+    if (int rc = encode_map(&map_v, p.v, p.v_stride, batch, p.heads_kv, rows_k, head_dim_v, C::KV_BOX_ROWS, p.dtype,
+                            err, err_len))
       return rc;
     if (C::STAGED_STORE)
       if (int rc = check_staged_out(p, err, err_len)) return rc;
@@ -346,16 +347,29 @@ struct HopperLaunch {
   }
 };
 
+// Calls launcher.template operator()<T, DIM>() for p's dtype at the kernel head_dim of p's head dims
+// (hopper_kernel_dim; p itself keeps its own).
+template <typename Launcher>
+int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
+  if (!hopper_takes_head_dim(p.head_dim) || (p.head_dim_v != 0 && !hopper_takes_head_dim(p.head_dim_v)))
+    return report(err, err_len, "head_dim", "variant hopper takes multiples of 8 from 32 to 256");
+  FwdParams kernel_dim = p;
+  kernel_dim.head_dim = hopper_kernel_dim(p.head_dim, p.head_dim_v);
+  return fa::dispatch<HeadDims<64, 128, 256>>(kernel_dim, err, err_len, launcher);
+}
+
 }  // namespace hopper_host
 }  // namespace fa
 
 // Whether causal launches at this head_dim need FwdParams::tile_counter (zeroed, one int32).
-extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) { return fa::hopper_dynamic_causal(head_dim); }
+extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) {
+  return fa::hopper_dynamic_causal(fa::hopper_kernel_dim(head_dim));
+}
 
 // (A local launch, a window or softcap, runs on its parameters as fa::hopper_local_params rewrites them.)
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* params, cudaStream_t stream, char* err, int err_len) {
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
-  return fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
+  return fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
     return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
       return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>::launch(p, stream, err,
@@ -371,7 +385,7 @@ extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* params, int64
   int64_t bytes = 0;
   *zeroed = 0;
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
-  const int rc = fa::dispatch<fa::HeadDims<64, 128, 256>>(p, err, err_len, [&]<typename T, int DIM>() {
+  const int rc = fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
     return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
       using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;

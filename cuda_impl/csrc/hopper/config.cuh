@@ -47,6 +47,17 @@ constexpr HopperOptions HOPPER_OPTIONS = hopper_options(HopperAblation::FA_HOPPE
 
 // --- bf16 / fp16 (fwd_hopper.cu) -----------------------------------------------------------------
 
+// The kernel head_dim of a 16-bit launch: 64, 128 or 256, the smallest that holds Q/K's and V's head dims
+// (multiples of 8 from 32 to 256; V's 0: Q/K's). Q, K and V load through TMA maps of their own head_dim columns,
+// which fill the columns past it with zeros: they add nothing to S, O's columns past V's head_dim stay zero and the
+// epilogue writes V's head_dim of them. The MMAs run at the kernel's width (d80 and d96 cost what d128 costs;
+// Q/K 192 with V 128 what d256 costs).
+constexpr int hopper_kernel_dim(int head_dim, int head_dim_v = 0) {
+  const int widest = head_dim > head_dim_v ? head_dim : head_dim_v;
+  return widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
+}
+constexpr bool hopper_takes_head_dim(int head_dim) { return head_dim >= 32 && head_dim <= 256 && head_dim % 8 == 0; }
+
 // Whether causal launches at head_dim take the dynamic scheduler (persistent CTAs fed by a counter).
 constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 

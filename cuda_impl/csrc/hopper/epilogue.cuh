@@ -18,6 +18,9 @@ __device__ __forceinline__ float quad_row_sum(float l) {
   return l;
 }
 
+// Columns of O: V's head_dim.
+__device__ __forceinline__ int out_cols(const FwdParams& p) { return p.head_dim_v > 0 ? p.head_dim_v : p.head_dim; }
+
 // A wgmma row's LSE, lse(m, l), stored by its quad's first thread; -inf for a row that saw no key.
 template <typename Lse>
 __device__ __forceinline__ void store_wgmma_lse(const FwdParams& p, const CtaWork& w, int row, float m, float l,
@@ -31,8 +34,11 @@ __device__ __forceinline__ void store_wgmma_lse(const FwdParams& p, const CtaWor
 // The epilogue for a wgmma O accumulator (the Hopper kernels): O * out_factor / l in T (out_factor:
 // V's descale or tensor scale, 1 if none) and the LSE as lse(m, l) of the row max m (in the
 // kernel's own units) and the row sum l; rows that saw no key get zeros and -inf. Rows row0 and
-// row0 + 8 (row0: this thread's first row), register layout as mask_scores above.
-template <typename T, int O_REGS, typename Lse>
+// row0 + 8 (row0: this thread's first row), register layout as mask_scores above. BOUNDED: only O's first
+// out_cols(p) columns (a multiple of 8), for the 16-bit kernels whose O may be wider than V (hopper_kernel_dim); the
+// fp8 and block-scaled kernels run at their own head_dim and keep the epilogue without the bound (the d64 fp8 kernels
+// have no register to spare for it: ptxas serialises their wgmmas).
+template <typename T, bool BOUNDED, int O_REGS, typename Lse>
 __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWork& w, int row0,
                                                  float (&O)[O_REGS], const float (&row_max)[2],
                                                  const float (&row_sum)[2], float out_factor, Lse&& lse) {
@@ -47,8 +53,9 @@ __device__ __forceinline__ void store_wgmma_rows(const FwdParams& p, const CtaWo
     T* dst = out + row * p.out_stride[2] + quad_col;
 #pragma unroll
     for (int j = 0; j < O_REGS / 4; j++)
-      *reinterpret_cast<uint32_t*>(dst + 8 * j) =
-          pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
+      if (!BOUNDED || 8 * j < out_cols(p))  // the zero columns past V's head_dim stay unwritten
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) =
+            pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
     store_wgmma_lse(p, w, row, row_max[h], l, lse);
   }
 }
@@ -66,10 +73,10 @@ constexpr int staged_store_bytes(int consumer_warps, int head_dim) {
 constexpr int staged_store_offset(int used) { return (used + 127) / 128 * 128; }
 
 #if FA_SM90A
-// store_wgmma_rows (fwd_common.cuh) through the warp's slot at `stage` (staged_store_warp_bytes, 16-byte aligned).
+// store_wgmma_rows through the warp's slot at `stage` (staged_store_warp_bytes, 16-byte aligned).
 // In the slot a row's 16-byte chunks are XOR-swizzled by the row, so neither the stmatrix (8 rows of one chunk) nor
 // the read-back (8 chunks of one row) has bank conflicts. Needs 16-byte aligned output rows (checked on the host).
-template <typename T, int O_REGS, typename Lse>
+template <typename T, bool BOUNDED, int O_REGS, typename Lse>
 __device__ __forceinline__ void store_wgmma_rows_staged(const FwdParams& p, const CtaWork& w, int row0,
                                                         float (&O)[O_REGS], const float (&row_max)[2],
                                                         const float (&row_sum)[2], float out_factor, uint32_t stage,
@@ -98,7 +105,8 @@ __device__ __forceinline__ void store_wgmma_rows_staged(const FwdParams& p, cons
       const int row = i / CHUNKS, chunk = i % CHUNKS;
       const uint4 v = sm90::ld_shared_v4(stage + row * ROW_BYTES + (chunk ^ row) * 16);
       const int q_row = warp_row0 + 8 * h + row;
-      if (q_row < p.seqlen_q) *reinterpret_cast<uint4*>(out + q_row * p.out_stride[2] + chunk * 8) = v;
+      if (q_row < p.seqlen_q && (!BOUNDED || chunk * 8 < out_cols(p)))
+        *reinterpret_cast<uint4*>(out + q_row * p.out_stride[2] + chunk * 8) = v;
     }
     if (row0 + 8 * h < p.seqlen_q) store_wgmma_lse(p, w, row0 + 8 * h, row_max[h], l, lse);
   }
@@ -111,14 +119,15 @@ __device__ __forceinline__ uint32_t staged_store_slot(uint32_t slots, int head_d
 
 // The epilogue a kernel was built with: through the warp's staging slot among those at `slots` (STAGED), or
 // store_wgmma_rows from the registers.
-template <bool STAGED, typename T, int O_REGS, typename Lse>
+template <bool STAGED, typename T, bool BOUNDED, int O_REGS, typename Lse>
 __device__ __forceinline__ void store_wgmma_rows_via(const FwdParams& p, const CtaWork& w, int row0, float (&O)[O_REGS],
                                                      const float (&row_max)[2], const float (&row_sum)[2],
                                                      float out_factor, uint32_t slots, Lse&& lse) {
   if constexpr (STAGED)
-    store_wgmma_rows_staged<T>(p, w, row0, O, row_max, row_sum, out_factor, staged_store_slot(slots, 2 * O_REGS), lse);
+    store_wgmma_rows_staged<T, BOUNDED>(p, w, row0, O, row_max, row_sum, out_factor, staged_store_slot(slots, 2 * O_REGS),
+                                        lse);
   else
-    store_wgmma_rows<T>(p, w, row0, O, row_max, row_sum, out_factor, lse);
+    store_wgmma_rows<T, BOUNDED>(p, w, row0, O, row_max, row_sum, out_factor, lse);
 }
 #endif  // FA_SM90A
 

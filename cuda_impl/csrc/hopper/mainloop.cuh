@@ -219,8 +219,8 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
                                            const float (&row_max)[2], const float (&row_sum)[2], uint32_t smem) {
-  store_wgmma_rows_via<C::STAGED_STORE, T>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
-                                           [&p](float m, float l) { return m * score_scale<C>(p) + logf(l); });
+  store_wgmma_rows_via<C::STAGED_STORE, T, true>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
+                                                 [&p](float m, float l) { return m * score_scale<C>(p) + logf(l); });
 }
 
 }  // namespace fa::hopper

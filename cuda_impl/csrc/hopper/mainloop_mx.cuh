@@ -93,7 +93,7 @@ __device__ void consume(const MxFwdParams& mp, const CtaWork& w, uint32_t smem,
     sm90::mbar_arrive(bars.kv_empty(s));
   }
   // LSE = (m + log2 l) ln 2: m is in log2 units, as triton's finish_rows.
-  store_wgmma_rows<__nv_bfloat16>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,
+  store_wgmma_rows<__nv_bfloat16, false>(p, w, row0, O, row_max, row_sum, nvfp4 ? *mp.v_tensor_scale : 1.f,
                                   [](float m, float l) { return (m + log2f(l)) * 0.6931471805599453f; });
 }
 
