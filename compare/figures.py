@@ -1,8 +1,8 @@
 """The paper figures, regenerated from the committed result CSVs alone (no GPU; torch is not imported).
 
 ``generate()`` reads every CSV directly in ``figures/data/`` (the schema of ``compare.bench``; the decode, local,
-varlen and MLA sweeps' in ``decode/``, ``local/``, ``varlen/`` and ``mla/``), keeps the newest row per (gpu, case),
-and draws ten figures and one appendix figure, each as PNG and PDF:
+varlen, MLA and head-dim sweeps' in ``decode/``, ``local/``, ``varlen/``, ``mla/`` and ``headdims/``), keeps the
+newest row per (gpu, case), and draws eleven figures and one appendix figure, each as PNG and PDF:
 
 1. the headline: TFLOP/s against seqlen on the 16k-token grid at head_dim 128, bf16 and fp8, causal and
    not, for the fastest CUDA and the fastest Triton variant of each panel and the PyTorch SDPA peers
@@ -20,6 +20,8 @@ and draws ten figures and one appendix figure, each as PNG and PDF:
    (``decode/``),
 10. MLA decode: the latent cache's bytes per second and TFLOP/s against the bytes a step reads, per query-head
     count, with the read and bf16 MMA ceilings of the same run (``mla/``),
+11. head dims: TFLOP/s against the head_dim (64-256 and Q/K 192 with V 128) per backend, causal and not
+    (``headdims/``),
 
 A1. the full grid of figure 1: every backend, panels format x head_dim x mask.
 
@@ -912,6 +914,50 @@ def _gpu_slug(gpu: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", gpu.replace("NVIDIA ", "").lower()).strip("-")
 
 
+KERNEL_HEAD_DIMS = (64, 128, 256)  # the head dims cuda:hopper has kernels for; the others run on the next one
+
+
+def headdims_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 11 draws: passing dense rows of the headdims sweep, with `dims`, the x tick ('96', '192/128')."""
+    rows = passed(df)
+    rows = rows[(rows["lengths"] == "") & (rows["window_left"] < 0) & (rows["softcap"] == 0)]
+    v = rows["head_dim_v"].fillna(rows["head_dim"]).astype(int)
+    dims = rows["head_dim"].astype(int).astype(str) + np.where(v != rows["head_dim"], "/" + v.astype(str), "")
+    return rows.assign(dims=dims, width=np.maximum(rows["head_dim"], v))
+
+
+def fig_headdims(df: pd.DataFrame) -> Figure:
+    """Figure 11: TFLOP/s (on the head dims asked for) against the head_dim, one panel per mask, one line per
+    backend; the head dims cuda:hopper has kernels for marked on the axis."""
+    rows = headdims_data(df)
+    if rows.empty or rows["dims"].nunique() < 2:
+        raise NothingToDraw("no passing dense rows at two or more head dims in the headdims data")
+    style = Style.qualitative(dict(zip(rows["label"], rows["family"])))
+    order = rows.drop_duplicates("dims").sort_values(["width", "head_dim"])["dims"].tolist()
+    position = {d: i for i, d in enumerate(order)}
+    masks = sorted(rows["causal"].unique())
+    fig, axes = _panel_row(len(masks), 5.0)
+    for ax, causal in zip(axes, masks):
+        panel = rows[rows["causal"] == causal]
+        for label in style.ordered(panel["label"]):
+            line = panel[panel["label"] == label].groupby("dims")["tflops"].max()
+            xs = sorted(line.index, key=position.get)
+            ax.plot([position[x] for x in xs], [line[x] for x in xs], color=style.color[label],
+                    marker=style.marker[label], linewidth=1.2, markersize=4)
+        ax.set_xticks(range(len(order)), [d + ("*" if d in map(str, KERNEL_HEAD_DIMS) else "") for d in order])
+        shape = panel.iloc[0]
+        ax.set_title(f"{'causal' if causal else 'non-causal'}, b{int(shape['batch'])} h{int(shape['heads_q'])}, "
+                     f"{_seqlen_tick(shape['seqlen_q'])} tokens each", fontsize=9)
+        ax.set_xlabel("head_dim (Q/K, or Q/K / V)")
+        ax.grid(True, alpha=0.3)
+    axes[0].set_ylim(0, 1.08 * rows["tflops"].max())
+    axes[0].set_ylabel("TFLOP/s on the head dims asked for")
+    _legend(fig, style, rows["label"])
+    _footer(fig, [environment_caption(rows), "bf16; *: a cuda:hopper kernel of its own, the others run on the next "
+                  "of 64 / 128 / 256 with zero columns; CUDA-graph replays, median"])
+    return fig
+
+
 def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_ROOT / "figures",
              reference_dir: Path = REPO_ROOT / "figures" / "reference", log=print) -> list[Path]:
     """Draw every figure the data supports into `out_dir` (PNG and PDF); returns the files written."""
@@ -941,12 +987,15 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
     varlen = load_results(varlen_dir) if varlen_dir.is_dir() else df.iloc[0:0]
     mla_dir = Path(data_dir) / "mla"
     mla = load_results(mla_dir) if mla_dir.is_dir() else df.iloc[0:0]
+    headdims_dir = Path(data_dir) / "headdims"
+    headdims = load_results(headdims_dir) if headdims_dir.is_dir() else df.iloc[0:0]
     for gpu in gpus:
         rows = df[df["gpu"] == gpu]
         decode_rows = decode[decode["gpu"] == gpu]
         local_rows = local[local["gpu"] == gpu]
         varlen_rows = varlen[varlen["gpu"] == gpu]
         mla_rows = mla[mla["gpu"] == gpu]
+        headdims_rows = headdims[headdims["gpu"] == gpu]
         suffix = "" if len(gpus) == 1 else "-" + _gpu_slug(gpu)
         makers = {
             "fig1_tflops_vs_seqlen": lambda: fig_tflops_vs_seqlen(rows, style),
@@ -959,6 +1008,7 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig8_varlen": lambda: fig_varlen(varlen_rows),
             "fig9_decode_cuda_vs_triton": lambda: fig_decode_cuda_vs_triton(decode_rows),
             "fig10_mla_decode": lambda: fig_mla(mla_rows),
+            "fig11_head_dims": lambda: fig_headdims(headdims_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():

@@ -18,8 +18,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import paired
-from .figures import (FOUNDING_SHAPE, REPO_ROOT, decode_eager_cases, decode_ratio, grid_rows, load_results,
-                      mla_data, not_drawn_note, passed)
+from .figures import (FOUNDING_SHAPE, KERNEL_HEAD_DIMS, REPO_ROOT, decode_eager_cases, decode_ratio, grid_rows,
+                      headdims_data, load_results, mla_data, not_drawn_note, passed)
 from .schema import shape_label
 
 
@@ -569,6 +569,43 @@ def mla_findings(df: pd.DataFrame) -> list[str]:
     return [text + "."]
 
 
+def _headdims_where(key: tuple) -> str:
+    dims, causal = key
+    return f"d{dims.replace('/', 'v')}{' causal' if causal else ''}"
+
+
+def headdims_findings(df: pd.DataFrame) -> list[str]:
+    """The README's head-dim finding: `cuda:hopper` at the head dims it runs on a wider kernel, against that kernel's
+    own head_dim (same run, same mask), cuDNN and `triton:fa2`; one headdims sweep (figures/data/headdims)."""
+    rows = headdims_data(df)
+    rates = rows.pivot_table(index=["dims", "causal"], columns="label", values="tflops", aggfunc="max")
+    if "cuda:hopper" not in rates:
+        return []
+    widths = rows.drop_duplicates("dims").set_index("dims")["width"]
+    padded = [key for key in rates.index if key[0] not in {str(d) for d in KERNEL_HEAD_DIMS}]
+    own = {}
+    for dims, causal in padded:
+        kernel = next(d for d in KERNEL_HEAD_DIMS if d >= widths[dims])
+        if (str(kernel), causal) in rates.index:
+            own[(dims, causal)] = rates.loc[(dims, causal), "cuda:hopper"] / rates.loc[(str(kernel), causal), "cuda:hopper"]
+    own = pd.Series(own).dropna()
+    if own.empty:
+        return []
+    shape = rows.iloc[0]
+    names = [f"Q/K {d.replace('/', ' with V ')}" if "/" in d else f"d{d}"
+             for d in dict.fromkeys(d for d, _ in sorted(padded, key=lambda k: (widths[k[0]], "/" in k[0], k[0])))]
+    names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+    text = (f"**Head dims** (bf16, {int(shape['batch'])} × {_seq(shape['seqlen_q'])} tokens, {int(shape['heads_q'])} "
+            f"heads, causal and not, {len(rates)} cases of one run, figure 11): at {names}, which run on the kernel of the "
+            f"next of {' / '.join(map(str, KERNEL_HEAD_DIMS))} with zero columns, `cuda:hopper` runs at {_span(own)} "
+            f"that kernel's own FLOP rate (the issue's target 0.9: missed; lowest at {_headdims_where(own.idxmin())})")
+    for rival, name in (("sdpa:cudnn", "cuDNN"), ("triton:fa2", "`triton:fa2`")):
+        if rival in rates:
+            versus = (rates["cuda:hopper"] / rates[rival]).loc[padded].dropna()
+            text += f"; {_span(versus)} {name}'s speed there ({_tally_at(versus, name, _headdims_where, ' cases')})"
+    return [text + "."]
+
+
 def readme_findings(data_dir: Path) -> str:
     groups = by_gpu(load_results(data_dir))
     if not groups:
@@ -578,7 +615,8 @@ def readme_findings(data_dir: Path) -> str:
     items = findings(rows, Path(data_dir) / "paired")
     below = []  # the other sweeps' findings, each from its subfolder of data_dir
     for name, folder, section in (("decode", "decode", decode_findings), ("local attention", "local", local_findings),
-                                  ("packed batches", "varlen", varlen_findings), ("MLA decode", "mla", mla_findings)):
+                                  ("packed batches", "varlen", varlen_findings), ("MLA decode", "mla", mla_findings),
+                                  ("head dims", "headdims", headdims_findings)):
         if (Path(data_dir) / folder).is_dir():
             sub = load_results(Path(data_dir) / folder)
             extra = section(sub[sub["gpu"] == gpu])
