@@ -87,16 +87,9 @@ def test_the_output_follows_v_under_torch_compile_tracing():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
+@pytest.mark.parametrize("case", CASES + LOCAL_CASES, ids=[c.shape_str() for c in CASES + LOCAL_CASES])
 def test_gpu_padded_head_dims_match_the_oracle(case):
-    _hopper_or_skip()
-    verdict = oracle.check(backends.get("cuda:hopper"), case, device="cuda")
-    assert verdict.passed, verdict.summary()
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("case", LOCAL_CASES, ids=[c.shape_str() for c in LOCAL_CASES])
-def test_gpu_padded_head_dims_with_windows_and_softcap(case):
+    """Dense launches, and local ones (windows, softcap) on their own kernels."""
     _hopper_or_skip()
     verdict = oracle.check(backends.get("cuda:hopper"), case, device="cuda")
     assert verdict.passed, verdict.summary()
