@@ -429,10 +429,16 @@ def decode_ctas_per_sm(dtype, kv_fp8: bool, head_dim: int, device, *, extra_flag
     return _decode_slots[key]
 
 
-@functools.lru_cache(maxsize=256)
 def mla_decode_tiles(rows: int, *, extra_flags: tuple[str, ...] = ()) -> tuple[int, int]:
-    """(keys per tile, query rows per CTA) of the MLA decode kernel (csrc/fwd_mla_decode.cu) for `rows` packed
-    query rows (heads x query positions)."""
+    """(keys per tile, query rows per CTA) of the MLA decode kernels (csrc/fwd_mla_decode.cu) for `rows` packed
+    query rows (heads x query positions) on the current device: more than 32 rows take the wgmma kernel's 64 on
+    sm_90 (fwd_mla_decode_wgmma.cu), 32 elsewhere."""
+    device = torch.cuda.current_device() if torch.cuda.is_available() else -1
+    return _mla_decode_tiles(rows, device, extra_flags)
+
+
+@functools.lru_cache(maxsize=256)
+def _mla_decode_tiles(rows: int, device: int, extra_flags: tuple[str, ...]) -> tuple[int, int]:
     lib = load(extra_flags)
     block_n = _optional_entry(lib, "cuda_fa_mla_decode_block_n", ctypes.c_int, [])
     tile_rows = _optional_entry(lib, "cuda_fa_mla_decode_tile_rows", ctypes.c_int, [ctypes.c_int])

@@ -2,12 +2,15 @@
 columns are V, through cuda_impl.attention_mla_decode and attention_with_kvcache, held to
 compare.oracle.check_kvcache (KVCase.latent: v_cache a view of k_cache, the fp64 reference on the gathered pages).
 
-CPU part: the kernel is built for every target without spills, its machine code holds mma.sync, ldmatrix (plain
-and .trans: V from K's rows) and cp.async and no local memory; the shape table; bad parameters come back as
-messages; the refusals (an e4m3 cache, a V that is not K's view, a window) and the registry's latent-only pairs.
-GPU part (skipped without one): the oracle over head counts 16-128 (both tile shapes), Sq 1-4 with causal, odd,
-empty and mixed lengths, pages 16-256 and a contiguous cache, hostile block tables, forced and heuristic splits;
-poison of a bad sequence only; split_size batch invariance; determinism; CUDA graphs.
+CPU part: both kernels are built for every target without spills; the mma.sync kernel's machine code holds
+mma.sync, ldmatrix (plain and .trans: V from K's rows) and cp.async and no local memory, the wgmma kernel's
+(fwd_mla_decode_wgmma.cu, sm_90a) both products as HGMMA (S m64n32, P V m64n256) and cp.async; the shape table;
+bad parameters come back as messages; the refusals (an e4m3 cache, a V that is not K's view, a window) and the
+registry's latent-only pairs.
+GPU part (skipped without one): the oracle over head counts 8-128 (all three tile shapes: 16 and 32 rows of the
+mma.sync kernel, 64 of the wgmma one on sm_90), Sq 1-4 with causal, odd, empty and mixed lengths, pages 16-256
+and a contiguous cache, hostile block tables, forced and heuristic splits; poison of a bad sequence only;
+split_size batch invariance; determinism; CUDA graphs.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def test_the_mla_kernels_build_for_every_target_without_spills(fa_library):
     expected = {f"sm_{t}" for t in toolchain.ARCH_TARGETS}
     for fmt in ("bf16", "fp16"):
         for name in (f"fwd_mla_decode_kernel<{fmt},rows16>", f"fwd_mla_decode_kernel<{fmt},rows32>",
-                     f"fwd_decode_merge_kernel<{fmt},512>"):
+                     f"fwd_mla_decode_wgmma_kernel<{fmt}>", f"fwd_decode_merge_kernel<{fmt},512>"):
             assert archs.get(name) == expected, name
 
 
@@ -64,9 +67,30 @@ def test_the_mla_kernel_uses_intended_instructions(fa_library, fmt, mangled):
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
 
 
+@pytest.mark.parametrize("fmt, mangled", [("bf16", "I13__nv_bfloat16"), ("fp16", "I6__half")])
+def test_the_wgmma_kernel_uses_intended_instructions(fa_library, fmt, mangled):
+    if sass.find_cuobjdump() is None:
+        pytest.skip("cuobjdump not found")
+    kernels = {arch: sass.opcode_counts(ins) for (arch, fn), ins in sass.dump_sass(fa_library).items()
+               if f"fwd_mla_decode_wgmma_kernel{mangled}" in fn}
+    assert set(kernels) == {"sm_80", "sm_90"}  # (cuobjdump names the 90a cubin sm_90)
+    suffix = ".BF16" if fmt == "bf16" else ""
+    ops = kernels["sm_90"]
+    # S over each warpgroup's 18 k-steps, P V over 32 keys: 16 keys a step
+    assert ops[f"HGMMA.64x32x16.F32{suffix}"] == 18 and ops[f"HGMMA.64x256x16.F32{suffix}"] == 2, ops
+    assert any(op.startswith("LDGSTS") for op in ops) and not any(op.startswith(("LDL", "STL")) for op in ops)
+    assert not any(op.startswith("HGMMA") for op in kernels["sm_80"])  # (an empty body there: never launched)
+
+
+def _wgmma_device() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
 def test_the_shape_table(fa_library):
     assert _lib.mla_decode_tiles(16) == (32, 16) and _lib.mla_decode_tiles(1) == (32, 16)
-    assert _lib.mla_decode_tiles(17) == (32, 32) and _lib.mla_decode_tiles(256) == (32, 32)
+    assert _lib.mla_decode_tiles(17) == (32, 32) and _lib.mla_decode_tiles(32) == (32, 32)
+    wide = 64 if _wgmma_device() else 32  # the wgmma kernel's tile on sm_90, the mma.sync kernel's elsewhere
+    assert _lib.mla_decode_tiles(33) == (32, wide) and _lib.mla_decode_tiles(256) == (32, wide)
     assert kvcache.SPLIT_MULTIPLE % _lib.mla_decode_tiles(16)[0] == 0  # every split_size is whole key tiles
 
 
@@ -142,12 +166,14 @@ GPU_CASES = [
     # 16 heads (one 16-row tile), Sq 1: the memory-bound shape, long and odd lengths, heuristic splits
     (KV(2, 16, 1, 1, (8193, 300), page_size=64, scale=0.072, **MLA), {}),
     (KV(3, 16, 1, 1, (0, 1, 5000), page_size=16, hostile=True, scale=0.072, **MLA), {}),
-    # 32-row tiles: 64 / 128 heads, Sq 2-4 (speculative tokens) with causal, mixed lengths
+    # more than 32 rows (the wgmma kernel's 64-row tiles on sm_90, else 32): 64 / 128 heads, Sq 2-4 (speculative
+    # tokens) with causal, mixed lengths; 16 heads x Sq 3 a partial tile; 64 heads on pages smaller than a key tile
     (KV(4, 128, 1, 1, (4096, 1000, 0, 777), page_size=64, scale=0.072, **MLA), {}),
     (KV(2, 64, 1, 2, (8193, 31), page_size=64, causal=True, hostile=True, scale=0.072, **MLA), {}),
     (KV(2, 32, 1, 4, (3, 2000), page_size=256, causal=True, fmt="fp16", scale=0.072, **MLA), dict(num_splits=5)),
     (KV(1, 16, 1, 3, (1025,), causal=True, scale=0.072, **MLA), dict(num_splits=1)),             # contiguous
     (KV(2, 128, 1, 2, (700, 2500), capacity=2560, scale=0.072, dist="large", **MLA), dict(split_size=256)),
+    (KV(2, 64, 1, 1, (5000, 33), page_size=16, hostile=True, scale=0.072, **MLA), {}),
     # 24 heads: a partial 32-row tile; 8 heads: a partial 16-row one
     (KV(2, 24, 1, 1, (3000, 64), page_size=32, scale=0.072, **MLA), dict(num_splits=40)),
     (KV(2, 8, 1, 1, (3000, 65), page_size=64, fmt="fp16", dist="shifted", scale=0.072, **MLA), {}),

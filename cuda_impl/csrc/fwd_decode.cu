@@ -134,17 +134,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   launch_dependents();  // the merge (more than one split) may get resident now
 
-  DecodeWork w;
-  w.batch = blockIdx.z;
-  w.head_kv = blockIdx.y % p.heads_kv;
-  w.split = blockIdx.y / p.heads_kv;
-  w.group = p.heads_q / p.heads_kv;
-  w.rows = p.seqlen_q * w.group;
-  w.row0 = blockIdx.x * TILE_ROWS;
+  DecodeWork w = decode_work(p, TILE_ROWS, BLOCK_N);
   const int capacity = p.max_pages * p.page_size;
-  w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : capacity;
-  w.chunk0 = decode_chunk0(p, w.length, w.split, BLOCK_N);
-  w.kv_end = min(w.chunk0 + p.split_keys, w.length);
   const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
 
   if (chunk_poisoned<C::THREADS>(p, w, table, page_div, capacity)) {
@@ -191,13 +182,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
       bool valid = pos < w.cta_end;
       int64_t k_off = 0, v_off = 0;
       if (valid) {
-        int page = w.batch, in_page = pos;
-        if (table != nullptr) {
-          const int index = page_div(pos);
-          page = table[index];
-          in_page = pos - index * p.page_size;
-          valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
-        }
+        int page, in_page;
+        valid = key_row(p, w, table, page_div, pos, page, in_page);
         k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
         v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
       }

@@ -17,6 +17,7 @@
 //   ldmatrix, each key row at its own page address; chunks, the merge (decode/merge.cuh over V's 512 columns),
 //   poison checks and causal masking as the GQA decode kernel (fwd_decode.cu).
 #include "decode/merge.cuh"
+#include "decode/mla.cuh"
 #include "decode/params.cuh"
 #include "ladder.cuh"
 
@@ -30,8 +31,6 @@ int cuda_fa_mla_decode(const DecodeParams* params, cudaStream_t stream, char* er
 }
 
 namespace fa {
-
-constexpr int MLA_DQK = 576, MLA_DV = 512;
 
 template <int ROWS_>
 struct MlaTiles {
@@ -58,9 +57,22 @@ struct MlaTiles {
   static_assert(PARTIAL_BYTES <= Q_BYTES && SMEM_BYTES <= 227 * 1024, "shared memory");
 };
 
-// 16 rows (up to 16 heads at one query: memory-bound), else 32 (more rows: each CTA re-reads the chunk's keys
-// from L2, one CTA per 32 rows).
-inline int mla_tile_rows(int rows) { return rows <= 16 ? 16 : 32; }
+// Whether the current device runs the sm_90a build (the wgmma kernel).
+inline bool device_is_sm90() {
+  int device = 0, major = 0, minor = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device);
+  return major == 9 && minor == 0;
+}
+
+// 16 rows (up to 16 heads at one query: memory-bound), 32 (each CTA re-reads the chunk's keys from L2, one CTA per
+// 32 rows), and from 33 rows on sm_90 the wgmma kernel's 64 (at 16 heads its tile, three quarters padding, was
+// slower than this kernel's 16 in every case of the mla sweep: docs/design/decode.md).
+inline int mla_tile_rows(int rows) {
+  if (rows > 32 && device_is_sm90()) return MLA_WGMMA_ROWS;
+  return rows <= 16 ? 16 : 32;
+}
 
 template <typename T, int ROWS>
 __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
@@ -74,17 +86,8 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   const int group = warp % C::ROW_GROUPS, slice = warp / C::ROW_GROUPS;
   launch_dependents();  // the merge (more than one split) may get resident now
 
-  DecodeWork w;
-  w.batch = blockIdx.z;
-  w.head_kv = blockIdx.y % p.heads_kv;
-  w.split = blockIdx.y / p.heads_kv;
-  w.group = p.heads_q / p.heads_kv;
-  w.rows = p.seqlen_q * w.group;
-  w.row0 = blockIdx.x * ROWS;
+  DecodeWork w = decode_work(p, ROWS, C::BLOCK_N);  // (no window: chunk0 = split * split_keys)
   const int capacity = p.max_pages * p.page_size;
-  w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : capacity;
-  w.chunk0 = w.split * p.split_keys;
-  w.kv_end = min(w.chunk0 + p.split_keys, w.length);
   const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
   if (chunk_poisoned<C::THREADS>(p, w, table, page_div, capacity)) {
     write_poison<T, MLA_DV, C::THREADS>(p, w, ROWS);
@@ -118,13 +121,8 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
       bool valid = pos < w.cta_end;
       int64_t off = 0;
       if (valid) {
-        int page = w.batch, in_page = pos;
-        if (table != nullptr) {
-          const int index = page_div(pos);
-          page = table[index];
-          in_page = pos - index * p.page_size;
-          valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
-        }
+        int page, in_page;
+        valid = key_row(p, w, table, page_div, pos, page, in_page);
         off = page * p.k_stride[0] + in_page * p.k_stride[1];
       }
 #pragma unroll
@@ -301,6 +299,7 @@ int cuda_fa_mla_decode_block_n() { return fa::MlaTiles<16>::BLOCK_N; }
 int cuda_fa_mla_decode_tile_rows(int rows) { return fa::mla_tile_rows(rows); }
 
 int cuda_fa_mla_decode_ctas_per_sm(int dtype, int rows) {
+  if (fa::mla_tile_rows(rows) == fa::MLA_WGMMA_ROWS) return fa::mla_decode_wgmma_ctas_per_sm(dtype);
   return fa::mla_dispatch(dtype, rows, nullptr, 0, []<typename T, int ROWS>() {
     using C = fa::MlaTiles<ROWS>;
     auto kernel = fa::fwd_mla_decode_kernel<T, ROWS>;
@@ -322,6 +321,8 @@ int cuda_fa_mla_decode(const DecodeParams* params, cudaStream_t stream, char* er
   if (p.window_left != -1 || p.window_right != -1)
     return fa::report(err, err_len, "window", "the MLA kernel takes no local window");
   const int rows = p.seqlen_q * (p.heads_q / max(1, p.heads_kv));
+  if (fa::mla_tile_rows(rows) == fa::MLA_WGMMA_ROWS)
+    return fa::mla_decode_wgmma(p, fa::FastDiv(uint32_t(max(1, p.page_size))), stream, err, err_len);
   return fa::mla_dispatch(p.dtype, rows, err, err_len, [&]<typename T, int ROWS>() {
     using C = fa::MlaTiles<ROWS>;
     if (int rc = fa::check_decode_params(p, C::BLOCK_N, ROWS, err, err_len)) return rc;

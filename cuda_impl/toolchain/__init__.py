@@ -214,6 +214,7 @@ _DECODE_NAME = re.compile(
     r"(fwd_decode_kernel|fwd_decode_merge_kernel)I(6__half|13__nv_bfloat16)(S1_|13__nv_fp8_e4m3)?Li(\d+)E")
 # fwd_mla_decode.cu: <q type, query rows per CTA>
 _MLA_NAME = re.compile(r"fwd_mla_decode_kernelI(6__half|13__nv_bfloat16)Li(\d+)E")
+_MLA_WGMMA_NAME = re.compile(r"fwd_mla_decode_wgmma_kernelI(6__half|13__nv_bfloat16)E")
 
 
 def readable_kernel_name(mangled: str) -> str:
@@ -228,7 +229,9 @@ def readable_kernel_name(mangled: str) -> str:
     one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'; the
     decode kernel -> 'fwd_decode_kernel<bf16,128>' (K/V in q's type) / 'fwd_decode_kernel<bf16,128,kv-fp8>' (e4m3
     K/V), its split merge -> 'fwd_decode_merge_kernel<bf16,128>'; the MLA decode kernel ->
-    'fwd_mla_decode_kernel<bf16,rows16>'."""
+    'fwd_mla_decode_kernel<bf16,rows16>', its wgmma kernel -> 'fwd_mla_decode_wgmma_kernel<bf16>'."""
+    if m := _MLA_WGMMA_NAME.search(mangled):
+        return f"fwd_mla_decode_wgmma_kernel<{'bf16' if 'bfloat16' in m.group(1) else 'fp16'}>"
     if m := _MLA_NAME.search(mangled):
         return f"fwd_mla_decode_kernel<{'bf16' if 'bfloat16' in m.group(1) else 'fp16'},rows{m.group(2)}>"
     if m := _FP8_NAME.search(mangled):

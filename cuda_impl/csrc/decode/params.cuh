@@ -92,6 +92,35 @@ __device__ __forceinline__ int decode_chunk0(const DecodeParams& p, int length, 
   return start + split * p.split_keys;
 }
 
+// The CTA's place in the grid (x: its tile of `tile_rows` packed rows; y: split * heads_kv + KV head; z: the
+// sequence), its sequence's length and its chunk of keys (the ends that masking shortens are the kernel's to set).
+__device__ __forceinline__ DecodeWork decode_work(const DecodeParams& p, int tile_rows, int block_n) {
+  DecodeWork w;
+  w.batch = blockIdx.z;
+  w.head_kv = blockIdx.y % p.heads_kv;
+  w.split = blockIdx.y / p.heads_kv;
+  w.group = p.heads_q / p.heads_kv;
+  w.rows = p.seqlen_q * w.group;
+  w.row0 = blockIdx.x * tile_rows;
+  w.length = p.seqlens != nullptr ? p.seqlens[w.batch] : p.max_pages * p.page_size;
+  w.chunk0 = decode_chunk0(p, w.length, w.split, block_n);
+  w.kv_end = min(w.chunk0 + p.split_keys, w.length);
+  return w;
+}
+
+// The page (contiguous cache: the sequence's own) and the row in it of key `pos` of the CTA's sequence; false where
+// the block-table entry lies outside the cache (chunk_poisoned has already refused such a chunk: the check is kept
+// so that no path reads outside).
+__device__ __forceinline__ bool key_row(const DecodeParams& p, const DecodeWork& w, const int* table,
+                                        const FastDiv& page_div, int pos, int& page, int& in_page) {
+  page = w.batch, in_page = pos;
+  if (table == nullptr) return true;
+  const int index = page_div(pos);
+  page = table[index];
+  in_page = pos - index * p.page_size;
+  return page >= 0 && page < p.num_pages;
+}
+
 // Output row r of the CTA's tile -> (query position, query head).
 __device__ __forceinline__ int query_of(const DecodeWork& w, int r) { return r / w.group; }
 __device__ __forceinline__ int head_of(const DecodeWork& w, int r) { return w.head_kv * w.group + r % w.group; }

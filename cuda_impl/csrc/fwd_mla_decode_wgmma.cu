@@ -1,0 +1,280 @@
+// MLA decode on Hopper's wgmma (sm_90a), for 33 or more packed query rows (64 or 128 heads, or 16-32 heads with
+// speculative tokens): the compute-bound half of FlashMLA's shapes, where the mma.sync kernel (fwd_mla_decode.cu)
+// tops out at a sixth of the tensor cores. Same contract, same work split over the grid (a CTA = 64 packed rows of
+// one sequence, one chunk of keys), the same poison checks, causal masking and merge.
+// - Two warpgroups, one m64 tile of rows. O (64 x 512 fp32) does not fit one warpgroup's registers, so warpgroup
+//   g owns O's columns 256 g .. + 255 (128 registers a thread) and both need all of P.
+// - S = Q K^T over 576 columns is split between them by k-steps (group g: steps 2 i + g), each wgmma m64n32k16
+//   reading Q and K from shared memory; the two partial 64 x 32 tiles meet in shared memory, where each warpgroup
+//   reads the other's and adds it to its own (a + b == b + a: both hold the same scores bit for bit), so both run
+//   the same online softmax and hold the same P in registers, the A operand of their O += P V (m64n256k16, V the
+//   first 512 columns of the same K rows, MN-major). Splitting by keys instead would have each warpgroup read all
+//   of Q per tile (twice the shared-memory traffic of the S product) and trade P tiles besides.
+// - K tiles of 32 keys (36 KB) in a three-stage cp.async ring, each key row at its own page address (pages of any
+//   size), written in wgmma's 128-byte swizzle (nine 64-column panels per tile); Q (72 KB) the same way once.
+//   Shared memory: Q + 3 stages + the partial tiles = 197 KB, one CTA per SM.
+#include "decode/merge.cuh"
+#include "decode/mla.cuh"
+#include "decode/params.cuh"
+#include "hopper/sm90.cuh"
+
+namespace fa {
+
+struct MlaWgmmaTiles {
+  static constexpr int ROWS = MLA_WGMMA_ROWS;
+  static constexpr int GROUPS = 2;  // warpgroups: S's k-steps and O's columns split between them
+  static constexpr int THREADS = GROUPS * 128;
+  static constexpr int WARPS = THREADS / 32;
+  static constexpr int BLOCK_N = 32;                      // keys of a ring stage, wgmma N of S
+  static constexpr int PANELS = MLA_DQK / 64;             // 64-column panels of Q and K (the swizzle's 128 bytes)
+  static constexpr int GROUP_STEPS = MLA_DQK / 16 / GROUPS;  // S k-steps per warpgroup
+  static constexpr int V_PANEL0 = MLA_DV / GROUPS / 64;    // group g's O columns start at panel g * V_PANEL0
+  static constexpr int STAGES = 3;
+  static constexpr int ROW_CHUNKS = MLA_DQK / 8;          // 16-byte chunks of a row
+  static constexpr int Q_PANEL = ROWS * 128, K_PANEL = BLOCK_N * 128;
+  static constexpr int Q_BYTES = PANELS * Q_PANEL, STAGE_BYTES = PANELS * K_PANEL;
+  static constexpr int S_REGS = BLOCK_N / 2, O_REGS = MLA_DV / GROUPS / 2;
+  static constexpr int PARTIAL_BYTES = THREADS * S_REGS * 4;  // each thread's partial S
+  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + PARTIAL_BYTES + 1024;  // + 1024-alignment
+  static_assert(GROUP_STEPS % 2 == 0 && BLOCK_N % WARPS == 0 && SMEM_BYTES <= 227 * 1024, "tile shape");
+};
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 64-column panels of PANEL bytes: rows of 128 bytes,
+// chunk ^ row % 8 inside them (the 128-byte swizzle; panels 1024-byte aligned).
+template <int PANEL>
+__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
+  return uint32_t((chunk / 8) * PANEL + row * 128 + ((chunk % 8) ^ (row % 8)) * 16);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
+    fwd_mla_decode_wgmma_kernel(const DecodeParams p, const FastDiv page_div) {
+#if FA_SM90A
+  using C = MlaWgmmaTiles;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  const uint32_t Q_smem = (smem_u32(smem_raw) + 1023) & ~1023u;
+  const uint32_t KV_smem = Q_smem + C::Q_BYTES;
+  float4* partial = reinterpret_cast<float4*>(smem_raw + (Q_smem - smem_u32(smem_raw)) + C::Q_BYTES +
+                                              C::STAGES * C::STAGE_BYTES);  // [group][4][thread of the group]
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int group = tid / 128, group_tid = tid % 128;
+  launch_dependents();  // the merge (more than one split) may get resident now
+
+  DecodeWork w = decode_work(p, C::ROWS, C::BLOCK_N);  // (no window: chunk0 = split * split_keys)
+  const int capacity = p.max_pages * p.page_size;
+  const int* table = p.block_table != nullptr ? p.block_table + w.batch * p.block_table_stride : nullptr;
+  if (chunk_poisoned<C::THREADS>(p, w, table, page_div, capacity)) {
+    write_poison<T, MLA_DV, C::THREADS>(p, w, C::ROWS);
+    return;
+  }
+  const int diag = w.length - p.seqlen_q;  // causal: query i sees keys j <= i + diag
+  const int last_row = min(w.rows, w.row0 + C::ROWS) - 1;
+  w.cta_end = p.causal ? min(w.kv_end, query_of(w, last_row) + diag + 1) : w.kv_end;
+  w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
+  const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + C::BLOCK_N - 1) / C::BLOCK_N : 0;
+
+  // Q tile (rows past the packed rows are zeros): its own commit group, ahead of the key tiles'.
+  {
+    const T* Q = static_cast<const T*>(p.q) + w.batch * p.q_stride[0];
+    for (int c = tid; c < C::ROWS * C::ROW_CHUNKS; c += C::THREADS) {
+      const int r = c / C::ROW_CHUNKS, chunk = c % C::ROW_CHUNKS, row = w.row0 + r;
+      const bool valid = row < w.rows;
+      const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
+      cp_async_16(Q_smem + panel_offset<C::Q_PANEL>(r, chunk), valid ? src : Q, valid ? 16 : 0);
+    }
+    cp_async_commit();
+  }
+  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes (one page
+  // lookup per row); rows past the CTA's last key are zero-filled.
+  const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2];
+  auto load_k = [&](int tile, uint32_t stage) {
+    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < C::BLOCK_N / C::WARPS; i++) {
+      const int r = warp + i * C::WARPS, pos = tile_start + r;
+      bool valid = pos < w.cta_end;
+      int64_t off = 0;
+      if (valid) {
+        int page, in_page;
+        valid = key_row(p, w, table, page_div, pos, page, in_page);
+        off = page * p.k_stride[0] + in_page * p.k_stride[1];
+      }
+#pragma unroll
+      for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
+        const int chunk = lane + 32 * j;
+        if (chunk < C::ROW_CHUNKS)
+          cp_async_16(stage + panel_offset<C::K_PANEL>(r, chunk), K_head + off + chunk * 8, valid ? 16 : 0);
+      }
+    }
+  };
+#pragma unroll
+  for (int tile = 0; tile < C::STAGES - 1; tile++) {
+    if (tile < n_tiles) load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    cp_async_commit();
+  }
+
+  // Accumulator layout (both products): register 4 j + 2 h + c holds row 16 (warp % 4) + g + 8 h, column
+  // 8 j + c2 + c of the group's tile (g = lane / 4, c2 = 2 (lane % 4)). Both groups hold the same rows.
+  const int g = lane / 4, c2 = (lane % 4) * 2, warp_row = (warp % 4) * 16;
+  int row_end[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int row = min(w.row0 + warp_row + g + 8 * h, w.rows - 1);
+    row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
+  }
+  // The group's S k-steps 2 i + group sit in panel i / 2 at byte 32 (2 (i % 2) + group): the group's 32 bytes
+  // are folded into the base descriptors, the rest is a compile-time advance per step.
+  const uint64_t q_desc = sm90::desc_sw128(Q_smem + 32 * group, 16, 1024);
+  const float scale_log2 = p.scale * LOG2E;
+  float O[C::O_REGS];
+#pragma unroll
+  for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns
+
+  const uint32_t ring_end = KV_smem + C::STAGES * C::STAGE_BYTES;
+  uint32_t slot = KV_smem, prev = KV_smem + (C::STAGES - 1) * C::STAGE_BYTES;
+  for (int tile = 0; tile < n_tiles; tile++) {
+    cp_async_wait<C::STAGES - 2>();  // (Q's group is older: it has landed by the first tile)
+    sm90::fence_proxy_async();       // this thread's copies, visible to the wgmmas after the barrier
+    __syncthreads();  // tile lands; both groups are done with tile - 1 (its slot and the partial tiles)
+    if (tile + C::STAGES - 1 < n_tiles) load_k(tile + C::STAGES - 1, prev);
+    cp_async_commit();
+
+    float S[C::S_REGS];
+    const uint64_t k_desc = sm90::desc_sw128(slot + 32 * group, 16, 1024);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int i = 0; i < C::GROUP_STEPS; i++)
+      sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, (i / 2) * C::Q_PANEL + (i % 2) * 64),
+                                    sm90::desc_advance(k_desc, (i / 2) * C::K_PANEL + (i % 2) * 64), i > 0);
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+
+    float4* mine = partial + group * 4 * 128 + group_tid;
+#pragma unroll
+    for (int j = 0; j < 4; j++) mine[j * 128] = make_float4(S[4 * j], S[4 * j + 1], S[4 * j + 2], S[4 * j + 3]);
+    sm90::named_barrier_sync(1, C::THREADS);  // both partial tiles written
+    const float4* other = partial + (1 - group) * 4 * 128 + group_tid;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float4 o = other[j * 128];
+      S[4 * j] += o.x, S[4 * j + 1] += o.y, S[4 * j + 2] += o.z, S[4 * j + 3] += o.w;
+    }
+    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+    if (tile_start + C::BLOCK_N > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
+#pragma unroll
+      for (int i = 0; i < C::S_REGS; i++)
+        if (tile_start + 8 * (i / 4) + c2 + i % 2 >= row_end[(i / 2) % 2]) S[i] = -INFINITY;
+    }
+    // Online softmax over the tile's 32 keys, a row's four lanes meeting by shuffles.
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      float m = row_max[h];
+#pragma unroll
+      for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+      // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
+      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
+      const float alpha = rescale_factor(row_max[h], m, m_scaled, scale_log2);
+      row_max[h] = m;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < C::S_REGS / 4; j++)
+#pragma unroll
+        for (int c = 0; c < 2; c++) {
+          float& s = S[4 * j + 2 * h + c];
+          s = fast_exp2(fmaf(s, scale_log2, -m_scaled));
+          sum += s;
+        }
+      row_sum[h] = row_sum[h] * alpha + sum;
+#pragma unroll
+      for (int j = 0; j < C::O_REGS / 4; j++) O[4 * j + 2 * h] *= alpha, O[4 * j + 2 * h + 1] *= alpha;
+    }
+
+    // O += P (64 x 32 keys: the scores' accumulator layout is the A fragment's) V (32 keys x the group's 256
+    // columns: panels group * 4 .., 16 keys = 2048 bytes a k-step).
+    uint32_t P[C::BLOCK_N / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
+#pragma unroll
+      for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
+    const uint64_t v_desc = sm90::desc_sw128(slot + group * C::V_PANEL0 * C::K_PANEL, C::K_PANEL, 1024);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
+      sm90::wgmma_rs<T, MLA_DV / C::GROUPS>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
+    sm90::wgmma_commit();
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(O);
+    prev = slot;
+    slot = slot + C::STAGE_BYTES == ring_end ? KV_smem : slot + C::STAGE_BYTES;
+  }
+  cp_async_wait<0>();
+
+  const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    float l = row_sum[h];  // the row's four lanes' columns
+    l += __shfl_xor_sync(0xffffffff, l, 1);
+    l += __shfl_xor_sync(0xffffffff, l, 2);
+    const int r = w.row0 + warp_row + g + 8 * h;
+    if (r >= w.rows) continue;
+    const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that saw no key: zeros and -inf (weight 0 in the merge)
+    const float lse = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
+    const int query = query_of(w, r), head = head_of(w, r);
+    const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
+    const int col0 = group * (MLA_DV / C::GROUPS) + c2;
+    if (p.num_splits == 1) {
+      T* dst = static_cast<T*>(p.out) + ((int64_t(w.batch) * p.seqlen_q + query) * p.heads_q + head) * MLA_DV + col0;
+#pragma unroll
+      for (int j = 0; j < C::O_REGS / 4; j++)
+        *reinterpret_cast<uint32_t*>(dst + 8 * j) = pack2<T>(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && lane % 4 == 0) p.lse[lse_row] = lse;
+    } else {
+      const int64_t part_row = w.split * rows_total + lse_row;
+      float* dst = p.workspace + part_row * MLA_DV + col0;
+#pragma unroll
+      for (int j = 0; j < C::O_REGS / 4; j++)
+        *reinterpret_cast<float2*>(dst + 8 * j) = make_float2(O[4 * j + 2 * h] * inv, O[4 * j + 2 * h + 1] * inv);
+      if (group == 0 && lane % 4 == 0) p.workspace[int64_t(p.num_splits) * rows_total * MLA_DV + part_row] = lse;
+    }
+  }
+#endif
+}
+
+// Calls launcher.template operator()<T>() for q's dtype.
+template <typename Launcher>
+int mla_wgmma_dispatch(int dtype, char* err, int err_len, Launcher&& launcher) {
+  if (dtype == FA_DTYPE_BF16) return launcher.template operator()<__nv_bfloat16>();
+  if (dtype == FA_DTYPE_FP16) return launcher.template operator()<__half>();
+  return report(err, err_len, "dtype", "q and the latent cache: bfloat16, float16");
+}
+
+int mla_decode_wgmma(const DecodeParams& p, const FastDiv& page_div, cudaStream_t stream, char* err, int err_len) {
+  using C = MlaWgmmaTiles;
+  return mla_wgmma_dispatch(p.dtype, err, err_len, [&]<typename T>() {
+    if (int rc = check_decode_params(p, C::BLOCK_N, C::ROWS, err, err_len)) return rc;
+    const int rows = p.seqlen_q * (p.heads_q / p.heads_kv);
+    const dim3 grid((rows + C::ROWS - 1) / C::ROWS, p.heads_kv * p.num_splits, p.batch);
+    if (int rc = launch_kernel(fwd_mla_decode_wgmma_kernel<T>, grid, C::THREADS, C::SMEM_BYTES, stream, err, err_len,
+                               p, page_div))
+      return rc;
+    return p.num_splits == 1 ? 0 : launch_merge<T, MLA_DV>(p, stream, err, err_len);
+  });
+}
+
+int mla_decode_wgmma_ctas_per_sm(int dtype) {
+  using C = MlaWgmmaTiles;
+  return mla_wgmma_dispatch(dtype, nullptr, 0, []<typename T>() {
+    auto kernel = fwd_mla_decode_wgmma_kernel<T>;
+    int blocks = 0;
+    if (prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
+      return -1;
+    return blocks;
+  });
+}
+
+}  // namespace fa
