@@ -555,7 +555,7 @@ def mla_findings(df: pd.DataFrame) -> list[str]:
         best = many.loc[many["tflops"].idxmax()]
         parts.append(f"reaches {best['tflops']:.0f} TFLOP/s at {int(best['heads_q'])} heads, "
                      f"{100 * best['tflops'] / ceilings['wgmma.bf16']:.0f}% of the bf16 wgmma ceiling "
-                     f"({_mla_where(tuple(best[MLA_CASE]))}; mma.sync through shared memory)")
+                     f"({_mla_where(tuple(best[MLA_CASE]))}; the wgmma kernel)")
     times = rows.pivot_table(index=MLA_CASE, columns="label", values="ms_p50", aggfunc="min")
     if "triton:decode" in times:
         versus = (times["triton:decode"] / times["cuda:decode"]).dropna()
