@@ -36,7 +36,7 @@ struct MlaWgmmaTiles {
   static constexpr int S_REGS = BLOCK_N / 2, O_REGS = MLA_DV / GROUPS / 2;
   static constexpr int PARTIAL_BYTES = THREADS * S_REGS * 4;  // each thread's partial S
   static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + PARTIAL_BYTES + 1024;  // + 1024-alignment
-  static_assert(GROUP_STEPS % 2 == 0 && BLOCK_N % WARPS == 0 && SMEM_BYTES <= 227 * 1024, "tile shape");
+  static_assert(GROUP_STEPS % 2 == 0 && BLOCK_N % WARPS == 0 && SMEM_BYTES <= 227 * 1024 && STAGES == 3, "tile shape");
 };
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 64-column panels of PANEL bytes: rows of 128 bytes,
@@ -57,7 +57,9 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   float4* partial = reinterpret_cast<float4*>(smem_raw + (Q_smem - smem_u32(smem_raw)) + C::Q_BYTES +
                                               C::STAGES * C::STAGE_BYTES);  // [group][4][thread of the group]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int group = tid / 128, group_tid = tid % 128;
+  // shfl: warp-uniform to ptxas, so that the group's descriptors live in uniform registers (not rebuilt and moved
+  // by R2UR in front of every wgmma)
+  const int group = __shfl_sync(0xffffffffu, tid / 128, 0), group_tid = tid % 128;
   launch_dependents();  // the merge (more than one split) may get resident now
 
   DecodeWork w = decode_work(p, C::ROWS, C::BLOCK_N);  // (no window: chunk0 = split * split_keys)
@@ -84,34 +86,47 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     }
     cp_async_commit();
   }
-  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes (one page
-  // lookup per row); rows past the CTA's last key are zero-filled.
-  const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2];
+  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes, so a
+  // thread's destinations are one base (row % 8 = warp, chunk % 8 = lane % 8) plus compile-time steps; rows past the
+  // CTA's last key are zero-filled. The rows' pages are looked up a tile ahead (lookup_pages), so that the
+  // block-table read is not waited for in front of every tile's copies.
+  constexpr int ROWS_PER_WARP = C::BLOCK_N / C::WARPS, ROW_PASSES = (C::ROW_CHUNKS + 31) / 32;
+  static_assert(C::WARPS == 8, "row % 8 == warp");
+  const uint32_t lane_dst = (lane / 8) * C::K_PANEL + warp * 128 + ((lane % 8) ^ warp) * 16;
+  const T* K_lane = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + lane * 8;
+  int pages[ROWS_PER_WARP], in_pages[ROWS_PER_WARP];
+  auto lookup_pages = [&](int tile) {
+    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+#pragma unroll
+    for (int i = 0; i < ROWS_PER_WARP; i++) {
+      const int pos = tile_start + warp + i * C::WARPS;
+      const int index = table != nullptr ? page_div(pos) : 0;
+      in_pages[i] = pos - index * p.page_size;
+      pages[i] = table != nullptr && pos < w.cta_end ? table[index] : w.batch;
+    }
+  };
   auto load_k = [&](int tile, uint32_t stage) {
     const int tile_start = w.chunk0 + tile * C::BLOCK_N;
 #pragma unroll
-    for (int i = 0; i < C::BLOCK_N / C::WARPS; i++) {
-      const int r = warp + i * C::WARPS, pos = tile_start + r;
-      bool valid = pos < w.cta_end;
-      int64_t off = 0;
-      if (valid) {
-        int page, in_page;
-        valid = key_row(p, w, table, page_div, pos, page, in_page);
-        off = page * p.k_stride[0] + in_page * p.k_stride[1];
-      }
+    for (int i = 0; i < ROWS_PER_WARP; i++) {
+      // (chunk_poisoned has refused a chunk with an entry outside the cache: kept so that no path reads outside)
+      const bool valid = tile_start + warp + i * C::WARPS < w.cta_end && pages[i] >= 0 && pages[i] < p.num_pages;
+      const T* src = K_lane + (valid ? pages[i] * p.k_stride[0] + in_pages[i] * p.k_stride[1] : 0);
 #pragma unroll
-      for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
-        const int chunk = lane + 32 * j;
-        if (chunk < C::ROW_CHUNKS)
-          cp_async_16(stage + panel_offset<C::K_PANEL>(r, chunk), K_head + off + chunk * 8, valid ? 16 : 0);
-      }
+      for (int j = 0; j < ROW_PASSES; j++)
+        if (lane + 32 * j < C::ROW_CHUNKS)
+          cp_async_16(stage + lane_dst + i * C::WARPS * 128 + j * 4 * C::K_PANEL, src + 256 * j, valid ? 16 : 0);
     }
   };
 #pragma unroll
   for (int tile = 0; tile < C::STAGES - 1; tile++) {
-    if (tile < n_tiles) load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    if (tile < n_tiles) {
+      lookup_pages(tile);
+      load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    }
     cp_async_commit();
   }
+  lookup_pages(C::STAGES - 1);
 
   // Accumulator layout (both products): register 4 j + 2 h + c holds row 16 (warp % 4) + g + 8 h, column
   // 8 j + c2 + c of the group's tile (g = lane / 4, c2 = 2 (lane % 4)). Both groups hold the same rows.
@@ -131,17 +146,28 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns
 
-  const uint32_t ring_end = KV_smem + C::STAGES * C::STAGE_BYTES;
-  uint32_t slot = KV_smem, prev = KV_smem + (C::STAGES - 1) * C::STAGE_BYTES;
+  // Each stage's K and V descriptors, built once: a tile selects its stage's, and its wgmmas advance them by
+  // compile-time steps, all in uniform registers (a descriptor built per tile from the slot address was rebuilt in
+  // vector registers and moved by R2UR in front of every wgmma).
+  uint64_t k_descs[C::STAGES], v_descs[C::STAGES];
+#pragma unroll
+  for (int s = 0; s < C::STAGES; s++) {
+    k_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + 32 * group, 16, 1024);
+    v_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + group * C::V_PANEL0 * C::K_PANEL, C::K_PANEL, 1024);
+  }
+  int stage = 0;
   for (int tile = 0; tile < n_tiles; tile++) {
     cp_async_wait<C::STAGES - 2>();  // (Q's group is older: it has landed by the first tile)
     sm90::fence_proxy_async();       // this thread's copies, visible to the wgmmas after the barrier
     __syncthreads();  // tile lands; both groups are done with tile - 1 (its slot and the partial tiles)
-    if (tile + C::STAGES - 1 < n_tiles) load_k(tile + C::STAGES - 1, prev);
+    if (tile + C::STAGES - 1 < n_tiles) {
+      load_k(tile + C::STAGES - 1, KV_smem + (stage == 0 ? C::STAGES - 1 : stage - 1) * C::STAGE_BYTES);
+      lookup_pages(tile + C::STAGES);  // read during this tile's products
+    }
     cp_async_commit();
 
     float S[C::S_REGS];
-    const uint64_t k_desc = sm90::desc_sw128(slot + 32 * group, 16, 1024);
+    const uint64_t k_desc = stage == 0 ? k_descs[0] : stage == 1 ? k_descs[1] : k_descs[2];
     sm90::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < C::GROUP_STEPS; i++)
@@ -168,6 +194,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         if (tile_start + 8 * (i / 4) + c2 + i % 2 >= row_end[(i / 2) % 2]) S[i] = -INFINITY;
     }
     // Online softmax over the tile's 32 keys, a row's four lanes meeting by shuffles.
+    float alpha[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
       float m = row_max[h];
@@ -175,9 +202,12 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
       m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
       m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
+      // Growth by at most 2^8 keeps the old maximum (alpha 1): P then reaches 2^8, harmless in 16-bit P and fp32
+      // sums (O / l and the LSE use the same maximum), and most tiles of a long cache skip the O rescale.
+      if (row_max[h] != -INFINITY && (m - row_max[h]) * scale_log2 <= 8.f) m = row_max[h];
       // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
       const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      const float alpha = rescale_factor(row_max[h], m, m_scaled, scale_log2);
+      alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
       row_max[h] = m;
       float sum = 0.f;
 #pragma unroll
@@ -188,9 +218,15 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
           s = fast_exp2(fmaf(s, scale_log2, -m_scaled));
           sum += s;
         }
-      row_sum[h] = row_sum[h] * alpha + sum;
+      row_sum[h] = row_sum[h] * alpha[h] + sum;
+    }
+    // O *= alpha: 128 multiplies a thread, skipped by a warp none of whose rows moved its maximum (no wgmma is in
+    // flight here, so the branch serialises none).
+    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int j = 0; j < C::O_REGS / 4; j++) O[4 * j + 2 * h] *= alpha, O[4 * j + 2 * h + 1] *= alpha;
+      for (int j = 0; j < C::O_REGS / 4; j++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
     }
 
     // O += P (64 x 32 keys: the scores' accumulator layout is the A fragment's) V (32 keys x the group's 256
@@ -200,7 +236,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
 #pragma unroll
       for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
-    const uint64_t v_desc = sm90::desc_sw128(slot + group * C::V_PANEL0 * C::K_PANEL, C::K_PANEL, 1024);
+    const uint64_t v_desc = stage == 0 ? v_descs[0] : stage == 1 ? v_descs[1] : v_descs[2];
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
@@ -208,8 +244,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     sm90::wgmma_commit();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    prev = slot;
-    slot = slot + C::STAGE_BYTES == ring_end ? KV_smem : slot + C::STAGE_BYTES;
+    stage = stage == C::STAGES - 1 ? 0 : stage + 1;
   }
   cp_async_wait<0>();
 
