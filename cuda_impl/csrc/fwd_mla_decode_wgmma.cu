@@ -10,9 +10,16 @@
 //   the same online softmax and hold the same P in registers, the A operand of their O += P V (m64n256k16, V the
 //   first 512 columns of the same K rows, MN-major). Splitting by keys instead would have each warpgroup read all
 //   of Q per tile (twice the shared-memory traffic of the S product) and trade P tiles besides.
+// - Software-pipelined: S(t + 1) is issued before the softmax of tile t and P V(t) before the exchange of
+//   S(t + 1), so the tensor cores have work queued through both; the loop runs in threes, one step per ring stage,
+//   so that every wgmma descriptor is a loop invariant in uniform registers. The running maximum is kept while it
+//   grows by at most 2^8 (the d256 prefill kernel's lazy rescale), so most tiles skip O's rescale.
 // - K tiles of 32 keys (36 KB) in a three-stage cp.async ring, each key row at its own page address (pages of any
-//   size), written in wgmma's 128-byte swizzle (nine 64-column panels per tile); Q (72 KB) the same way once.
-//   Shared memory: Q + 3 stages + the partial tiles = 197 KB, one CTA per SM.
+//   size, the block table read a tile ahead), written in wgmma's 128-byte swizzle (nine 64-column panels per
+//   tile); Q (72 KB) the same way once. Shared memory: Q + 3 stages + the partial tiles = 197 KB, one CTA per SM;
+//   tiles t and t + 1 are in use while t + 2 loads, so a fourth stage (for a deeper lead) would not fit beside Q.
+#include <type_traits>
+
 #include "decode/merge.cuh"
 #include "decode/mla.cuh"
 #include "decode/params.cuh"
@@ -146,37 +153,27 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns
 
-  // Each stage's K and V descriptors, built once: a tile selects its stage's, and its wgmmas advance them by
-  // compile-time steps, all in uniform registers (a descriptor built per tile from the slot address was rebuilt in
-  // vector registers and moved by R2UR in front of every wgmma).
+  // Each stage's K and V descriptors, built once; a tile's wgmmas advance its stage's by compile-time steps, in
+  // uniform registers (a descriptor built per tile from the slot address was rebuilt in vector registers and moved
+  // by R2UR in front of every wgmma).
   uint64_t k_descs[C::STAGES], v_descs[C::STAGES];
 #pragma unroll
   for (int s = 0; s < C::STAGES; s++) {
     k_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + 32 * group, 16, 1024);
     v_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + group * C::V_PANEL0 * C::K_PANEL, C::K_PANEL, 1024);
   }
-  int stage = 0;
-  for (int tile = 0; tile < n_tiles; tile++) {
-    cp_async_wait<C::STAGES - 2>();  // (Q's group is older: it has landed by the first tile)
-    sm90::fence_proxy_async();       // this thread's copies, visible to the wgmmas after the barrier
-    __syncthreads();  // tile lands; both groups are done with tile - 1 (its slot and the partial tiles)
-    if (tile + C::STAGES - 1 < n_tiles) {
-      load_k(tile + C::STAGES - 1, KV_smem + (stage == 0 ? C::STAGES - 1 : stage - 1) * C::STAGE_BYTES);
-      lookup_pages(tile + C::STAGES);  // read during this tile's products
-    }
-    cp_async_commit();
-
-    float S[C::S_REGS];
-    const uint64_t k_desc = stage == 0 ? k_descs[0] : stage == 1 ? k_descs[1] : k_descs[2];
+  // S of the tile in ring stage STAGE: the group's half of the k-steps, issued and committed (the caller waits).
+  const auto issue_s = [&]<int STAGE>(float (&S)[C::S_REGS], std::integral_constant<int, STAGE>) {
+    const uint64_t k_desc = k_descs[STAGE];
     sm90::wgmma_fence();
 #pragma unroll
     for (int i = 0; i < C::GROUP_STEPS; i++)
       sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, (i / 2) * C::Q_PANEL + (i % 2) * 64),
                                     sm90::desc_advance(k_desc, (i / 2) * C::K_PANEL + (i % 2) * 64), i > 0);
     sm90::wgmma_commit();
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(S);
-
+  };
+  // The partial tiles meet: each group adds the other's to its own (both then hold the same scores).
+  const auto exchange = [&](float (&S)[C::S_REGS]) {
     float4* mine = partial + group * 4 * 128 + group_tid;
 #pragma unroll
     for (int j = 0; j < 4; j++) mine[j * 128] = make_float4(S[4 * j], S[4 * j + 1], S[4 * j + 2], S[4 * j + 3]);
@@ -187,6 +184,38 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       const float4 o = other[j * 128];
       S[4 * j] += o.x, S[4 * j + 1] += o.y, S[4 * j + 2] += o.z, S[4 * j + 3] += o.w;
     }
+  };
+
+  // Software pipeline: S(t + 1) runs on the tensor cores while the softmax of tile t runs, and P V(t) while the
+  // partial tiles of S(t + 1) meet. Tiles t and t + 1 are in use during iteration t, tile t + 2 is loading into
+  // the slot of t - 1 (free once every thread has waited for P V(t - 1), at the iteration's first barrier).
+  float S[C::S_REGS];
+  if (n_tiles > 0) {
+    cp_async_wait<C::STAGES - 2>();  // Q and tile 0 (tile 1 may still fly)
+    sm90::fence_proxy_async();       // this thread's copies, visible to the wgmmas after the barrier
+    __syncthreads();
+    issue_s(S, std::integral_constant<int, 0>());
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(S);
+    exchange(S);
+  }
+  // One iteration, tile in ring stage STAGE (= tile % STAGES: the loop below runs them in threes, so that every
+  // descriptor is a loop invariant of its own and stays in uniform registers).
+  const auto step = [&]<int STAGE>(int tile, std::integral_constant<int, STAGE>) {
+    constexpr int NEXT = (STAGE + 1) % C::STAGES, REFILL = (STAGE + C::STAGES - 1) % C::STAGES;
+    cp_async_wait<0>();  // tile + 1
+    sm90::fence_proxy_async();
+    __syncthreads();  // tile + 1 lands; every thread is done with P V(tile - 1) and the partial tiles
+    if (tile + C::STAGES - 1 < n_tiles) {
+      load_k(tile + C::STAGES - 1, KV_smem + REFILL * C::STAGE_BYTES);
+      lookup_pages(tile + C::STAGES);  // read during this tile's products
+    }
+    cp_async_commit();
+    // S(tile + 1), also past the last tile (then over a stale slot, never used: no branch between a wgmma and its
+    // wait, which would serialise them)
+    float S_next[C::S_REGS];
+    issue_s(S_next, std::integral_constant<int, NEXT>());
+
     const int tile_start = w.chunk0 + tile * C::BLOCK_N;
     if (tile_start + C::BLOCK_N > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
 #pragma unroll
@@ -220,8 +249,8 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         }
       row_sum[h] = row_sum[h] * alpha[h] + sum;
     }
-    // O *= alpha: 128 multiplies a thread, skipped by a warp none of whose rows moved its maximum (no wgmma is in
-    // flight here, so the branch serialises none).
+    // O *= alpha (P V(tile - 1) has retired): 128 multiplies a thread, skipped by a warp none of whose rows moved
+    // its maximum.
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
       for (int j = 0; j < C::O_REGS / 4; j++)
@@ -236,15 +265,24 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
 #pragma unroll
       for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
-    const uint64_t v_desc = stage == 0 ? v_descs[0] : stage == 1 ? v_descs[1] : v_descs[2];
+    const uint64_t v_desc = v_descs[STAGE];
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
       sm90::wgmma_rs<T, MLA_DV / C::GROUPS>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
     sm90::wgmma_commit();
+    sm90::wgmma_wait<1>();  // S(tile + 1); P V(tile) may still run
+    sm90::fence_regs(S_next);
+    exchange(S_next);
+#pragma unroll
+    for (int i = 0; i < C::S_REGS; i++) S[i] = S_next[i];
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
-    stage = stage == C::STAGES - 1 ? 0 : stage + 1;
+  };
+  for (int tile = 0; tile < n_tiles; tile += C::STAGES) {
+    step(tile, std::integral_constant<int, 0>());
+    if (tile + 1 < n_tiles) step(tile + 1, std::integral_constant<int, 1>());
+    if (tile + 2 < n_tiles) step(tile + 2, std::integral_constant<int, 2>());
   }
   cp_async_wait<0>();
 
