@@ -68,3 +68,9 @@ def skip_unless_required(backend: str, variant: str, reason: str | None) -> None
     if must_run_here(backend, variant):
         pytest.fail(f"{backend}:{variant} must run on this sm_90 GPU, but unavailable_reason() says: {reason}")
     pytest.skip(reason)
+
+
+def hopper_or_skip() -> None:
+    """skip_unless_required for cuda:hopper (the GPU tests of its head dims, windows and packed batches)."""
+    from compare import backends
+    skip_unless_required("cuda", "hopper", backends.get("cuda:hopper").unavailable_reason())

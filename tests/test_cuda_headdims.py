@@ -11,7 +11,7 @@ import torch
 import cuda_impl
 from compare import backends, oracle
 from cuda_impl import _lib
-from conftest import skip_unless_required
+from conftest import hopper_or_skip
 
 # Each kernel width padded (32-56 on 64, 72-120 on 128, 136-248 on 256), tails of the 128-row query tiles and of the
 # key tiles (128 keys at d64, 128 / 176 at d128, 80 at d256), GQA and MQA, Sq != Sk both ways, causal and not, the
@@ -44,10 +44,6 @@ VARLEN_CASES = [
     oracle.VarlenCase((333, 512), (333, 777), 2, 2, 40, window=(64, 32), softcap=20.0),
     oracle.VarlenCase((17, 400, 9), (30, 600, 9), 4, 2, 192, causal=True, head_dim_v=128),
 ]
-
-
-def _hopper_or_skip():
-    skip_unless_required("cuda", "hopper", backends.get("cuda:hopper").unavailable_reason())
 
 
 def _qkv(d, dv=None, sq=16, sk=16):
@@ -90,7 +86,7 @@ def test_the_output_follows_v_under_torch_compile_tracing():
 @pytest.mark.parametrize("case", CASES + LOCAL_CASES, ids=[c.shape_str() for c in CASES + LOCAL_CASES])
 def test_gpu_padded_head_dims_match_the_oracle(case):
     """Dense launches, and local ones (windows, softcap) on their own kernels."""
-    _hopper_or_skip()
+    hopper_or_skip()
     verdict = oracle.check(backends.get("cuda:hopper"), case, device="cuda")
     assert verdict.passed, verdict.summary()
 
@@ -98,7 +94,7 @@ def test_gpu_padded_head_dims_match_the_oracle(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", VARLEN_CASES, ids=[c.shape_str() for c in VARLEN_CASES])
 def test_gpu_padded_head_dims_in_packed_batches(case):
-    _hopper_or_skip()
+    hopper_or_skip()
     verdict = oracle.check_varlen(cuda_impl.attention_varlen, case, device="cuda")
     assert verdict.passed, verdict.summary()
 
@@ -108,7 +104,7 @@ def test_gpu_strided_views_and_the_columns_past_head_dim():
     """(B, S, H, D) storage read through (B, H, S, D) views: a row's next D values are the next head's, so a kernel
     that read past head_dim instead of taking TMA's zeros would mix heads; and the output's columns past it (here
     the next head's) stay as they were."""
-    _hopper_or_skip()
+    hopper_or_skip()
     case = oracle.Case(1, 4, 2, 300, 500, 80, causal=True)
     inputs = oracle.make_inputs(case, device="cuda")
     strided = {name: getattr(inputs, name).transpose(1, 2).contiguous().transpose(1, 2) for name in "qkv"}

@@ -6,7 +6,7 @@ import torch
 
 from compare import backends, oracle
 from cuda_impl import sass
-from conftest import skip_unless_required
+from conftest import hopper_or_skip
 
 # Shapes span several 128-row CTAs and 128-key (80 at d256) tiles, so windows start and end inside tiles, leave
 # whole tiles out on both sides, and cut the rows of one CTA differently.
@@ -88,14 +88,10 @@ def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, hea
 # --- the oracle on the GPU (skipped without an sm_90 one) ------------------------------------------
 
 
-def _hopper_or_skip():
-    skip_unless_required("cuda", "hopper", backends.get("cuda:hopper").unavailable_reason())
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
 def test_gpu_hopper_window_and_softcap_match_the_oracle(case):
-    _hopper_or_skip()
+    hopper_or_skip()
     verdict = oracle.check(backends.get("cuda:hopper"), case, device="cuda")
     assert verdict.passed, verdict.summary()
 
@@ -104,7 +100,7 @@ def test_gpu_hopper_window_and_softcap_match_the_oracle(case):
 def test_gpu_rows_without_keys_repeat_and_strided_views():
     """Rows that see no key give 0 and lse -inf; repeated calls are the same bits; a (B, S, H, D) view (heads
     strided) gives what the contiguous tensors give."""
-    _hopper_or_skip()
+    hopper_or_skip()
     import cuda_impl
     case = oracle.Case(1, 2, 2, 400, 200, 128, window=(2, 1))
     inputs = oracle.make_inputs(case, device="cuda")

@@ -7,7 +7,7 @@ import torch
 
 from compare import backends, oracle
 from cuda_impl import sass
-from conftest import skip_unless_required
+from conftest import hopper_or_skip
 
 # Lengths cross the 128-row query tiles (two consumers at every head_dim, as the local kernels) and the 128-key
 # (80 at d256) tiles, sequences without queries or keys sit between others, and the longest is far from the rest.
@@ -103,14 +103,10 @@ def test_varlen_loop_is_its_twins_loop(twin_loops, fmt, local, kernel):
 # --- the oracle on the GPU (skipped without an sm_90 one) ------------------------------------------
 
 
-def _hopper_or_skip():
-    skip_unless_required("cuda", "hopper", backends.get("cuda:hopper").unavailable_reason())
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", CASES, ids=[c.shape_str() for c in CASES])
 def test_gpu_hopper_varlen_matches_the_oracle(case):
-    _hopper_or_skip()
+    hopper_or_skip()
     import cuda_impl
     verdict = oracle.check_varlen(cuda_impl.attention_varlen, case, device="cuda")
     assert verdict.passed, verdict.summary()
@@ -120,7 +116,7 @@ def test_gpu_hopper_varlen_matches_the_oracle(case):
 def test_gpu_varlen_repeats_and_each_sequence_is_its_own():
     """A batch gives the same bits twice, and each of its sequences the bits it gives packed alone (an item reads
     only its own sequence's rows, whatever lies around them)."""
-    _hopper_or_skip()
+    hopper_or_skip()
     import cuda_impl
     case = oracle.VarlenCase((300, 1000, 77), (300, 1500, 900), 4, 2, 128, causal=True)
     inputs = oracle.make_varlen_inputs(case, device="cuda")

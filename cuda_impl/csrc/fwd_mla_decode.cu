@@ -251,34 +251,11 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   }
   cp_async_wait<0>();
 
-  const int64_t rows_total = int64_t(p.batch) * p.heads_q * p.seqlen_q;
 #pragma unroll
-  for (int h = 0; h < 2; h++) {
-    float l = row_sum[h];  // the row's four lanes' columns
-    l += __shfl_xor_sync(0xffffffff, l, 1);
-    l += __shfl_xor_sync(0xffffffff, l, 2);
-    const int r = w.row0 + group * 16 + g + 8 * h;
-    if (r >= w.rows) continue;
-    const float inv = l > 0.f ? 1.f / l : 0.f;  // rows that saw no key: zeros and -inf (weight 0 in the merge)
-    const float lse = l > 0.f ? row_max[h] * p.scale + logf(l) : -INFINITY;
-    const int query = query_of(w, r), head = head_of(w, r);
-    const int64_t lse_row = (int64_t(w.batch) * p.heads_q + head) * p.seqlen_q + query;
-    const int col0 = slice * C::COLS_PER_WARP + c2;
-    if (p.num_splits == 1) {
-      T* dst = static_cast<T*>(p.out) + ((int64_t(w.batch) * p.seqlen_q + query) * p.heads_q + head) * MLA_DV + col0;
-#pragma unroll
-      for (int nd = 0; nd < C::O_TILES; nd++)
-        *reinterpret_cast<uint32_t*>(dst + nd * 8) = pack2<T>(O_rmem[nd][2 * h] * inv, O_rmem[nd][2 * h + 1] * inv);
-      if (slice == 0 && lane % 4 == 0) p.lse[lse_row] = lse;
-    } else {
-      const int64_t part_row = w.split * rows_total + lse_row;
-      float* dst = p.workspace + part_row * MLA_DV + col0;
-#pragma unroll
-      for (int nd = 0; nd < C::O_TILES; nd++)
-        *reinterpret_cast<float2*>(dst + nd * 8) = make_float2(O_rmem[nd][2 * h] * inv, O_rmem[nd][2 * h + 1] * inv);
-      if (slice == 0 && lane % 4 == 0) p.workspace[int64_t(p.num_splits) * rows_total * MLA_DV + part_row] = lse;
-    }
-  }
+  for (int h = 0; h < 2; h++)
+    mla_finish_row<T, C::O_TILES>(p, w, w.row0 + group * 16 + g + 8 * h, slice * C::COLS_PER_WARP + c2, row_sum[h],
+                                  row_max[h], slice == 0 && lane % 4 == 0,
+                                  [&](int j, int c) { return O_rmem[j][2 * h + c]; });
 }
 
 // Calls launcher.template operator()<T, ROWS>() for q's dtype and the tile rows of `rows` packed rows.
