@@ -55,6 +55,9 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()
   static constexpr int CTAS_PER_SM = DIM == 256 ? 1 : 2;
   // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
   static constexpr bool Q_FROM_SMEM = DIM == 256;
+  // The block-table reads of a tile's rows a tile ahead of their copies (RowPages), so that the copies do not wait
+  // for them; not at d256, where the 16 pages a thread would keep spill (its rows are looked up as they are copied).
+  static constexpr bool PAGES_AHEAD = DIM != 256;
   // The ring (16-bit or e4m3 rows, swizzled for ldmatrix: ring_offset).
   static constexpr int KV_ROW_BYTES = DIM * int(sizeof(KV));
   static constexpr int KV_ROW_CHUNKS = KV_ROW_BYTES / 16;
@@ -167,26 +170,27 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   }
 
   // K/V of key tile `tile` into ring slot `stage`: each thread's rows are tid / KV_ROW_CHUNKS + i * ROWS_PER_PASS,
-  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table.
+  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table. The
+  // rows' pages are looked up a tile ahead (RowPages).
   const KV* K_head = static_cast<const KV*>(p.k) + w.head_kv * p.k_stride[2];
   const KV* V_head = static_cast<const KV*>(p.v) + w.head_kv * p.v_stride[2];
   constexpr int ROWS_PER_PASS = C::THREADS / C::KV_ROW_CHUNKS;
   constexpr int PASSES = BLOCK_N / ROWS_PER_PASS;
   constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
   const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
+  RowPages<PASSES> pages;
+  auto lookup_pages = [&](int tile) {
+    pages.lookup(p, w, table, page_div, w.cta_start + tile * BLOCK_N + load_row, ROWS_PER_PASS, w.cta_end);
+  };
   auto load_kv = [&](int tile, uint32_t stage) {
     const int tile_start = w.cta_start + tile * BLOCK_N;
 #pragma unroll
     for (int i = 0; i < PASSES; i++) {
-      const int r = load_row + i * ROWS_PER_PASS, pos = tile_start + r;
-      bool valid = pos < w.cta_end;
-      int64_t k_off = 0, v_off = 0;
-      if (valid) {
-        int page, in_page;
-        valid = key_row(p, w, table, page_div, pos, page, in_page);
-        k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
-        v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
-      }
+      const int r = load_row + i * ROWS_PER_PASS;
+      const int pos = tile_start + r;
+      const bool valid = pages.valid(p, i, pos, w.cta_end), paged = table != nullptr;
+      const int64_t k_off = valid ? pages.offset(p, page_div, paged, i, pos, p.k_stride) : 0;
+      const int64_t v_off = valid ? pages.offset(p, page_div, paged, i, pos, p.v_stride) : 0;
       const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
       const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
       cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
@@ -197,7 +201,11 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   // One commit group per tile (Q rides with tile 0), committed even when empty: the group count stays fixed.
 #pragma unroll
   for (int tile = 0; tile < STAGES - 1; tile++) {
-    if (tile < n_tiles) load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
+    if (tile < n_tiles) {
+      if (tile == 0 || !C::PAGES_AHEAD) lookup_pages(tile);
+      load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
+      if (C::PAGES_AHEAD) lookup_pages(tile + 1);
+    }
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();
@@ -357,7 +365,11 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   for (int tile = 0; tile < n_tiles; tile++) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (tile + STAGES - 1 < n_tiles) load_kv(tile + STAGES - 1, prev);
+    if (tile + STAGES - 1 < n_tiles) {
+      if (!C::PAGES_AHEAD) lookup_pages(tile + STAGES - 1);
+      load_kv(tile + STAGES - 1, prev);
+      if (C::PAGES_AHEAD) lookup_pages(tile + STAGES);  // read during this tile's products
+    }
     cp_async_commit();
     const int warp_key0 = w.cta_start + tile * BLOCK_N + warp * KW;
     if (warp_key0 < w.cta_end) warp_step(slot, warp_key0);

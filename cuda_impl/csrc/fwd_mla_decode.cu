@@ -110,21 +110,20 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
     }
     cp_async_commit();
   }
-  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes (one page
-  // lookup per row, the same address in every lane); rows past the CTA's last key are zero-filled.
+  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes; rows past
+  // the CTA's last key are zero-filled. The rows' pages are looked up a tile ahead (RowPages).
   const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2];
+  RowPages<C::BLOCK_N / C::WARPS> pages;
+  auto lookup_pages = [&](int tile) {
+    pages.lookup(p, w, table, page_div, w.chunk0 + tile * C::BLOCK_N + warp, C::WARPS, w.cta_end);
+  };
   auto load_k = [&](int tile, uint32_t stage) {
     const int tile_start = w.chunk0 + tile * C::BLOCK_N;
 #pragma unroll
     for (int i = 0; i < C::BLOCK_N / C::WARPS; i++) {
-      const int r = warp + i * C::WARPS, pos = tile_start + r;
-      bool valid = pos < w.cta_end;
-      int64_t off = 0;
-      if (valid) {
-        int page, in_page;
-        valid = key_row(p, w, table, page_div, pos, page, in_page);
-        off = page * p.k_stride[0] + in_page * p.k_stride[1];
-      }
+      const int r = warp + i * C::WARPS;
+      const bool valid = pages.valid(p, i, tile_start + r, w.cta_end);
+      const int64_t off = valid ? pages.offset(p, page_div, table != nullptr, i, tile_start + r, p.k_stride) : 0;
 #pragma unroll
       for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
         const int chunk = lane + 32 * j;
@@ -135,9 +134,13 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   };
 #pragma unroll
   for (int tile = 0; tile < C::STAGES - 1; tile++) {
-    if (tile < n_tiles) load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    if (tile < n_tiles) {
+      lookup_pages(tile);
+      load_k(tile, KV_smem + tile * C::STAGE_BYTES);
+    }
     cp_async_commit();
   }
+  lookup_pages(C::STAGES - 1);
 
   // ldmatrix lanes. Q (A) and K (B of Q K^T: 16 keys = two n-tiles per x4) at the warp's k-steps slice + 4 i:
   // chunks 8 i + 2 slice + (0, 1), so the lane's swizzled chunk is one runtime constant and i an immediate.
@@ -168,7 +171,10 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
   for (int tile = 0; tile < n_tiles; tile++) {
     cp_async_wait<C::STAGES - 2>();
     __syncthreads();  // tile lands; every warp is done with tile - 1 (its slot and the partial scores)
-    if (tile + C::STAGES - 1 < n_tiles) load_k(tile + C::STAGES - 1, prev);
+    if (tile + C::STAGES - 1 < n_tiles) {
+      load_k(tile + C::STAGES - 1, prev);
+      lookup_pages(tile + C::STAGES);  // read during this tile's products
+    }
     cp_async_commit();
 
     // S phase: the warp's partial scores, 16 rows x 32 keys over its nine k-steps (four accumulator chains).

@@ -101,24 +101,17 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   static_assert(C::WARPS == 8, "row % 8 == warp");
   const uint32_t lane_dst = (lane / 8) * C::K_PANEL + warp * 128 + ((lane % 8) ^ warp) * 16;
   const T* K_lane = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + lane * 8;
-  int pages[ROWS_PER_WARP], in_pages[ROWS_PER_WARP];
+  RowPages<ROWS_PER_WARP> pages;
   auto lookup_pages = [&](int tile) {
-    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
-#pragma unroll
-    for (int i = 0; i < ROWS_PER_WARP; i++) {
-      const int pos = tile_start + warp + i * C::WARPS;
-      const int index = table != nullptr ? page_div(pos) : 0;
-      in_pages[i] = pos - index * p.page_size;
-      pages[i] = table != nullptr && pos < w.cta_end ? table[index] : w.batch;
-    }
+    pages.lookup(p, w, table, page_div, w.chunk0 + tile * C::BLOCK_N + warp, C::WARPS, w.cta_end);
   };
   auto load_k = [&](int tile, uint32_t stage) {
     const int tile_start = w.chunk0 + tile * C::BLOCK_N;
 #pragma unroll
     for (int i = 0; i < ROWS_PER_WARP; i++) {
-      // (chunk_poisoned has refused a chunk with an entry outside the cache: kept so that no path reads outside)
-      const bool valid = tile_start + warp + i * C::WARPS < w.cta_end && pages[i] >= 0 && pages[i] < p.num_pages;
-      const T* src = K_lane + (valid ? pages[i] * p.k_stride[0] + in_pages[i] * p.k_stride[1] : 0);
+      const int pos = tile_start + warp + i * C::WARPS;
+      const bool valid = pages.valid(p, i, pos, w.cta_end);
+      const T* src = K_lane + (valid ? pages.offset(p, page_div, table != nullptr, i, pos, p.k_stride) : 0);
 #pragma unroll
       for (int j = 0; j < ROW_PASSES; j++)
         if (lane + 32 * j < C::ROW_CHUNKS)

@@ -108,18 +108,32 @@ __device__ __forceinline__ DecodeWork decode_work(const DecodeParams& p, int til
   return w;
 }
 
-// The page (contiguous cache: the sequence's own) and the row in it of key `pos` of the CTA's sequence; false where
-// the block-table entry lies outside the cache (chunk_poisoned has already refused such a chunk: the check is kept
-// so that no path reads outside).
-__device__ __forceinline__ bool key_row(const DecodeParams& p, const DecodeWork& w, const int* table,
-                                        const FastDiv& page_div, int pos, int& page, int& in_page) {
-  page = w.batch, in_page = pos;
-  if (table == nullptr) return true;
-  const int index = page_div(pos);
-  page = table[index];
-  in_page = pos - index * p.page_size;
-  return page >= 0 && page < p.num_pages;
-}
+// The pages of N key rows of a tile (rows pos0, pos0 + step, .. of the CTA's sequence), looked up a tile ahead of
+// their copies, so that the block-table read is not waited for in front of them; entries at or past `end` are not
+// read.
+template <int N>
+struct RowPages {
+  int page[N];  // (the row in the page is recomputed where the row is copied: N registers fewer)
+  __device__ __forceinline__ void lookup(const DecodeParams& p, const DecodeWork& w, const int* table,
+                                         const FastDiv& page_div, int pos0, int step, int end) {
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const int pos = pos0 + i * step;
+      page[i] = table != nullptr && pos < end ? table[page_div(pos)] : w.batch;
+    }
+  }
+  // Whether row i (key `pos`) is read: not past `end`, nor from an entry outside the cache (chunk_poisoned has
+  // refused such a chunk: kept so that no path reads outside).
+  __device__ __forceinline__ bool valid(const DecodeParams& p, int i, int pos, int end) const {
+    return pos < end && page[i] >= 0 && page[i] < p.num_pages;
+  }
+  // Row i's (key `pos`) element offset in a cache of these strides (page, row in the page); `paged`: a block table.
+  __device__ __forceinline__ int64_t offset(const DecodeParams& p, const FastDiv& page_div, bool paged, int i, int pos,
+                                            const int64_t (&stride)[3]) const {
+    const int in_page = paged ? pos - page_div(pos) * p.page_size : pos;
+    return page[i] * stride[0] + in_page * stride[1];
+  }
+};
 
 // Output row r of the CTA's tile -> (query position, query head).
 __device__ __forceinline__ int query_of(const DecodeWork& w, int r) { return r / w.group; }
