@@ -56,7 +56,8 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()
   // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
   static constexpr bool Q_FROM_SMEM = DIM == 256;
   // The block-table reads of a tile's rows a tile ahead of their copies (RowPages), so that the copies do not wait
-  // for them; not at d256, where the 16 pages a thread would keep spill (its rows are looked up as they are copied).
+  // for them; not at d256, where the 32 registers a thread would keep spill (its rows are looked up as they are
+  // copied).
   static constexpr bool PAGES_AHEAD = DIM != 256;
   // The ring (16-bit or e4m3 rows, swizzled for ldmatrix: ring_offset).
   static constexpr int KV_ROW_BYTES = DIM * int(sizeof(KV));
@@ -178,7 +179,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   constexpr int PASSES = BLOCK_N / ROWS_PER_PASS;
   constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
   const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
-  RowPages<PASSES> pages;
+  RowPages<C::PAGES_AHEAD ? PASSES : 1> pages;
   auto lookup_pages = [&](int tile) {
     pages.lookup(p, w, table, page_div, w.cta_start + tile * BLOCK_N + load_row, ROWS_PER_PASS, w.cta_end);
   };
@@ -188,9 +189,25 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
     for (int i = 0; i < PASSES; i++) {
       const int r = load_row + i * ROWS_PER_PASS;
       const int pos = tile_start + r;
-      const bool valid = pages.valid(p, i, pos, w.cta_end), paged = table != nullptr;
-      const int64_t k_off = valid ? pages.offset(p, page_div, paged, i, pos, p.k_stride) : 0;
-      const int64_t v_off = valid ? pages.offset(p, page_div, paged, i, pos, p.v_stride) : 0;
+      bool valid;
+      int64_t k_off = 0, v_off = 0;
+      if constexpr (C::PAGES_AHEAD) {
+        valid = pages.valid(p, i, pos, w.cta_end);
+        if (valid) k_off = pages.offset(i, p.k_stride), v_off = pages.offset(i, p.v_stride);
+      } else {  // looked up as it is copied
+        valid = pos < w.cta_end;
+        if (valid) {
+          int page = w.batch, in_page = pos;
+          if (table != nullptr) {
+            const int index = page_div(pos);
+            page = table[index];
+            in_page = pos - index * p.page_size;
+            valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
+          }
+          k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
+          v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+        }
+      }
       const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
       const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
       cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
@@ -202,7 +219,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
 #pragma unroll
   for (int tile = 0; tile < STAGES - 1; tile++) {
     if (tile < n_tiles) {
-      if (tile == 0 || !C::PAGES_AHEAD) lookup_pages(tile);
+      if (C::PAGES_AHEAD && tile == 0) lookup_pages(tile);
       load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
       if (C::PAGES_AHEAD) lookup_pages(tile + 1);
     }
@@ -366,7 +383,6 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
     cp_async_wait<STAGES - 2>();
     __syncthreads();
     if (tile + STAGES - 1 < n_tiles) {
-      if (!C::PAGES_AHEAD) lookup_pages(tile + STAGES - 1);
       load_kv(tile + STAGES - 1, prev);
       if (C::PAGES_AHEAD) lookup_pages(tile + STAGES);  // read during this tile's products
     }

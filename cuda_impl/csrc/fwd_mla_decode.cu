@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
     for (int i = 0; i < C::BLOCK_N / C::WARPS; i++) {
       const int r = warp + i * C::WARPS;
       const bool valid = pages.valid(p, i, tile_start + r, w.cta_end);
-      const int64_t off = valid ? pages.offset(p, page_div, table != nullptr, i, tile_start + r, p.k_stride) : 0;
+      const int64_t off = valid ? pages.offset(i, p.k_stride) : 0;
 #pragma unroll
       for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
         const int chunk = lane + 32 * j;

@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     for (int i = 0; i < ROWS_PER_WARP; i++) {
       const int pos = tile_start + warp + i * C::WARPS;
       const bool valid = pages.valid(p, i, pos, w.cta_end);
-      const T* src = K_lane + (valid ? pages.offset(p, page_div, table != nullptr, i, pos, p.k_stride) : 0);
+      const T* src = K_lane + (valid ? pages.offset(i, p.k_stride) : 0);
 #pragma unroll
       for (int j = 0; j < ROW_PASSES; j++)
         if (lane + 32 * j < C::ROW_CHUNKS)

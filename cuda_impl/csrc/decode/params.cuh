@@ -113,13 +113,17 @@ __device__ __forceinline__ DecodeWork decode_work(const DecodeParams& p, int til
 // read.
 template <int N>
 struct RowPages {
-  int page[N];  // (the row in the page is recomputed where the row is copied: N registers fewer)
+  // (the row in the page is kept too: recomputed where the row is copied, the MLA kernels lost what the look-ahead
+  // gained, the table reads apparently sunk back to the copies)
+  int page[N], in_page[N];
   __device__ __forceinline__ void lookup(const DecodeParams& p, const DecodeWork& w, const int* table,
                                          const FastDiv& page_div, int pos0, int step, int end) {
 #pragma unroll
     for (int i = 0; i < N; i++) {
       const int pos = pos0 + i * step;
-      page[i] = table != nullptr && pos < end ? table[page_div(pos)] : w.batch;
+      const int index = table != nullptr ? page_div(pos) : 0;
+      in_page[i] = pos - index * p.page_size;
+      page[i] = table != nullptr && pos < end ? table[index] : w.batch;
     }
   }
   // Whether row i (key `pos`) is read: not past `end`, nor from an entry outside the cache (chunk_poisoned has
@@ -127,11 +131,9 @@ struct RowPages {
   __device__ __forceinline__ bool valid(const DecodeParams& p, int i, int pos, int end) const {
     return pos < end && page[i] >= 0 && page[i] < p.num_pages;
   }
-  // Row i's (key `pos`) element offset in a cache of these strides (page, row in the page); `paged`: a block table.
-  __device__ __forceinline__ int64_t offset(const DecodeParams& p, const FastDiv& page_div, bool paged, int i, int pos,
-                                            const int64_t (&stride)[3]) const {
-    const int in_page = paged ? pos - page_div(pos) * p.page_size : pos;
-    return page[i] * stride[0] + in_page * stride[1];
+  // Row i's element offset in a cache of these strides (page, row in the page).
+  __device__ __forceinline__ int64_t offset(int i, const int64_t (&stride)[3]) const {
+    return page[i] * stride[0] + in_page[i] * stride[1];
   }
 };
 
