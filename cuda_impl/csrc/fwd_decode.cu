@@ -55,10 +55,6 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()
   static constexpr int CTAS_PER_SM = DIM == 256 ? 1 : 2;
   // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
   static constexpr bool Q_FROM_SMEM = DIM == 256;
-  // The block-table reads of a tile's rows a tile ahead of their copies (RowPages), so that the copies do not wait
-  // for them; not at d256, where the 32 registers a thread would keep spill (its rows are looked up as they are
-  // copied).
-  static constexpr bool PAGES_AHEAD = DIM != 256;
   // The ring (16-bit or e4m3 rows, swizzled for ldmatrix: ring_offset).
   static constexpr int KV_ROW_BYTES = DIM * int(sizeof(KV));
   static constexpr int KV_ROW_CHUNKS = KV_ROW_BYTES / 16;
@@ -171,42 +167,32 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   }
 
   // K/V of key tile `tile` into ring slot `stage`: each thread's rows are tid / KV_ROW_CHUNKS + i * ROWS_PER_PASS,
-  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table. The
-  // rows' pages are looked up a tile ahead (RowPages).
+  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table. Each row's
+  // page is looked up as it is copied (the MLA kernels' look-ahead, RowPages, gained nothing here: journal
+  // 2026-12-04 mla-wgmma, call 14).
   const KV* K_head = static_cast<const KV*>(p.k) + w.head_kv * p.k_stride[2];
   const KV* V_head = static_cast<const KV*>(p.v) + w.head_kv * p.v_stride[2];
   constexpr int ROWS_PER_PASS = C::THREADS / C::KV_ROW_CHUNKS;
   constexpr int PASSES = BLOCK_N / ROWS_PER_PASS;
   constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
   const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
-  RowPages<C::PAGES_AHEAD ? PASSES : 1> pages;
-  auto lookup_pages = [&](int tile) {
-    pages.lookup(p, w, table, page_div, w.cta_start + tile * BLOCK_N + load_row, ROWS_PER_PASS, w.cta_end);
-  };
   auto load_kv = [&](int tile, uint32_t stage) {
     const int tile_start = w.cta_start + tile * BLOCK_N;
 #pragma unroll
     for (int i = 0; i < PASSES; i++) {
-      const int r = load_row + i * ROWS_PER_PASS;
-      const int pos = tile_start + r;
-      bool valid;
+      const int r = load_row + i * ROWS_PER_PASS, pos = tile_start + r;
+      bool valid = pos < w.cta_end;
       int64_t k_off = 0, v_off = 0;
-      if constexpr (C::PAGES_AHEAD) {
-        valid = pages.valid(p, i, pos, w.cta_end);
-        if (valid) k_off = pages.offset(i, p.k_stride), v_off = pages.offset(i, p.v_stride);
-      } else {  // looked up as it is copied
-        valid = pos < w.cta_end;
-        if (valid) {
-          int page = w.batch, in_page = pos;
-          if (table != nullptr) {
-            const int index = page_div(pos);
-            page = table[index];
-            in_page = pos - index * p.page_size;
-            valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
-          }
-          k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
-          v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+      if (valid) {
+        int page = w.batch, in_page = pos;
+        if (table != nullptr) {
+          const int index = page_div(pos);
+          page = table[index];
+          in_page = pos - index * p.page_size;
+          valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
         }
+        k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
+        v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
       }
       const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
       const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
@@ -218,11 +204,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   // One commit group per tile (Q rides with tile 0), committed even when empty: the group count stays fixed.
 #pragma unroll
   for (int tile = 0; tile < STAGES - 1; tile++) {
-    if (tile < n_tiles) {
-      if (C::PAGES_AHEAD && tile == 0) lookup_pages(tile);
-      load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
-      if (C::PAGES_AHEAD) lookup_pages(tile + 1);
-    }
+    if (tile < n_tiles) load_kv(tile, KV_smem + tile * C::STAGE_BYTES);
     cp_async_commit();
   }
   cp_async_wait<STAGES - 2>();
@@ -382,10 +364,7 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   for (int tile = 0; tile < n_tiles; tile++) {
     cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (tile + STAGES - 1 < n_tiles) {
-      load_kv(tile + STAGES - 1, prev);
-      if (C::PAGES_AHEAD) lookup_pages(tile + STAGES);  // read during this tile's products
-    }
+    if (tile + STAGES - 1 < n_tiles) load_kv(tile + STAGES - 1, prev);
     cp_async_commit();
     const int warp_key0 = w.cta_start + tile * BLOCK_N + warp * KW;
     if (warp_key0 < w.cta_end) warp_step(slot, warp_key0);

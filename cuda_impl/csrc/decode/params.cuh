@@ -110,7 +110,7 @@ __device__ __forceinline__ DecodeWork decode_work(const DecodeParams& p, int til
 
 // The pages of N key rows of a tile (rows pos0, pos0 + step, .. of the CTA's sequence), looked up a tile ahead of
 // their copies, so that the block-table read is not waited for in front of them; entries at or past `end` are not
-// read.
+// read (the MLA kernels).
 template <int N>
 struct RowPages {
   // (the row in the page is kept too: recomputed where the row is copied, the MLA kernels lost what the look-ahead
