@@ -316,6 +316,17 @@ int prepare_launch(Kernel kernel, int smem_bytes, char* err, int err_len) {
   return e == cudaSuccess ? 0 : report(err, err_len, "cudaFuncSetAttribute(shared memory)", cudaGetErrorString(e));
 }
 
+// CTAs of `kernel` (threads x smem_bytes) resident on one SM of the current device, or -1 if the launch cannot be
+// prepared (the decode kernels' split heuristic).
+template <typename Kernel>
+int resident_ctas(Kernel kernel, int threads, int smem_bytes) {
+  int blocks = 0;
+  if (prepare_launch(kernel, smem_bytes, nullptr, 0) != 0 ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem_bytes) != cudaSuccess)
+    return -1;
+  return blocks;
+}
+
 // Launch grid x threads on `stream` with `args` (prepare_launch first), and turn any CUDA error into
 // a message.
 template <typename Kernel, typename... Args>

@@ -470,12 +470,7 @@ extern "C" int cuda_fa_decode_block_n(int head_dim, int kv_dtype) {
 extern "C" int cuda_fa_decode_ctas_per_sm(int dtype, int kv_dtype, int head_dim) {
   return fa::decode_dispatch(dtype, kv_dtype, head_dim, nullptr, 0, []<typename T, typename KV, int DIM>() {
     using C = fa::DecodeTiles<DIM, KV>;
-    auto kernel = fa::fwd_decode_kernel<T, KV, DIM>;
-    int blocks = 0;
-    if (fa::prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
-      return -1;
-    return blocks;
+    return fa::resident_ctas(fa::fwd_decode_kernel<T, KV, DIM>, C::THREADS, C::SMEM_BYTES);
   });
 }
 

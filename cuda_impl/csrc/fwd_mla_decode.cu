@@ -285,12 +285,7 @@ int cuda_fa_mla_decode_ctas_per_sm(int dtype, int rows) {
   if (fa::mla_tile_rows(rows) == fa::MLA_WGMMA_ROWS) return fa::mla_decode_wgmma_ctas_per_sm(dtype);
   return fa::mla_dispatch(dtype, rows, nullptr, 0, []<typename T, int ROWS>() {
     using C = fa::MlaTiles<ROWS>;
-    auto kernel = fa::fwd_mla_decode_kernel<T, ROWS>;
-    int blocks = 0;
-    if (fa::prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
-      return -1;
-    return blocks;
+    return fa::resident_ctas(fa::fwd_mla_decode_kernel<T, ROWS>, C::THREADS, C::SMEM_BYTES);
   });
 }
 

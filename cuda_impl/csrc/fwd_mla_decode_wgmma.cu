@@ -311,12 +311,7 @@ int mla_decode_wgmma(const DecodeParams& p, const FastDiv& page_div, cudaStream_
 int mla_decode_wgmma_ctas_per_sm(int dtype) {
   using C = MlaWgmmaTiles;
   return mla_wgmma_dispatch(dtype, nullptr, 0, []<typename T>() {
-    auto kernel = fwd_mla_decode_wgmma_kernel<T>;
-    int blocks = 0;
-    if (prepare_launch(kernel, C::SMEM_BYTES, nullptr, 0) != 0 ||
-        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, C::THREADS, C::SMEM_BYTES) != cudaSuccess)
-      return -1;
-    return blocks;
+    return resident_ctas(fwd_mla_decode_wgmma_kernel<T>, C::THREADS, C::SMEM_BYTES);
   });
 }
 
