@@ -1,7 +1,7 @@
-"""Head dims beyond 64 / 128 / 256 in cuda_impl's "hopper" variant (issue 32): every multiple of 8 from 32 to 256 runs
-on the kernel of the next of 64 / 128 / 256 (hopper/config.cuh hopper_kernel_dim), Q, K and V loaded through TMA
-maps of their own head_dim, which fill the columns past it with zeros, and the epilogue writing head_dim columns.
-Q/K 192 with V 128 runs on the d256 kernel, V's map 128 columns wide. Dense, local (window, softcap) and varlen
+"""Head dims beyond 64 / 128 / 192 / 256 in cuda_impl's "hopper" variant (issue 32): every multiple of 8 from 32 to 256
+runs on the kernel of the next of 64 / 128 / 192 / 256 (hopper/config.cuh hopper_kernel_dim), Q, K and V loaded through
+TMA maps of their own head_dim, which fill the columns past it with zeros, and the epilogue writing head_dim columns.
+Q/K 192 with V 128 runs on the d192 kernel, V's map 128 columns wide. Dense, local (window, softcap) and varlen
 launches, held to compare.oracle on an sm_90 GPU; the refusals and the output shapes run on the CPU."""
 import dataclasses
 
@@ -13,9 +13,10 @@ from compare import backends, oracle
 from cuda_impl import _lib
 from conftest import hopper_or_skip
 
-# Each kernel width padded (32-56 on 64, 72-120 on 128, 136-248 on 256), tails of the 128-row query tiles and of the
-# key tiles (128 keys at d64, 128 / 176 at d128, 80 at d256), GQA and MQA, Sq != Sk both ways, causal and not, the
-# cluster pairs of non-causal d128 / d256 (more than one query tile a head) and the split last round.
+# Each kernel width padded (32-56 on 64, 72-120 on 128, 136-184 on 192, 200-248 on 256) and d192's own, tails of the
+# 128-row query tiles and of the key tiles (128 keys at d64, 128 / 176 at d128, 112 at d192, 80 at d256), GQA and MQA,
+# Sq != Sk both ways, causal and not, the cluster pairs of non-causal d128 / d192 / d256 (more than one query tile a
+# head) and the split last round.
 CASES = [
     oracle.Case(2, 4, 2, 300, 300, 32),
     oracle.Case(1, 8, 2, 257, 900, 40, causal=True, fmt="fp16"),
@@ -29,6 +30,8 @@ CASES = [
     oracle.Case(1, 8, 2, 1100, 1100, 192, causal=True),
     oracle.Case(1, 4, 1, 333, 5000, 192, fmt="fp16", dist="shifted"),
     oracle.Case(1, 2, 2, 250, 250, 248),
+    oracle.Case(1, 4, 2, 900, 1300, 208, causal=True, fmt="fp16"),
+    oracle.Case(2, 4, 4, 400, 1009, 176),                                 # 112-key tiles: a 1-key last tile
     oracle.Case(2, 8, 2, 700, 900, 192, head_dim_v=128),                  # Q/K 192 with V 128
     oracle.Case(1, 4, 4, 600, 400, 192, causal=True, fmt="fp16", head_dim_v=128),
 ]

@@ -5,7 +5,7 @@ CPU part: the library builds, the sm_90a cubin holds the instructions the design
 two-CTA cluster kernels; mbarrier SYNCS; setmaxnreg in both directions), ptxas neither spills nor
 ignores setmaxnreg, and bad input is refused before launch.
 GPU part (skipped without one): float64 reference over the cases the TMA / barrier protocol can
-get wrong: tails, several ring rounds, causal with Sq != Sk both ways, GQA, head dims 64 / 128 / 256
+get wrong: tails, several ring rounds, causal with Sq != Sk both ways, GQA, head dims 64 / 128 / 192 / 256
 and both dtypes.
 """
 
@@ -43,11 +43,12 @@ def hopper_sass(hopper_sass_addressed) -> dict:
 
 
 # (head_dim, BLOCK_KV, CTAs per cluster, consumer warpgroups) instantiations: non-causal d128 takes 176 keys per
-# tile, d256 80 (O is 128 registers per consumer thread), the rest 128; non-causal d128 and d256 also run in clusters
-# of two CTAs that share each K/V tile through TMA multicast. Consumers 0: the head_dim's own (three at d64, else
-# two); short causal d64 rows run on two (128-row items).
-SHAPES = [(64, 128, 1, 0), (64, 128, 1, 2), (128, 128, 1, 0), (128, 176, 1, 0), (256, 80, 1, 0), (128, 176, 2, 0),
-          (256, 80, 2, 0), (128, 128, 2, 0)]
+# tile, d192 112 and d256 80 (O is 96 / 128 registers per consumer thread), the rest 128; non-causal d128, d192 and
+# d256 also run in clusters of two CTAs that share each K/V tile through TMA multicast. Consumers 0: the head_dim's
+# own (three at d64, else two); short causal d64 rows run on two (128-row items).
+SHAPES = [(64, 128, 1, 0), (64, 128, 1, 2), (128, 128, 1, 0), (128, 176, 1, 0), (192, 112, 1, 0), (256, 80, 1, 0),
+          (128, 176, 2, 0), (192, 112, 2, 0), (256, 80, 2, 0), (128, 128, 2, 0)]
+WIDE = (192, 256)  # hopper_wide: lazy rescale, the retire at the top of the step, the pinned shared base
 
 
 def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int, consumers: int) -> str:
@@ -118,9 +119,9 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
 # (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (docs/design/hopper.md, the UNMASKED_LOOP row).
 UNMASKED_LOOP = {128}
 
-# Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): d256 (the 176-key d128 kernels until session 19,
-# whose mask-free loop measured faster without it).
-PINNED = {(256, 80)}
+# Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): d192 and d256 (the 176-key d128 kernels were
+# pinned too until their mask-free loop measured faster without it).
+PINNED = {(192, 112), (256, 80)}
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
@@ -162,7 +163,7 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     assert ops["WARPGROUP.ARRIVE"] == 2 + copies
     waits = [i for i in instructions if i.startswith("WARPGROUP.DEPBAR")]
     assert sum("gsb0, 0x1" in i for i in waits) == copies and len(waits) == 3 + 2 * copies, waits
-    if head_dim == 256:  # retire at the top of the next step: every exp runs under P(t-1) V(t-1)
+    if head_dim in WIDE:  # retire at the top of the next step: every exp runs under P(t-1) V(t-1)
         assert sass.exps_under_pending_wgmma(instructions) == block_kv // 2 + 2  # every p, both alphas
     elif head_dim in UNMASKED_LOOP:  # in the mask-free copy ptxas leaves part of the softmax under its own P V
         assert sass.exps_under_pending_wgmma(instructions) >= 8
@@ -183,7 +184,8 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     # parts (its fence brings a CGAERRBAR)
     split = int(block_kv == 176 or head_dim == 64)
     # O leaves through shared memory at d64 and d128 (hopper/epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of
-    # the store (two where the last round splits: after a split part's merge and plain); d256 stores from the registers
+    # the store (two where the last round splits: after a split part's merge and plain); d192 / d256 store from the
+    # registers
     assert ops.get("STSM.16.M88.4", 0) == ((1 + split) * head_dim // 16 if head_dim <= 128 else 0)
     assert ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
     if cluster == 1:
@@ -194,34 +196,36 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
     # the other CTA's producer hears each K/V release: remote arrivals, one per release site (a K and a V release in
     # each loop copy)
-    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim == 256 else 4) + 2 * (copies - 1)
+    assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim in WIDE else 4) + 2 * (copies - 1)
     # one cluster barrier after the barrier set-up, and its single CGAERRBAR: a cluster-scope release
     # on the remote arrivals would put one before each of them (7-16% slower, docs/journal/2026-11-29_hopper.md)
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split
 
 
-def test_d256_fits_the_consumer_register_budget(hopper_sass):
-    """O (128) + S (40) + P (20) per consumer thread: the highest register the kernel touches
-    must stay under setmaxnreg's 240 (ptxas would spill to local memory past it, checked above)."""
+@pytest.mark.parametrize("head_dim, block_kv, least", [(192, 112, 180), (256, 80, 200)])
+def test_wide_tiles_fit_the_consumer_register_budget(hopper_sass, head_dim, block_kv, least):
+    """O (96 / 128) + S (56 / 40) + P (28 / 20) per consumer thread at d192 / d256: the highest register the kernel
+    touches must stay under setmaxnreg's 240 (ptxas would spill to local memory past it, checked above)."""
     for fmt in SPEC["formats"]:
-        instructions = kernel(hopper_sass, "sm_90", fmt, 256, 80, 1)
+        instructions = kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, 1)
         highest = max(int(r) for i in instructions for r in re.findall(r"\bR(\d+)\b", i))
-        assert 200 <= highest < 240, highest  # >= 200: O, S and P really are all live at once
-        # Q (4 panels), K (4), V (4): one 64-column box each
-        assert sass.opcode_counts(instructions)["UTMALDG.4D"] == 12
+        assert least <= highest < 240, highest  # O, S and P really are all live at once
+        # Q, K and V: one 64-column box per panel each
+        assert sass.opcode_counts(instructions)["UTMALDG.4D"] == 3 * head_dim // 64
 
 
 def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
-    """d128's causal kernel (128-key tiles) and both d64 kernels fetch their causal items from a global counter;
+    """d128's causal kernel (128-key tiles), both d64 kernels and d192's fetch their causal items from a global counter;
     the non-causal d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state would spill).
     Python learns which from the C entry, and zeroes the counter only for those launches."""
     lib = _lib.load()
-    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 256)] == [1, 1, 0]
+    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 192, 256)] == [1, 1, 1, 0]
+    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (160, 200)] == [1, 0]  # (their kernels': 192, 256)
     for fmt in SPEC["formats"]:
         for head_dim, block_kv, cluster, consumers in SHAPES:
             ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster, consumers))
             atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
-            dynamic = {"ATOMG.E.ADD.STRONG.GPU"} if block_kv == 128 else set()
+            dynamic = {"ATOMG.E.ADD.STRONG.GPU"} if block_kv == 128 or head_dim == 192 else set()
             split = block_kv == 176 or head_dim == 64  # the split last round's count (test_sm90a_machine_code)
             assert atomics == dynamic | ({"ATOMG.E.ADD.S32.STRONG.GPU"} if split else set()), (head_dim, block_kv, atomics)
 
@@ -404,7 +408,7 @@ GPU_SHAPES = [
     (2, 8, 1, 64, 1100),  # MQA, short Q against a long KV sweep
     (1, 2, 2, 1536, 640),  # causal with Sq > Sk over many Q tiles
     (1, 1, 1, 1, 1),
-    (8, 16, 4, 500, 1100),  # 4 query tiles per head: non-causal d128/d256 in two-CTA clusters, 256 pairs
+    (8, 16, 4, 500, 1100),  # 4 query tiles per head: non-causal d128/d192/d256 in two-CTA clusters, 256 pairs
     (8, 16, 4, 500, 700),  # non-causal d128 up to 1k keys: the 128-key kernel, persistent, 256 items
     # non-causal d128's split last round: 96 pairs on 66 clusters (30 split over all 66, 12 tiles each); 192
     # single CTAs on 132 (3 query tiles per head: no clusters), 60 split, 18 tiles each; d64 (192-row items):
@@ -428,7 +432,7 @@ GPU_SHAPES = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", list(DTYPES))
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matches_float64_reference(fmt, head_dim, causal, shape):
@@ -443,7 +447,7 @@ def test_matches_float64_reference(fmt, head_dim, causal, shape):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("d", [128, 256])
+@pytest.mark.parametrize("d", [128, 192, 256])
 def test_public_api_custom_scale_and_strided_inputs(d):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
@@ -518,7 +522,8 @@ def test_split_last_round_gives_the_same_bits_on_every_call(head_dim, shape):
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim, block_kv, consumers, consumer_regs, producer_regs",
-                         [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (128, 176, 0, 240, 24), (256, 80, 0, 240, 24)])
+                         [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (128, 176, 0, 240, 24), (192, 112, 0, 240, 24),
+                          (256, 80, 0, 240, 24)])
 def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass, fmt, head_dim, block_kv, consumers,
                                                                     consumer_regs, producer_regs):
     """Two consumer warpgroups take 240 registers each with a 24-register producer; d64's three take 160 with

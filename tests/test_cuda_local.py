@@ -51,7 +51,7 @@ def test_other_variants_inputs_and_bad_arguments_are_refused():
 # --- machine code (CPU) ---------------------------------------------------------------------------
 
 # (head_dim, BLOCK_KV, consumers) of the local kernels: the causal launches' tiles, two consumers at d64.
-LOCAL_KERNELS = [(64, 128, 2), (128, 128, 0), (256, 80, 0)]
+LOCAL_KERNELS = [(64, 128, 2), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -70,12 +70,12 @@ def local_loops(fa_library) -> dict:
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 256])
+@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
 def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, head_dim):
     """The local kernel's KV loop issues S(t) and P(t-1) V(t-1) as the plain kernel's does, and computes the cap
     (one SFU tanh per score, beside the softmax's exp2) where the plain one has none."""
     plain, local = (sass.opcode_counts(local_loops[fmt, head_dim, flag]) for flag in (0, 1))
-    block_kv = 80 if head_dim == 256 else 128
+    (block_kv,) = [kv for d, kv, _ in LOCAL_KERNELS if d == head_dim]
     gemms = {loop: sum(n for op, n in ops.items() if op.startswith("HGMMA")) for loop, ops in (("plain", plain),
                                                                                                ("local", local))}
     assert gemms["local"] == gemms["plain"] == head_dim // 16 + block_kv // 16, (plain, local)

@@ -355,7 +355,7 @@ int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
     return report(err, err_len, "head_dim", "variant hopper takes multiples of 8 from 32 to 256");
   FwdParams kernel_dim = p;
   kernel_dim.head_dim = hopper_kernel_dim(p.head_dim, p.head_dim_v);
-  return fa::dispatch<HeadDims<64, 128, 256>>(kernel_dim, err, err_len, launcher);
+  return fa::dispatch<HeadDims<64, 128, 192, 256>>(kernel_dim, err, err_len, launcher);
 }
 
 }  // namespace hopper_host

@@ -47,14 +47,14 @@ constexpr HopperOptions HOPPER_OPTIONS = hopper_options(HopperAblation::FA_HOPPE
 
 // --- bf16 / fp16 (fwd_hopper.cu) -----------------------------------------------------------------
 
-// The kernel head_dim of a 16-bit launch: 64, 128 or 256, the smallest that holds Q/K's and V's head dims
+// The kernel head_dim of a 16-bit launch: 64, 128, 192 or 256, the smallest that holds Q/K's and V's head dims
 // (multiples of 8 from 32 to 256; V's 0: Q/K's). Q, K and V load through TMA maps of their own head_dim columns,
 // which fill the columns past it with zeros: they add nothing to S, O's columns past V's head_dim stay zero and the
-// epilogue writes V's head_dim of them. The MMAs run at the kernel's width (d80 and d96 cost what d128 costs;
-// Q/K 192 with V 128 what d256 costs).
+// epilogue writes V's head_dim of them. The MMAs run at the kernel's width (d80 and d96 cost what d128 costs,
+// d160 and Q/K 192 with V 128 what d192 costs).
 constexpr int hopper_kernel_dim(int head_dim, int head_dim_v = 0) {
   const int widest = head_dim > head_dim_v ? head_dim : head_dim_v;
-  return widest <= 64 ? 64 : widest <= 128 ? 128 : 256;
+  return widest <= 64 ? 64 : widest <= 128 ? 128 : widest <= 192 ? 192 : 256;
 }
 constexpr bool hopper_takes_head_dim(int head_dim) { return head_dim >= 32 && head_dim <= 256 && head_dim % 8 == 0; }
 
@@ -62,9 +62,13 @@ constexpr bool hopper_takes_head_dim(int head_dim) { return head_dim >= 32 && he
 constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 
 // Keys per KV tile of the long non-causal loops: 176 at d128 (the per-tile costs, O's rescale included,
-// spread over more keys), 80 at d256 (S 40 + P 20 + O 128 registers; Q 64 KB + 2 x (K + V 40 KB) of
-// shared memory); 128 elsewhere and in every causal d64 / d128 launch.
-constexpr int hopper_block_kv(int head_dim) { return by_head_dim(head_dim, 128, 176, 80); }
+// spread over more keys), 112 at d192 (S 56 + P 28 + O 96 registers; Q 48 KB + 2 x (K + V 42 KB) of shared
+// memory), 80 at d256 (S 40 + P 20 + O 128 registers; Q 64 KB + 2 x (K + V 40 KB)); 128 elsewhere and in every
+// causal d64 / d128 launch (d192 and d256 run their one tile in causal launches too).
+constexpr int hopper_block_kv(int head_dim) { return head_dim == 192 ? 112 : by_head_dim(head_dim, 128, 176, 80); }
+// The wide head dims, 192 and 256, whose O takes most of the consumers' registers: lazy rescale, the retire at the
+// top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
+constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
 
 // CTAs per cluster of non-causal d128 / d256 where a head's query tiles pair up.
 constexpr int hopper_cluster(int head_dim) { return head_dim == 64 || !HOPPER_OPTIONS.cluster ? 1 : 2; }
@@ -97,27 +101,28 @@ struct HopperTiles {
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
   static constexpr int BLOCK_KV = BLOCK_KV_;
   // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
-  // stage in less; d256 (80 keys): Q 64 KB + 2 x (K 40 KB + V 40 KB) = 224 KB.
+  // stage in less; d192 (112 keys): Q 48 KB + 2 x (K 42 KB + V 42 KB) = 216 KB; d256 (80 keys): Q 64 KB +
+  // 2 x (K 40 KB + V 40 KB) = 224 KB.
   static constexpr int STAGES = DIM == 64 ? 3 : 2;
   static constexpr bool OVERLAP = HOPPER_OPTIONS.overlap;
   static constexpr bool PINGPONG = HOPPER_OPTIONS.pingpong;
   static constexpr bool PERSISTENT = HOPPER_OPTIONS.persistent;
-  // Lazy rescale (log2 units; 0: eager): at d256 a row keeps its old max while a tile's max exceeds it by
+  // Lazy rescale (log2 units; 0: eager): at d192 / d256 a row keeps its old max while a tile's max exceeds it by
   // at most 8, so P reaches 2^8 (harmless in 16-bit P and fp32 sums: O / l and the LSE use the same max),
-  // and a warp whose rows all kept theirs skips the O rescale (128 FMUL per thread). At d64 / d128 the
+  // and a warp whose rows all kept theirs skips the O rescale (96 / 128 FMUL per thread). At d64 / d128 the
   // rescale is 32 / 64 FMUL, less than the vote and branch.
-  static constexpr int LAZY_RESCALE = DIM == 256 ? 8 : 0;
+  static constexpr int LAZY_RESCALE = hopper_wide(DIM) ? 8 : 0;
   static constexpr int SOFTMAX_CHAINS = 4;  // independent chains of the row max and row sum
-  // Where P(t-1) V(t-1) is waited for: at the top of step t+1 (d256: softmax(t) then runs under it), or
+  // Where P(t-1) V(t-1) is waited for: at the top of step t+1 (d192, d256: softmax(t) then runs under it), or
   // right after softmax(t), where ptxas moves the wait ahead of the softmax (d64, d128: faster there).
-  static constexpr bool RETIRE_AT_TOP = DIM == 256;
+  static constexpr bool RETIRE_AT_TOP = hopper_wide(DIM);
   // The KV loop as two copies of the step, the tiles that need no mask first, so that the steady loop's
   // softmax has no mask branch and ptxas leaves the P V wait inside it (d128; d64 and d256 run one loop).
   // (Local launches: the window's left edge, masked, before the mask-free copy.)
   static constexpr bool UNMASKED_LOOP = DIM == 128;
-  // Each step reads the CTA's shared base anew through a volatile cvta (d256), so that ptxas rebuilds it in
+  // Each step reads the CTA's shared base anew through a volatile cvta (d192, d256), so that ptxas rebuilds it in
   // the loop and issues the S wgmmas interleaved instead of back to back.
-  static constexpr bool PIN_BASE = DIM == 256;
+  static constexpr bool PIN_BASE = hopper_wide(DIM);
   // Causal launches with persistent CTAs in the balanced static order, for seqlen_k in
   // [CAUSAL_PERSISTENT_FROM, CAUSAL_PERSISTENT_KEYS]: d256 only (d64 and d128 take the dynamic scheduler).
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 256 ? 8192 : 0;
@@ -218,7 +223,7 @@ template <int DIM, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   constexpr int block_kv = hopper_block_kv(DIM);
   constexpr int cluster = hopper_cluster(DIM);
-  constexpr int causal_kv = DIM == 256 ? block_kv : 128;
+  constexpr int causal_kv = hopper_wide(DIM) ? block_kv : 128;
   constexpr int local_consumers = DIM == 64 ? 2 : 0;
   if (hopper_local(p))
     return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()

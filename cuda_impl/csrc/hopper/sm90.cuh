@@ -244,6 +244,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
 #define FA_ACC40(d) FA_ACC32(d), FA_ACC8(d, 32)
+#define FA_ACC56(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48)
 #define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
 #define FA_ACC96(d) FA_ACC64(d), FA_ACC32_AT(d, 64)
 #define FA_ACC128(d) FA_ACC64(d), FA_ACC32_AT(d, 64), FA_ACC32_AT(d, 96)
@@ -260,6 +261,11 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39}"
+#define FA_OPS56                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55}"
 #define FA_OPS128                                                                 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -316,9 +322,10 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 #undef FA_SS_N128
 }
 
-// As wgmma_ss_n128 for N = 32, 64, 80, 128, 176 or 192 keys per KV tile (80 and 176: FlashAttention-3's
-// d256 and d128 shapes; 64: the d256 ablation; 192: the widest d128 tile whose S, P and O fit
-// the consumers' registers, FlashAttention-4's sm90 config search; 32: the MLA decode tile). The asm string must spell out its operand
+// As wgmma_ss_n128 for N = 32, 64, 80, 112, 128, 176 or 192 keys per KV tile (80 and 176: FlashAttention-3's
+// d256 and d128 shapes; 112: the d192 tile (S 56 + P 28 + O 96 registers); 64: the d256 ablation; 192: the widest
+// d128 tile whose S, P and O fit the consumers' registers, FlashAttention-4's sm90 config search; 32: the MLA decode
+// tile). The asm string must spell out its operand
 // numbers: the N / 2 accumulators first, then the two descriptors (DESCS) and the accumulate
 // flag (FLAG). ACC is an FA_ACC macro's name, applied to d only inside FA_SS (expanded earlier,
 // its commas would split the arguments).
@@ -340,8 +347,8 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 128 || N == 176 || N == 192,
-                "wgmma_ss: N = 32, 64, 80, 128, 176 or 192");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 112 || N == 128 || N == 176 || N == 192,
+                "wgmma_ss: N = 32, 64, 80, 112, 128, 176 or 192");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 32) {
@@ -350,6 +357,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
     FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
   } else if constexpr (N == 80) {
     FA_SS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "%40, %41", "%42");
+  } else if constexpr (N == 112) {
+    FA_SS_TYPED("m64n112k16", FA_OPS56, FA_ACC56, "%56, %57", "%58");
   } else if constexpr (N == 176) {
     FA_SS_TYPED("m64n176k16", FA_OPS88, FA_ACC88, "%88, %89", "%90");
   } else {
@@ -360,59 +369,40 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 #undef FA_SS
 
 // D (64 x N, fp32) += A (64 x 16, registers: the mma.sync A-fragment layout per warp) *
-// B (16 x N, shared, MN-major: the transpose bit set). N = 64, 128 or 256 (= head_dim).
+// B (16 x N, shared, MN-major: the transpose bit set). N = 64, 128, 192 or 256 (= the kernel's head_dim). As FA_SS:
+// the asm string spells out its operand numbers, the N / 2 accumulators first, then A's four registers (AREGS), the
+// descriptor (DESC) and the accumulate flag (FLAG, always set).
+#define FA_RS(SHAPE, TY, OPS, ACC, AREGS, DESC, FLAG)                                    \
+  asm volatile(                                                                          \
+      "{\n.reg .pred acc;\nsetp.ne.b32 acc, " FLAG ", 0;\n"                              \
+      "wgmma.mma_async.sync.aligned." SHAPE ".f32." TY "." TY " " OPS                    \
+      ", " AREGS ", " DESC ", acc, 1, 1, 1;\n}\n"                                         \
+      : ACC(d)                                                                           \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u))
+#define FA_RS_TYPED(SHAPE, OPS, ACC, AREGS, DESC, FLAG)                                  \
+  do {                                                                                   \
+    if constexpr (WgmmaType<T>::BF16) {                                                  \
+      FA_RS(SHAPE, "bf16", OPS, ACC, AREGS, DESC, FLAG);                                 \
+    } else {                                                                             \
+      FA_RS(SHAPE, "f16", OPS, ACC, AREGS, DESC, FLAG);                                  \
+    }                                                                                    \
+  } while (0)
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                          uint64_t desc_b) {
-  static_assert(N == 64 || N == 128 || N == 256, "wgmma_rs: N = 64, 128 or 256");
+  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N = 64, 128, 192 or 256");
   if constexpr (N == 256) {
-#define FA_RS_N256(TY)                                                                   \
-  asm volatile(                                                                          \
-      "{\n.reg .pred acc;\nsetp.ne.b32 acc, %133, 0;\n"                                  \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " FA_OPS128             \
-      ", {%128, %129, %130, %131}, %132, acc, 1, 1, 1;\n}\n"                             \
-      : FA_ACC128(d)                                                                     \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u))
-    if constexpr (WgmmaType<T>::BF16) {
-      FA_RS_N256("bf16");
-    } else {
-      FA_RS_N256("f16");
-    }
-#undef FA_RS_N256
+    FA_RS_TYPED("m64n256k16", FA_OPS128, FA_ACC128, "{%128, %129, %130, %131}", "%132", "%133");
+  } else if constexpr (N == 192) {
+    FA_RS_TYPED("m64n192k16", FA_OPS96, FA_ACC96, "{%96, %97, %98, %99}", "%100", "%101");
   } else if constexpr (N == 128) {
-    if constexpr (WgmmaType<T>::BF16) {
-      asm volatile(
-          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " FA_OPS64
-          ", {%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}\n"
-          : FA_ACC64(d)
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
-    } else {
-      asm volatile(
-          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %69, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " FA_OPS64
-          ", {%64, %65, %66, %67}, %68, acc, 1, 1, 1;\n}\n"
-          : FA_ACC64(d)
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
-    }
+    FA_RS_TYPED("m64n128k16", FA_OPS64, FA_ACC64, "{%64, %65, %66, %67}", "%68", "%69");
   } else {
-    if constexpr (WgmmaType<T>::BF16) {
-      asm volatile(
-          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FA_OPS32
-          ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
-          : FA_ACC32(d)
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
-    } else {
-      asm volatile(
-          "{\n.reg .pred acc;\nsetp.ne.b32 acc, %37, 0;\n"
-          "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " FA_OPS32
-          ", {%32, %33, %34, %35}, %36, acc, 1, 1, 1;\n}\n"
-          : FA_ACC32(d)
-          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(1u));
-    }
+    FA_RS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "{%32, %33, %34, %35}", "%36", "%37");
   }
 }
+#undef FA_RS_TYPED
+#undef FA_RS
 
 // --- fp8 (e4m3) wgmma: QGMMA, K-major descriptors, e4m3 A fragments -----------------------
 
