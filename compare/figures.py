@@ -914,7 +914,7 @@ def _gpu_slug(gpu: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", gpu.replace("NVIDIA ", "").lower()).strip("-")
 
 
-KERNEL_HEAD_DIMS = (64, 128, 256)  # the head dims cuda:hopper has kernels for; the others run on the next one
+KERNEL_HEAD_DIMS = (64, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
 
 
 def headdims_data(df: pd.DataFrame) -> pd.DataFrame:
@@ -954,7 +954,7 @@ def fig_headdims(df: pd.DataFrame) -> Figure:
     axes[0].set_ylabel("TFLOP/s on the head dims asked for")
     _legend(fig, style, rows["label"])
     _footer(fig, [environment_caption(rows), "bf16; *: a cuda:hopper kernel of its own, the others run on the next "
-                  "of 64 / 128 / 256 with zero columns; CUDA-graph replays, median"])
+                  f"of {' / '.join(map(str, KERNEL_HEAD_DIMS))} with zero columns; CUDA-graph replays, median"])
     return fig
 
 
