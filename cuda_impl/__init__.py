@@ -63,9 +63,10 @@ VARIANTS["decode"] = {
 
 VARIANTS["hopper"] = {
     "formats": ("bf16", "fp16"),
-    # Kernels at 64, 128, 192 and 256 (d192: 112-key tiles, O 96 + S 56 + P 28 registers of the consumers' 240; d256:
-    # 80-key tiles, O 128 + S 40 + P 20, 224 KB of shared); every other multiple of 8 runs on the next of them, the
-    # columns past it zero-filled by TMA (hopper/config.cuh hopper_kernel_dim): d80 and d96 cost what d128 costs.
+    # Kernels at 64, 80, 96, 128, 192 and 256 (d80 / d96: d128's tiles in panels of 32- / 64-byte rows; d192: 112-key
+    # tiles, O 96 + S 56 + P 28 registers of the consumers' 240; d256: 80-key tiles, O 128 + S 40 + P 20, 224 KB of
+    # shared); every other multiple of 8 runs on the next of them, the columns past it zero-filled by TMA
+    # (hopper/config.cuh hopper_kernel_dim): d112 costs what d128 costs, d160 what d192 costs.
     "head_dims": tuple(range(32, 257, 8)),
     "head_dim_pairs": ((192, 128),),  # DeepSeek-style prefill, on the d192 kernel (V's map 128 columns wide)
     "min_cc": (9, 0),

@@ -52,7 +52,7 @@ def test_every_kernel_compiles_for_every_target(fa_library):
             continue
         for fmt in spec["formats"]:
             # (hopper's other head dims run on these kernels: hopper_kernel_dim)
-            for head_dim in (d for d in spec["head_dims"] if d in (64, 128, 192, 256)):
+            for head_dim in (d for d in spec["head_dims"] if d in (64, 80, 96, 128, 192, 256)):
                 # hopper adds its BLOCK_KV: fwd_hopper_kernel<bf16,128,176>
                 base = f"fwd_{variant.replace('-', '_')}_kernel<{fmt},{head_dim}"
                 names = [n for n in archs if n == base + ">" or n.startswith(base + ",")]
@@ -75,7 +75,8 @@ KNOWN_SPILLS = {
     **{("sm_90a", f"fwd_hopper_kernel<{t},{shape},varlen>"): spill for t in ("bf16", "fp16")
        for shape, spill in (("64,128", (8, 4, 12)), ("64,128,consumers2", (8, 24, 24)), ("128,176", (8, 4, 16)),
                             ("256,80", (8, 4, 16)), ("64,128,consumers2,local", (16, 20, 28)),
-                            ("128,128,local", (8, 4, 12)), ("128,128", (8, 4, 12)), ("192,112", (8, 4, 8)),
+                            ("128,128,local", (8, 4, 12)), ("128,128", (8, 4, 12)), ("96,176", (8, 4, 16)),
+                            ("96,128,local", (8, 4, 12)), ("80,176", (8, 4, 16)), ("192,112", (8, 4, 8)),
                             ("192,112,local", (24, 32, 44)), ("256,80,local", (56, 68, 116)))},
 }
 

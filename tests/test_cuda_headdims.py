@@ -1,7 +1,7 @@
-"""Head dims beyond 64 / 128 / 192 / 256 in cuda_impl's "hopper" variant (issue 32): every multiple of 8 from 32 to 256
-runs on the kernel of the next of 64 / 128 / 192 / 256 (hopper/config.cuh hopper_kernel_dim), Q, K and V loaded through
-TMA maps of their own head_dim, which fill the columns past it with zeros, and the epilogue writing head_dim columns.
-Q/K 192 with V 128 runs on the d192 kernel, V's map 128 columns wide. Dense, local (window, softcap) and varlen
+"""Every head_dim in cuda_impl's "hopper" variant (issue 32): every multiple of 8 from 32 to 256 runs on the kernel of
+the next of 64 / 80 / 96 / 128 / 192 / 256 (hopper/config.cuh hopper_kernel_dim; d80 and d96 in panels of 32- and
+64-byte rows), Q, K and V loaded through TMA maps of their own head_dim, which fill the columns past it with zeros, and
+the epilogue writing head_dim columns. Q/K 192 with V 128 runs on the d192 kernel, V's map 128 columns wide. Dense, local (window, softcap) and varlen
 launches, held to compare.oracle on an sm_90 GPU; the refusals and the output shapes run on the CPU."""
 import dataclasses
 
@@ -13,10 +13,10 @@ from compare import backends, oracle
 from cuda_impl import _lib
 from conftest import hopper_or_skip
 
-# Each kernel width padded (32-56 on 64, 72-120 on 128, 136-184 on 192, 200-248 on 256) and d192's own, tails of the
-# 128-row query tiles and of the key tiles (128 keys at d64, 128 / 176 at d128, 112 at d192, 80 at d256), GQA and MQA,
-# Sq != Sk both ways, causal and not, the cluster pairs of non-causal d128 / d192 / d256 (more than one query tile a
-# head) and the split last round.
+# Each kernel width padded (32-56 on 64, 72 on 80, 88 on 96, 104-120 on 128, 136-184 on 192, 200-248 on 256) and the
+# kernels of d80, d96, d192, tails of the 128-row query tiles and of the key tiles (128 keys at d64, 128 / 176 at
+# d80-d128, 112 at d192, 80 at d256), GQA and MQA, Sq != Sk both ways, causal and not, the cluster pairs of non-causal
+# d80-d256 (more than one query tile a head) and the split last round.
 CASES = [
     oracle.Case(2, 4, 2, 300, 300, 32),
     oracle.Case(1, 8, 2, 257, 900, 40, causal=True, fmt="fp16"),
@@ -25,6 +25,9 @@ CASES = [
     oracle.Case(1, 16, 16, 600, 4500, 96, fmt="fp16"),                   # 176-key tiles, split last round
     oracle.Case(2, 4, 2, 513, 1025, 96, causal=True, dist="large"),
     oracle.Case(1, 4, 4, 129, 2000, 112),
+    oracle.Case(2, 8, 2, 640, 5000, 88, causal=True),
+    oracle.Case(1, 16, 4, 500, 4500, 80, fmt="fp16"),                    # 176-key tiles in clusters, split round
+    oracle.Case(2, 4, 4, 512, 700, 72, dist="shifted"),
     oracle.Case(1, 6, 3, 400, 777, 136, causal=True, fmt="fp16"),
     oracle.Case(2, 4, 2, 512, 1000, 160),                                # clusters of two query tiles
     oracle.Case(1, 8, 2, 1100, 1100, 192, causal=True),

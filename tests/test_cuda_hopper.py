@@ -5,7 +5,7 @@ CPU part: the library builds, the sm_90a cubin holds the instructions the design
 two-CTA cluster kernels; mbarrier SYNCS; setmaxnreg in both directions), ptxas neither spills nor
 ignores setmaxnreg, and bad input is refused before launch.
 GPU part (skipped without one): float64 reference over the cases the TMA / barrier protocol can
-get wrong: tails, several ring rounds, causal with Sq != Sk both ways, GQA, head dims 64 / 128 / 192 / 256
+get wrong: tails, several ring rounds, causal with Sq != Sk both ways, GQA, head dims 64 / 80 / 96 / 128 / 192 / 256
 and both dtypes.
 """
 
@@ -43,12 +43,20 @@ def hopper_sass(hopper_sass_addressed) -> dict:
 
 
 # (head_dim, BLOCK_KV, CTAs per cluster, consumer warpgroups) instantiations: non-causal d128 takes 176 keys per
-# tile, d192 112 and d256 80 (O is 96 / 128 registers per consumer thread), the rest 128; non-causal d128, d192 and
-# d256 also run in clusters of two CTAs that share each K/V tile through TMA multicast. Consumers 0: the head_dim's
-# own (three at d64, else two); short causal d64 rows run on two (128-row items).
-SHAPES = [(64, 128, 1, 0), (64, 128, 1, 2), (128, 128, 1, 0), (128, 176, 1, 0), (192, 112, 1, 0), (256, 80, 1, 0),
-          (128, 176, 2, 0), (192, 112, 2, 0), (256, 80, 2, 0), (128, 128, 2, 0)]
+# tile, d192 112 and d256 80 (O is 96 / 128 registers per consumer thread), the rest 128; d80 and d96 take d128's
+# tiles (hopper_tile_dim) in panels of 64- / 32-byte rows. Non-causal d80-d256 also run in clusters of two CTAs that
+# share each K/V tile through TMA multicast. Consumers 0: the head_dim's own (three at d64, else two); short causal
+# d64 rows run on two (128-row items).
+SHAPES = [(64, 128, 1, 0), (64, 128, 1, 2), (80, 128, 1, 0), (80, 176, 2, 0), (96, 128, 1, 0), (96, 176, 1, 0),
+          (96, 176, 2, 0), (128, 128, 1, 0), (128, 176, 1, 0), (192, 112, 1, 0), (256, 80, 1, 0), (128, 176, 2, 0),
+          (192, 112, 2, 0), (256, 80, 2, 0), (128, 128, 2, 0)]
 WIDE = (192, 256)  # hopper_wide: lazy rescale, the retire at the top of the step, the pinned shared base
+STAGED = (64, 128)  # O through shared memory (rows of a multiple of 128 bytes)
+
+
+def panels(head_dim: int) -> int:
+    """Panels of a Q/K/V row in shared memory (hopper_swizzle): 64 columns, or 32 at d96, 16 at d80."""
+    return head_dim // (64 if head_dim % 64 == 0 else 32 if head_dim % 32 == 0 else 16)
 
 
 def kernel_name(fmt: str, head_dim: int, block_kv: int, cluster: int, consumers: int) -> str:
@@ -117,7 +125,7 @@ def test_kv_tile_loop_builds_descriptors_in_uniform_registers(hopper_sass_addres
 
 # Head dims whose KV loop runs the tiles that need no mask in a copy of the step without the mask branch
 # (HopperTiles::UNMASKED_LOOP): there the wait for P(t-1) V(t-1) stays inside softmax(t) (docs/design/hopper.md, the UNMASKED_LOOP row).
-UNMASKED_LOOP = {128}
+UNMASKED_LOOP = {80, 96, 128}
 
 # Kernels whose steps read the shared base anew (HopperTiles::PIN_BASE): d192 and d256 (the 176-key d128 kernels were
 # pinned too until their mask-free loop measured faster without it).
@@ -179,21 +187,20 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     assert not any(op.startswith(("HMMA", "LDGSTS")) for op in ops)
     local = ops.get("STL", 0) + ops.get("LDL", 0)
     assert local == 0, "local memory (spills)"
-    panels = head_dim // 64
     # the split last round (d64 and the 176-key d128 kernels): one gpu-scope acq_rel count of a split unit's
     # parts (its fence brings a CGAERRBAR)
     split = int(block_kv == 176 or head_dim == 64)
     # O leaves through shared memory at d64 and d128 (hopper/epilogue.cuh): head_dim / 16 stmatrix.x4 per copy of
-    # the store (two where the last round splits: after a split part's merge and plain); d192 / d256 store from the
-    # registers
-    assert ops.get("STSM.16.M88.4", 0) == ((1 + split) * head_dim // 16 if head_dim <= 128 else 0)
+    # the store (two where the last round splits: after a split part's merge and plain); d80, d96, d192 and d256
+    # store from the registers
+    assert ops.get("STSM.16.M88.4", 0) == ((1 + split) * head_dim // 16 if head_dim in STAGED else 0)
     assert ops.get("ATOMG.E.ADD.S32.STRONG.GPU", 0) == split
     if cluster == 1:
         assert not any(op.startswith(("UTMALDG.4D.MULTICAST", "UCGABAR")) for op in ops)
         assert ops.get("CGAERRBAR", 0) == split
         return
     # Q alone, then K and V: this CTA's half of each tile's panels, multicast into both CTAs
-    assert ops["UTMALDG.4D"] == panels and ops["UTMALDG.4D.MULTICAST"] == 2 * panels
+    assert ops["UTMALDG.4D"] == panels(head_dim) and ops["UTMALDG.4D.MULTICAST"] == 2 * panels(head_dim)
     # the other CTA's producer hears each K/V release: remote arrivals, one per release site (a K and a V release in
     # each loop copy)
     assert ops["SYNCS.ARRIVE.TRANS64.RED.A1T0"] == (5 if head_dim in WIDE else 4) + 2 * (copies - 1)
@@ -215,11 +222,11 @@ def test_wide_tiles_fit_the_consumer_register_budget(hopper_sass, head_dim, bloc
 
 
 def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
-    """d128's causal kernel (128-key tiles), both d64 kernels and d192's fetch their causal items from a global counter;
-    the non-causal d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state would spill).
+    """The causal kernels of d128, d80, d96 (128-key tiles), both d64 kernels and d192's fetch their causal items from a
+    global counter; the non-causal d80-d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state would spill).
     Python learns which from the C entry, and zeroes the counter only for those launches."""
     lib = _lib.load()
-    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 128, 192, 256)] == [1, 1, 1, 0]
+    assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 80, 96, 128, 192, 256)] == [1, 1, 1, 1, 1, 0]
     assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (160, 200)] == [1, 0]  # (their kernels': 192, 256)
     for fmt in SPEC["formats"]:
         for head_dim, block_kv, cluster, consumers in SHAPES:
@@ -432,7 +439,7 @@ GPU_SHAPES = [
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("fmt", list(DTYPES))
-@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("shape", GPU_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_matches_float64_reference(fmt, head_dim, causal, shape):
@@ -522,7 +529,8 @@ def test_split_last_round_gives_the_same_bits_on_every_call(head_dim, shape):
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
 @pytest.mark.parametrize("head_dim, block_kv, consumers, consumer_regs, producer_regs",
-                         [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (128, 176, 0, 240, 24), (192, 112, 0, 240, 24),
+                         [(64, 128, 0, 160, 32), (64, 128, 2, 232, 32), (96, 176, 0, 240, 24), (128, 176, 0, 240, 24),
+                          (192, 112, 0, 240, 24),
                           (256, 80, 0, 240, 24)])
 def test_consumers_raise_to_their_register_budget_and_stay_under_it(hopper_sass, fmt, head_dim, block_kv, consumers,
                                                                     consumer_regs, producer_regs):

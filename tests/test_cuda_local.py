@@ -51,7 +51,7 @@ def test_other_variants_inputs_and_bad_arguments_are_refused():
 # --- machine code (CPU) ---------------------------------------------------------------------------
 
 # (head_dim, BLOCK_KV, consumers) of the local kernels: the causal launches' tiles, two consumers at d64.
-LOCAL_KERNELS = [(64, 128, 2), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
+LOCAL_KERNELS = [(64, 128, 2), (80, 128, 0), (96, 128, 0), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def local_loops(fa_library) -> dict:
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim", [64, 128, 192, 256])
+@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256])
 def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, head_dim):
     """The local kernel's KV loop issues S(t) and P(t-1) V(t-1) as the plain kernel's does, and computes the cap
     (one SFU tanh per score, beside the softmax's exp2) where the plain one has none."""

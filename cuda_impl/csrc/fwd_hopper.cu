@@ -314,14 +314,14 @@ struct HopperLaunch {
     const int batch = C::VARLEN ? 1 : p.batch;
     const int rows_q = C::VARLEN ? p.total_q : p.seqlen_q, rows_k = C::VARLEN ? p.total_k : p.seqlen_k;
     if (int rc = encode_map(&map_q, p.q, p.q_stride, batch, p.heads_q, rows_q, p.head_dim, C::BLOCK_Q, p.dtype, err,
-                            err_len))
+                            err_len, C::SWIZZLE))
       return rc;
     if (int rc = encode_map(&map_k, p.k, p.k_stride, batch, p.heads_kv, rows_k, p.head_dim, C::KV_BOX_ROWS, p.dtype, err,
-                            err_len))
+                            err_len, C::SWIZZLE))
       return rc;
     const int head_dim_v = p.head_dim_v > 0 ? p.head_dim_v : p.head_dim;
     if (int rc = encode_map(&map_v, p.v, p.v_stride, batch, p.heads_kv, rows_k, head_dim_v, C::KV_BOX_ROWS, p.dtype,
-                            err, err_len))
+                            err, err_len, C::SWIZZLE))
       return rc;
     if (C::STAGED_STORE)
       if (int rc = check_staged_out(p, err, err_len)) return rc;
@@ -355,7 +355,7 @@ int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
     return report(err, err_len, "head_dim", "variant hopper takes multiples of 8 from 32 to 256");
   FwdParams kernel_dim = p;
   kernel_dim.head_dim = hopper_kernel_dim(p.head_dim, p.head_dim_v);
-  return fa::dispatch<HeadDims<64, 128, 192, 256>>(kernel_dim, err, err_len, launcher);
+  return fa::dispatch<HeadDims<64, 80, 96, 128, 192, 256>>(kernel_dim, err, err_len, launcher);
 }
 
 }  // namespace hopper_host

@@ -47,15 +47,20 @@ constexpr HopperOptions HOPPER_OPTIONS = hopper_options(HopperAblation::FA_HOPPE
 
 // --- bf16 / fp16 (fwd_hopper.cu) -----------------------------------------------------------------
 
-// The kernel head_dim of a 16-bit launch: 64, 128, 192 or 256, the smallest that holds Q/K's and V's head dims
-// (multiples of 8 from 32 to 256; V's 0: Q/K's). Q, K and V load through TMA maps of their own head_dim columns,
+// The kernel head_dim of a 16-bit launch: 64, 80, 96, 128, 192 or 256, the smallest that holds Q/K's and V's head
+// dims (multiples of 8 from 32 to 256; V's 0: Q/K's). Q, K and V load through TMA maps of their own head_dim columns,
 // which fill the columns past it with zeros: they add nothing to S, O's columns past V's head_dim stay zero and the
-// epilogue writes V's head_dim of them. The MMAs run at the kernel's width (d80 and d96 cost what d128 costs,
-// d160 and Q/K 192 with V 128 what d192 costs).
+// epilogue writes V's head_dim of them. The MMAs run at the kernel's width (d72 costs what d80 costs, d112 what
+// d128 costs, d160 and Q/K 192 with V 128 what d192 costs).
 constexpr int hopper_kernel_dim(int head_dim, int head_dim_v = 0) {
   const int widest = head_dim > head_dim_v ? head_dim : head_dim_v;
-  return widest <= 64 ? 64 : widest <= 128 ? 128 : widest <= 192 ? 192 : 256;
+  return widest <= 64 ? 64 : widest <= 80 ? 80 : widest <= 96 ? 96 : widest <= 128 ? 128 : widest <= 192 ? 192 : 256;
 }
+// The head_dim whose tile choices a kernel takes (every table below): d80 and d96 those of d128.
+constexpr int hopper_tile_dim(int head_dim) { return head_dim == 80 || head_dim == 96 ? 128 : head_dim; }
+// Bytes per shared-memory row of a 64 / 32 / 16-column panel, the TMA swizzle of the tiles: 128 where the head_dim is
+// a multiple of 64 columns, 64 at d96 (three panels), 32 at d80 (five panels).
+constexpr int hopper_swizzle(int head_dim) { return head_dim % 64 == 0 ? 128 : head_dim % 32 == 0 ? 64 : 32; }
 constexpr bool hopper_takes_head_dim(int head_dim) { return head_dim >= 32 && head_dim <= 256 && head_dim % 8 == 0; }
 
 // Whether causal launches at head_dim take the dynamic scheduler (persistent CTAs fed by a counter).
@@ -65,7 +70,9 @@ constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 // spread over more keys), 112 at d192 (S 56 + P 28 + O 96 registers; Q 48 KB + 2 x (K + V 42 KB) of shared
 // memory), 80 at d256 (S 40 + P 20 + O 128 registers; Q 64 KB + 2 x (K + V 40 KB)); 128 elsewhere and in every
 // causal d64 / d128 launch (d192 and d256 run their one tile in causal launches too).
-constexpr int hopper_block_kv(int head_dim) { return head_dim == 192 ? 112 : by_head_dim(head_dim, 128, 176, 80); }
+constexpr int hopper_block_kv(int head_dim) {
+  return head_dim == 192 ? 112 : by_head_dim(hopper_tile_dim(head_dim), 128, 176, 80);
+}
 // The wide head dims, 192 and 256, whose O takes most of the consumers' registers: lazy rescale, the retire at the
 // top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
 constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
@@ -90,6 +97,7 @@ constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false>
 struct HopperTiles {
   static constexpr int DIM = DIM_;
+  static constexpr int TILE_DIM = hopper_tile_dim(DIM);  // whose choices below it takes
   static constexpr bool LOCAL = LOCAL_;
   static constexpr bool VARLEN = VARLEN_;
   static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
@@ -119,7 +127,7 @@ struct HopperTiles {
   // The KV loop as two copies of the step, the tiles that need no mask first, so that the steady loop's
   // softmax has no mask branch and ptxas leaves the P V wait inside it (d128; d64 and d256 run one loop).
   // (Local launches: the window's left edge, masked, before the mask-free copy.)
-  static constexpr bool UNMASKED_LOOP = DIM == 128;
+  static constexpr bool UNMASKED_LOOP = TILE_DIM == 128;
   // Each step reads the CTA's shared base anew through a volatile cvta (d192, d256), so that ptxas rebuilds it in
   // the loop and issues the S wgmmas interleaved instead of back to back.
   static constexpr bool PIN_BASE = hopper_wide(DIM);
@@ -129,7 +137,7 @@ struct HopperTiles {
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? 4096 : 0;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
   // 176-key kernels keep their machine code)
-  static constexpr bool DYNAMIC_CAUSAL = hopper_dynamic_causal(DIM) && (DIM != 128 || BLOCK_KV == 128);
+  static constexpr bool DYNAMIC_CAUSAL = hopper_dynamic_causal(DIM) && (TILE_DIM != 128 || BLOCK_KV == 128);
   // Whether a launch walks causal items with persistent CTAs (host and kernel must agree; cluster kernels run
   // non-causal launches only).
   __host__ __device__ static bool causal_persistent(const FwdParams& p) {
@@ -138,10 +146,12 @@ struct HopperTiles {
   }
   // Heads per group of the work order (scheduler's work_item): d128 walks all query tiles of one head
   // before the next (FlashAttention-4's grid order); 0: l2_head_group (heads filling half of L2).
-  static constexpr int HEAD_GROUP = by_head_dim(DIM, 0, 1, 0);
-  static constexpr int PANELS = DIM / 64;              // 64-column, 128-byte-row panels
-  static constexpr int Q_PANEL_BYTES = BLOCK_Q * 128;
-  static constexpr int KV_PANEL_BYTES = BLOCK_KV * 128;
+  static constexpr int HEAD_GROUP = by_head_dim(TILE_DIM, 0, 1, 0);
+  static constexpr int SWIZZLE = hopper_swizzle(DIM);  // bytes per panel row
+  static constexpr int PANEL_COLS = SWIZZLE / 2;
+  static constexpr int PANELS = DIM / PANEL_COLS;      // 64-column panels of 128-byte rows (32 / 64 at d96, 16 / 32 at d80)
+  static constexpr int Q_PANEL_BYTES = BLOCK_Q * SWIZZLE;
+  static constexpr int KV_PANEL_BYTES = BLOCK_KV * SWIZZLE;
   static constexpr int Q_BYTES = PANELS * Q_PANEL_BYTES;
   static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
   // Rows of K/V one producer loads per tile: all of them, or its share of a multicast tile. A share
@@ -154,7 +164,7 @@ struct HopperTiles {
   // state spills in the consumers (O alone is 128 registers there), and the 128-key d128 kernel runs causal
   // and short launches only.
   static constexpr bool SPLIT_TAIL =
-      HOPPER_OPTIONS.split_tail && !VARLEN && (DIM == 64 || (DIM == 128 && BLOCK_KV > 128));
+      HOPPER_OPTIONS.split_tail && !VARLEN && (DIM == 64 || (TILE_DIM == 128 && BLOCK_KV > 128));
   // Where a CTA keeps its range of the split tail: d64 in shared memory, read back where it is used (its
   // producer and consumers have no register to keep it live across the item loop); d128 in registers, with the
   // round's split decided at its start (the walk from shared memory compiled to a slower d128 loop).
@@ -167,13 +177,14 @@ struct HopperTiles {
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (RING_BARRIERS + RING_BARRIERS % 2);
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
   // O leaves through shared memory, whole rows per store (epilogue.cuh): per consumer warp 8 rows of DIM
-  // 16-bit values, at d64 and d128. At d256 the tiles leave 3 KB of the 227.
-  static constexpr bool STAGED_STORE = DIM <= 128;
+  // 16-bit values, at d64 and d128 (the staging takes rows of a multiple of 128 bytes: not d80, d96). At d256 the
+  // tiles leave 3 KB of the 227.
+  static constexpr bool STAGED_STORE = DIM == 64 || DIM == 128;
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs, instead of after the stores: in the 128-key
   // kernels (d128 causal and up to 1k keys, d64); the 176-key loops compiled slower with it.
-  static constexpr bool EARLY_NEXT = (DIM == 128 && BLOCK_KV == 128) || DIM == 64;
+  static constexpr bool EARLY_NEXT = (TILE_DIM == 128 && BLOCK_KV == 128) || DIM == 64;
   static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
@@ -234,7 +245,7 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
         return f.template operator()<128, 1, 2, false, true>();
       return f.template operator()<128, 1, 0, false, true>();
     } else {
-      if (p.causal || (DIM == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+      if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
         return f.template operator()<causal_kv, 1, 0, false, true>();
       return f.template operator()<block_kv, 1, 0, false, true>();
     }
@@ -243,11 +254,11 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
     if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, false>();
     return f.template operator()<128, 1, 0, false, false>();
   } else {
-    if (p.causal || (DIM == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+    if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
       return f.template operator()<causal_kv, 1, 0, false, false>();
     constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
     const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
-    if constexpr (DIM == 128) {
+    if constexpr (hopper_tile_dim(DIM) == 128) {
       if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
         if constexpr (cluster > 1)
           if (pairs) return f.template operator()<128, cluster, 0, false, false>();

@@ -47,21 +47,24 @@ inline int encode_tiled_map(CUtensorMap* map, CUtensorMapDataType dtype, int ran
   return 0;
 }
 
-// 4-D map (head_dim, seq, heads, batch) over a strided (B, H, S, D) tensor; one box is 64
-// columns (128 bytes, the swizzle span) x box_rows rows of one (batch, head). Rows past
+// 4-D map (head_dim, seq, heads, batch) over a strided (B, H, S, D) tensor; one box is swizzle / 2
+// columns (the swizzle span: 128, 64 or 32 bytes) x box_rows rows of one (batch, head). Rows past
 // `seqlen` come back as zeros. Strides of size-1 dimensions are never stepped over, so they are
 // replaced by a valid multiple of 16 bytes (a broadcast stride of 0 would be refused).
 inline int encode_map(CUtensorMap* map, const void* ptr, const int64_t (&stride)[3], int batch,
-               int heads, int seqlen, int dim, int box_rows, int dtype, char* err, int err_len) {
+               int heads, int seqlen, int dim, int box_rows, int dtype, char* err, int err_len, int swizzle = 128) {
   const cuuint64_t sizes[4] = {cuuint64_t(dim), cuuint64_t(seqlen), cuuint64_t(heads), cuuint64_t(batch)};
   cuuint64_t bytes[3];
   bytes[0] = seqlen > 1 ? stride[2] * 2 : dim * 2;
   bytes[1] = heads > 1 ? stride[1] * 2 : bytes[0] * seqlen;
   bytes[2] = batch > 1 ? stride[0] * 2 : bytes[1] * heads;
-  const cuuint32_t box[4] = {64, cuuint32_t(box_rows), 1, 1};
+  const cuuint32_t box[4] = {cuuint32_t(swizzle / 2), cuuint32_t(box_rows), 1, 1};
+  const CUtensorMapSwizzle mode = swizzle == 128  ? CU_TENSOR_MAP_SWIZZLE_128B
+                                  : swizzle == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
+                                                  : CU_TENSOR_MAP_SWIZZLE_32B;
   return encode_tiled_map(
       map, dtype == FA_DTYPE_BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, ptr,
-      sizes, bytes, box, CU_TENSOR_MAP_SWIZZLE_128B, err, err_len);
+      sizes, bytes, box, mode, err, err_len);
 }
 
 // The launch configuration of a cluster kernel (cluster x 1 x 1 CTAs; the grid set by the caller).

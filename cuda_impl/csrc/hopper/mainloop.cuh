@@ -47,27 +47,30 @@ __device__ __forceinline__ float score_scale(const FwdParams& p) {
   return C::LOCAL && p.softcap > 0.f ? 1.f : p.scale;
 }
 
-// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / 4 of both operands.
+// S = Q K^T: k-step kk reads 16 columns = 32 bytes inside panel kk / STEPS of both operands (STEPS = SWIZZLE / 32
+// k-steps per panel: 4 in 128-byte rows, 2 in 64-byte, 1 in 32-byte).
 template <typename T, typename C>
 __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, uint32_t k_smem) {
-  const uint64_t q_desc = sm90::desc_sw128(q_smem, 16, 1024), k_desc = sm90::desc_sw128(k_smem, 16, 1024);
+  constexpr int STEPS = C::SWIZZLE / 32;
+  const uint64_t q_desc = sm90::desc_kmajor<C::SWIZZLE>(q_smem), k_desc = sm90::desc_kmajor<C::SWIZZLE>(k_smem);
 #pragma unroll
-  for (int kk = 0; kk < C::PANELS * 4; kk++) {
-    const uint32_t in_panel = (kk % 4) * 32;
-    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / 4) * C::Q_PANEL_BYTES + in_panel),
-                                   sm90::desc_advance(k_desc, (kk / 4) * C::KV_PANEL_BYTES + in_panel), kk > 0);
+  for (int kk = 0; kk < C::PANELS * STEPS; kk++) {
+    const uint32_t in_panel = (kk % STEPS) * 32;
+    sm90::wgmma_ss<T, C::BLOCK_KV>(S, sm90::desc_advance(q_desc, (kk / STEPS) * C::Q_PANEL_BYTES + in_panel),
+                                   sm90::desc_advance(k_desc, (kk / STEPS) * C::KV_PANEL_BYTES + in_panel), kk > 0);
   }
   sm90::wgmma_commit();
 }
 
-// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (2048 bytes) further; the
+// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (16 rows of SWIZZLE bytes) further; the
 // head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
 template <typename T, typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
-  const uint64_t v_desc = sm90::desc_sw128(v_smem, C::KV_PANEL_BYTES, 1024);
+  const uint64_t v_desc = sm90::desc_swizzled<C::SWIZZLE>(v_smem, C::KV_PANEL_BYTES, 8 * C::SWIZZLE);
 #pragma unroll
-  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++) sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
+  for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
+    sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 16 * C::SWIZZLE));
   sm90::wgmma_commit();
 }
 
@@ -88,7 +91,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   const float scale_log2 = score_scale<C>(p) * LOG2E;
   const float cap_in = C::LOCAL ? p.scale / p.softcap : 0.f;  // (used only where softcap > 0)
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
-  const uint32_t q_smem = smem + consumer * 64 * 128;
+  const uint32_t q_smem = smem + consumer * 64 * C::SWIZZLE;
   const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * 2 * C::KV_BYTES; };
   // Stage and phase parity of the item's KV tile `tile` in the ring.
   const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
@@ -137,7 +140,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   const auto step = [&](int tile, auto tile_may_mask) {
     const uint32_t base = C::PIN_BASE ? sm90::shared_base_anew() : smem;
     const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
-    const uint32_t q_smem = base + consumer * 64 * 128;
+    const uint32_t q_smem = base + consumer * 64 * C::SWIZZLE;
     const int s = stage(tile), prev = stage(tile - 1);
     sm90::mbar_wait(bars.k_full(s), parity(tile));
     // V(t-1) landed with K(t-1), long ago; waiting here keeps every branch out of the span

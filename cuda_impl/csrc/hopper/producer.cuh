@@ -21,10 +21,11 @@ __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* ma
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++) {
     if constexpr (C::CLUSTER == 1)
-      sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * 64, kv_start, w.head_kv, w.batch);
+      sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * C::PANEL_COLS, kv_start, w.head_kv,
+                        w.batch);
     else
-      sm90::tma_load_4d_multicast(dst + panel * C::KV_PANEL_BYTES + rank * C::KV_BOX_ROWS * 128, map, bar,
-                                  panel * 64, kv_start + rank * C::KV_BOX_ROWS, w.head_kv, w.batch,
+      sm90::tma_load_4d_multicast(dst + panel * C::KV_PANEL_BYTES + rank * C::KV_BOX_ROWS * C::SWIZZLE, map, bar,
+                                  panel * C::PANEL_COLS, kv_start + rank * C::KV_BOX_ROWS, w.head_kv, w.batch,
                                   (1u << C::CLUSTER) - 1);
   }
 }
@@ -41,7 +42,7 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
   sm90::mbar_arrive_expect_tx(bars.q_full(), C::Q_BYTES);
 #pragma unroll
   for (int panel = 0; panel < C::PANELS; panel++)
-    sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * 64,
+    sm90::tma_load_4d(smem + panel * C::Q_PANEL_BYTES, map_q, bars.q_full(), panel * C::PANEL_COLS,
                       C::VARLEN ? w.q_row0 + w.q_start : w.q_start, w.head_q, w.batch);
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int s = (done.kv_tiles + tile) % C::STAGES;

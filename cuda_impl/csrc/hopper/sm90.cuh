@@ -182,13 +182,18 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 
 // --- wgmma ----------------------------------------------------------------------------------
 
-// Shared-memory matrix descriptor for the 128-byte swizzle that TMA writes (rows of 128 bytes,
-// 8-row atoms of 1024 bytes, atoms 1024-byte aligned). sbo: bytes between 8-row groups;
-// lbo: for MN-major operands the bytes between 64-element column panels (ignored for K-major).
-__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+// Shared-memory matrix descriptor for the swizzle that TMA writes, rows of SWIZZLE bytes (128, 64 or 32: layout
+// types 1, 2, 3), 8-row atoms of 8 * SWIZZLE bytes aligned to their size. sbo: bytes between 8-row groups; lbo: for
+// MN-major operands the bytes between column panels of SWIZZLE / 2 16-bit elements (ignored for K-major).
+template <int SWIZZLE>
+__device__ __forceinline__ uint64_t desc_swizzled(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  static_assert(SWIZZLE == 128 || SWIZZLE == 64 || SWIZZLE == 32, "desc_swizzled: 128-, 64- or 32-byte swizzle");
+  constexpr uint64_t layout = SWIZZLE == 128 ? 1 : SWIZZLE == 64 ? 2 : 3;
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) |
-         static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 |
-         1ull << 62;  // layout type 1 = 128B swizzle
+         static_cast<uint64_t>(lbo >> 4) << 16 | static_cast<uint64_t>(sbo >> 4) << 32 | layout << 62;
+}
+__device__ __forceinline__ uint64_t desc_sw128(uint32_t addr, uint32_t lbo, uint32_t sbo) {
+  return desc_swizzled<128>(addr, lbo, sbo);
 }
 
 // The same descriptor `bytes` further on (a multiple of 16): the start address field holds
@@ -244,6 +249,7 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
 #define FA_ACC40(d) FA_ACC32(d), FA_ACC8(d, 32)
+#define FA_ACC48(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40)
 #define FA_ACC56(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48)
 #define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
 #define FA_ACC96(d) FA_ACC64(d), FA_ACC32_AT(d, 64)
@@ -261,6 +267,10 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
   "%32, %33, %34, %35, %36, %37, %38, %39}"
+#define FA_OPS48                                                                  \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}"
 #define FA_OPS56                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, " \
@@ -369,7 +379,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 #undef FA_SS
 
 // D (64 x N, fp32) += A (64 x 16, registers: the mma.sync A-fragment layout per warp) *
-// B (16 x N, shared, MN-major: the transpose bit set). N = 64, 128, 192 or 256 (= the kernel's head_dim). As FA_SS:
+// B (16 x N, shared, MN-major: the transpose bit set). N = 64, 80, 96, 128, 192 or 256 (= the kernel's head_dim). As FA_SS:
 // the asm string spells out its operand numbers, the N / 2 accumulators first, then A's four registers (AREGS), the
 // descriptor (DESC) and the accumulate flag (FLAG, always set).
 #define FA_RS(SHAPE, TY, OPS, ACC, AREGS, DESC, FLAG)                                    \
@@ -390,13 +400,18 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4],
                                          uint64_t desc_b) {
-  static_assert(N == 64 || N == 128 || N == 192 || N == 256, "wgmma_rs: N = 64, 128, 192 or 256");
+  static_assert(N == 64 || N == 80 || N == 96 || N == 128 || N == 192 || N == 256,
+                "wgmma_rs: N = 64, 80, 96, 128, 192 or 256");
   if constexpr (N == 256) {
     FA_RS_TYPED("m64n256k16", FA_OPS128, FA_ACC128, "{%128, %129, %130, %131}", "%132", "%133");
   } else if constexpr (N == 192) {
     FA_RS_TYPED("m64n192k16", FA_OPS96, FA_ACC96, "{%96, %97, %98, %99}", "%100", "%101");
   } else if constexpr (N == 128) {
     FA_RS_TYPED("m64n128k16", FA_OPS64, FA_ACC64, "{%64, %65, %66, %67}", "%68", "%69");
+  } else if constexpr (N == 96) {
+    FA_RS_TYPED("m64n96k16", FA_OPS48, FA_ACC48, "{%48, %49, %50, %51}", "%52", "%53");
+  } else if constexpr (N == 80) {
+    FA_RS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "{%40, %41, %42, %43}", "%44", "%45");
   } else {
     FA_RS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "{%32, %33, %34, %35}", "%36", "%37");
   }
@@ -406,15 +421,12 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
 
 // --- fp8 (e4m3) wgmma: QGMMA, K-major descriptors, e4m3 A fragments -----------------------
 
-// K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (64 or 128), 8-row
+// K-major descriptor for the swizzled rows TMA writes: SWIZZLE = row bytes (32, 64 or 128), 8-row
 // atoms of 8 * SWIZZLE bytes (SBO), atoms aligned to their size. LBO is unused for K-major
-// swizzled layouts. Layout type (bits 62-63): 1 = 128-byte, 2 = 64-byte swizzle.
+// swizzled layouts.
 template <int SWIZZLE>
 __device__ __forceinline__ uint64_t desc_kmajor(uint32_t addr) {
-  static_assert(SWIZZLE == 64 || SWIZZLE == 128, "desc_kmajor: 64- or 128-byte swizzle");
-  constexpr uint64_t layout = SWIZZLE == 128 ? 1 : 2;
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | static_cast<uint64_t>(16 >> 4) << 16 |
-         static_cast<uint64_t>(8 * SWIZZLE >> 4) << 32 | layout << 62;
+  return desc_swizzled<SWIZZLE>(addr, 16, 8 * SWIZZLE);
 }
 
 // D (64 x 128, fp32) = A (64 x 32 e4m3, shared, K-major) * B (32 x 128 e4m3, shared, K-major)
