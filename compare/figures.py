@@ -914,7 +914,7 @@ def _gpu_slug(gpu: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", gpu.replace("NVIDIA ", "").lower()).strip("-")
 
 
-KERNEL_HEAD_DIMS = (64, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
+KERNEL_HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
 
 
 def headdims_data(df: pd.DataFrame) -> pd.DataFrame:

@@ -612,10 +612,13 @@ def headdims_findings(df: pd.DataFrame) -> list[str]:
     names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
     text = (f"**Head dims** (bf16, {int(shape['batch'])} × {_seq(shape['seqlen_q'])} tokens, {int(shape['heads_q'])} "
             f"heads, causal and not, {len(rates)} cases of one run, figure 11): ")
-    inner = []  # cuda:hopper's kernels besides the common ones, against the kernels beside them
-    for below, dim, above in zip(KERNEL_HEAD_DIMS, KERNEL_HEAD_DIMS[1:], KERNEL_HEAD_DIMS[2:]):
-        if dim in COMMON_HEAD_DIMS:
+    inner = []  # cuda:hopper's kernels besides the common ones, against the common ones beside them
+    for dim in KERNEL_HEAD_DIMS:
+        below = [d for d in COMMON_HEAD_DIMS if d < dim]
+        above = [d for d in COMMON_HEAD_DIMS if d > dim]
+        if dim in COMMON_HEAD_DIMS or not below or not above:
             continue
+        below, above = below[-1], above[0]
         up = pd.Series({c: versus(str(dim), c, above) for c in (False, True)}).dropna()
         down = pd.Series({c: versus(str(dim), c, below) for c in (False, True)}).dropna()
         if not up.empty and not down.empty:
