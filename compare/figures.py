@@ -499,12 +499,13 @@ def fig_ladder(df: pd.DataFrame, style: Style, reference_dir: Path) -> Figure:
     return fig
 
 
-def _ratio_heatmap(ax, grid: pd.DataFrame, norm, xlabel: str, ylabel: str) -> None:
-    """A speed-ratio panel (figures 3 and 9): cells annotated with two decimals, columns sequence lengths."""
+def _ratio_heatmap(ax, grid: pd.DataFrame, norm, xlabel: str, ylabel: str, named: bool = False) -> None:
+    """A speed-ratio panel (figures 3, 9 and 12): cells annotated with two decimals, columns sequence lengths and rows
+    integers, or (named) both the grid's own labels."""
     sns.heatmap(grid, ax=ax, cmap="RdBu_r", norm=norm, annot=True, fmt=".2f", cbar=False,
                 linewidths=0.5, linecolor="white", annot_kws={"fontsize": 8})
-    ax.set_xticklabels([_seqlen_tick(int(s)) for s in grid.columns], rotation=0)
-    ax.set_yticklabels([str(int(v)) for v in grid.index], rotation=0)
+    ax.set_xticklabels([str(s) if named else _seqlen_tick(int(s)) for s in grid.columns], rotation=0)
+    ax.set_yticklabels([str(v) if named else str(int(v)) for v in grid.index], rotation=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
 
@@ -958,6 +959,95 @@ def fig_headdims(df: pd.DataFrame) -> Figure:
     return fig
 
 
+def _best_ratio(rows: pd.DataFrame, index, columns) -> pd.DataFrame:
+    """Best CUDA over best Triton TFLOP/s (the same FLOPs: the time ratio) per (index, columns) cell of `rows`, NaN
+    where one family has no row; `index` and `columns` name columns of `rows` (a cell's labels)."""
+    rows = rows[rows["family"].isin(["cuda", "triton"])]
+    best = rows.pivot_table(index=[index, columns], columns="family", values="tflops", aggfunc="max")
+    best = best.reindex(columns=["cuda", "triton"])
+    return (best["cuda"] / best["triton"]).unstack(columns)
+
+
+def _dims_order(rows: pd.DataFrame) -> list[str]:
+    """The 'd64', 'd128', ... row labels of `rows`' head dims, narrowest first."""
+    return [f"d{int(d)}" for d in sorted(rows["head_dim"].unique())]
+
+
+def beyond_prefill_ratios(local: pd.DataFrame, varlen: pd.DataFrame, headdims: pd.DataFrame,
+                          mla: pd.DataFrame) -> list[tuple[str, pd.DataFrame, str, str]]:
+    """What figure 12 draws: for each sweep beyond dense prefill that has both a CUDA and a Triton row, the best
+    CUDA / best Triton speed per case, as (title, grid of ratios with its row and column labels, x label, y label).
+    Local: causal windows without a cap per (head_dim, window); varlen: the packed batches (not the padded ones) per
+    (head_dim, mix and mask); head dims: per (mask, head dims); MLA decode: per (heads and query tokens, batch and
+    cache length)."""
+    panels = []
+    rows = local_data(local)
+    rows = rows[rows["window_left"] >= 0]
+    if not rows.empty:
+        grid = _best_ratio(rows.assign(row=rows["head_dim"].astype(int).map("d{}".format),
+                                       col=rows["window_left"].astype(int)), "row", "col")
+        grid = grid.loc[_dims_order(rows)]
+        grid.columns = [_seqlen_tick(c) for c in grid.columns]
+        keys = "/".join(_seqlen_tick(k) for k in sorted(rows["seqlen_k"].unique()))
+        panels.append((f"local attention, causal, {keys} keys", grid, "window (keys left of the diagonal)", "head_dim"))
+    rows = varlen_data(varlen)
+    rows = rows[rows["packing"] != "padded"]
+    if not rows.empty:
+        mixes = [m for m in ("longtail", "uniform", "equal") if m in set(rows["lengths"])] + sorted(
+            set(rows["lengths"]) - {"longtail", "uniform", "equal"})
+        rows = rows.assign(row=rows["head_dim"].astype(int).map("d{}".format),
+                           col=rows["lengths"] + np.where(rows["causal"], " causal", " full"))
+        grid = _best_ratio(rows, "row", "col")
+        order = [f"{m} {c}" for m in mixes for c in ("causal", "full")]
+        grid = grid.loc[_dims_order(rows), [c for c in order if c in grid.columns]]
+        panels.append(("packed variable-length batches", grid, "length mix, mask", "head_dim"))
+    rows = headdims_data(headdims)
+    if not rows.empty:
+        order = rows.drop_duplicates("dims").sort_values(["width", "head_dim"])["dims"].tolist()
+        grid = _best_ratio(rows.assign(row=np.where(rows["causal"], "causal", "full")), "row", "dims")
+        panels.append(("head dims, 4 x 4k tokens", grid[[d for d in order if d in grid.columns]],
+                       "head_dim (Q/K, or Q/K / V)", "mask"))
+    rows = mla_data(mla)
+    if not rows.empty:
+        rows = rows.sort_values(["heads_q", "seqlen_q", "batch", "seqlen_k"])
+        number = lambda column: rows[column].astype(int).astype(str)  # noqa: E731
+        rows = rows.assign(row="h" + number("heads_q") + " q" + number("seqlen_q"),
+                           col="b" + number("batch") + " " + rows["seqlen_k"].astype(int).map(_seqlen_tick))
+        grid = _best_ratio(rows, "row", "col").loc[list(dict.fromkeys(rows["row"])), list(dict.fromkeys(rows["col"]))]
+        pages = "/".join(str(int(p)) for p in sorted(rows["page_size"].dropna().unique()))
+        panels.append((f"MLA decode, pages of {pages}", grid, "batch, cache length", "query heads, tokens"))
+    return [(title, grid, x, y) for title, grid, x, y in panels if grid.notna().any().any()]
+
+
+def fig_beyond_prefill(local: pd.DataFrame, varlen: pd.DataFrame, headdims: pd.DataFrame, mla: pd.DataFrame) -> Figure:
+    """Figure 12: where custom CUDA wins beyond dense prefill, one panel per sweep (beyond_prefill_ratios), the colour
+    scale of figure 3; decode has its own map (figure 9)."""
+    panels = beyond_prefill_ratios(local, varlen, headdims, mla)
+    if not panels:
+        raise NothingToDraw("no sweep beyond dense prefill has passing rows from both a CUDA and a Triton backend")
+    low, high = RATIO_COLOR_RANGE
+    norm = TwoSlopeNorm(vmin=low, vcenter=1.0, vmax=high)
+    ncols = min(2, len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(6.4 * ncols + 1.0, 3.4 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    for ax, (title, grid, xlabel, ylabel) in zip(axes.flat, panels):
+        _ratio_heatmap(ax, grid, norm, xlabel, ylabel, named=True)
+        ax.tick_params(axis="x", labelsize=7)
+        ax.set_title(title, fontsize=10)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.set_visible(False)
+    colorbar = fig.colorbar(axes.flat[0].collections[0], ax=axes, shrink=0.6, label="best CUDA / best Triton speed")
+    colorbar.ax.minorticks_off()
+    fig.suptitle("Where custom CUDA wins beyond dense prefill: > 1 (red) CUDA faster, < 1 (blue) Triton faster")
+    drawn = pd.concat([local, varlen, headdims, mla])
+    drawn = passed(drawn[drawn["family"].isin(["cuda", "triton"])])
+    _footer(fig, [environment_caption(drawn), "bf16; best passing variant of each family per case (same FLOPs: the "
+                  f"time ratio); the colour scale of figure 3 ({low:.2f} to {high:.2f}), cells beyond it take the end "
+                  "colour; blank: one side has no passing row. Decode: figure 9."])
+    return fig
+
+
 def generate(data_dir: Path = REPO_ROOT / "figures" / "data", out_dir: Path = REPO_ROOT / "figures",
              reference_dir: Path = REPO_ROOT / "figures" / "reference", log=print) -> list[Path]:
     """Draw every figure the data supports into `out_dir` (PNG and PDF); returns the files written."""
@@ -1009,6 +1099,8 @@ def _generate(data_dir: Path, out_dir: Path, reference_dir: Path, log) -> list[P
             "fig9_decode_cuda_vs_triton": lambda: fig_decode_cuda_vs_triton(decode_rows),
             "fig10_mla_decode": lambda: fig_mla(mla_rows),
             "fig11_head_dims": lambda: fig_headdims(headdims_rows),
+            "fig12_cuda_vs_triton_beyond_prefill": lambda: fig_beyond_prefill(local_rows, varlen_rows, headdims_rows,
+                                                                              mla_rows),
             "figA1_tflops_grid": lambda: fig_tflops_grid(rows, style),
         }
         for name, make in makers.items():
