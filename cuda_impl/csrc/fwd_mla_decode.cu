@@ -211,27 +211,11 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
         for (int i = 0; i < 4; i++)
           if (tile_start + 8 * j + c2 + i % 2 >= row_end[i / 2]) S[j][i] = -INFINITY;
     }
-    // Online softmax over the tile's 32 keys, a row's four lanes meeting by shuffles.
+    // Online softmax over the tile's 32 keys (decode/mla.cuh), O rescaled on every new maximum.
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-      float m = row_max[h];
-#pragma unroll
-      for (int j = 0; j < C::N_TILES; j++) m = fmaxf(m, fmaxf(S[j][2 * h], S[j][2 * h + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-      // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      const float alpha = rescale_factor(row_max[h], m, m_scaled, scale_log2);
-      row_max[h] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < C::N_TILES; j++)
-#pragma unroll
-        for (int e = 0; e < 2; e++) {
-          S[j][2 * h + e] = fast_exp2(fmaf(S[j][2 * h + e], scale_log2, -m_scaled));
-          sum += S[j][2 * h + e];
-        }
-      row_sum[h] = row_sum[h] * alpha + sum;
+      const float alpha = mla_softmax_row<C::N_TILES, false>(row_max[h], row_sum[h], scale_log2,
+                                                             [&](int j, int c) -> float& { return S[j][2 * h + c]; });
 #pragma unroll
       for (int nd = 0; nd < C::O_TILES; nd++) O_rmem[nd][2 * h] *= alpha, O_rmem[nd][2 * h + 1] *= alpha;
     }

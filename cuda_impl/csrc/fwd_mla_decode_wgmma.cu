@@ -215,33 +215,12 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       for (int i = 0; i < C::S_REGS; i++)
         if (tile_start + 8 * (i / 4) + c2 + i % 2 >= row_end[(i / 2) % 2]) S[i] = -INFINITY;
     }
-    // Online softmax over the tile's 32 keys, a row's four lanes meeting by shuffles.
+    // Online softmax over the tile's 32 keys (decode/mla.cuh).
     float alpha[2];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-      float m = row_max[h];
-#pragma unroll
-      for (int j = 0; j < C::S_REGS / 4; j++) m = fmaxf(m, fmaxf(S[4 * j + 2 * h], S[4 * j + 2 * h + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, 2));
-      // Growth by at most 2^8 keeps the old maximum (alpha 1): P then reaches 2^8, harmless in 16-bit P and fp32
-      // sums (O / l and the LSE use the same maximum), and most tiles of a long cache skip the O rescale.
-      if (row_max[h] != -INFINITY && (m - row_max[h]) * scale_log2 <= 8.f) m = row_max[h];
-      // A row that has seen no key keeps max -inf; shifting by 0 makes its P and the rescale 0, not NaN.
-      const float m_scaled = m == -INFINITY ? 0.f : m * scale_log2;
-      alpha[h] = rescale_factor(row_max[h], m, m_scaled, scale_log2);
-      row_max[h] = m;
-      float sum = 0.f;
-#pragma unroll
-      for (int j = 0; j < C::S_REGS / 4; j++)
-#pragma unroll
-        for (int c = 0; c < 2; c++) {
-          float& s = S[4 * j + 2 * h + c];
-          s = fast_exp2(fmaf(s, scale_log2, -m_scaled));
-          sum += s;
-        }
-      row_sum[h] = row_sum[h] * alpha[h] + sum;
-    }
+    for (int h = 0; h < 2; h++)
+      alpha[h] = mla_softmax_row<C::S_REGS / 4, true>(row_max[h], row_sum[h], scale_log2,
+                                                     [&](int j, int c) -> float& { return S[4 * j + 2 * h + c]; });
     // O *= alpha (P V(tile - 1) has retired): 128 multiplies a thread, skipped by a warp none of whose rows moved
     // its maximum.
     if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
