@@ -18,6 +18,8 @@ def test_the_sweep_spans_the_issue_grid():
     assert (min(c.batch for c in cases), max(c.batch for c in cases)) == (1, 128)
     assert (min(c.seqlen_k for c in cases), max(c.seqlen_k for c in cases)) == (1024, 65536)
     assert {(c.seqlen_q, c.causal) for c in cases} == {(1, False), (2, True)}
+    # every tile of the CUDA kernels: 16 rows (16 heads x 1), 32 (16 x 2: mma.sync's wider tile), 64 and up (wgmma)
+    assert {c.heads_q * c.seqlen_q for c in cases} == {16, 32, 64, 128, 256}
 
 
 def test_only_the_decode_kernels_take_an_mla_case():
