@@ -33,7 +33,8 @@ def _load(tmp_path, name, rows):
 
 def _sweeps(tmp_path):
     local = _load(tmp_path, "local", [
-        _row("cuda:hopper", 400, head_dim=128, window_left=1024), _row("triton:fa2", 200, head_dim=128, window_left=1024),
+        _row("cuda:hopper", 400, head_dim=128, window_left=1024),
+        _row("triton:fa2", 200, head_dim=128, window_left=1024),
         _row("cuda:hopper", 300, head_dim=64, window_left=1024), _row("triton:fa2", 250, head_dim=64, window_left=1024),
         _row("triton:fa2-ws", 500, head_dim=128),  # dense: not a local cell
         _row("cuda:hopper", 100, head_dim=256, window_left=1024, oracle="fail"), _row("triton:fa2", 90, head_dim=256,

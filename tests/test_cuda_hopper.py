@@ -223,7 +223,8 @@ def test_wide_tiles_fit_the_consumer_register_budget(hopper_sass, head_dim, bloc
 
 def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library):
     """The causal kernels of d128, d80, d96 (128-key tiles), both d64 kernels and d192's fetch their causal items from a
-    global counter; the non-causal d80-d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state would spill).
+    global counter; the non-causal d80-d128 kernels and d256 do not (d256 keeps its static walk: its hand-over state
+    would spill).
     Python learns which from the C entry, and zeroes the counter only for those launches."""
     lib = _lib.load()
     assert [lib.cuda_fa_hopper_dynamic_causal(d) for d in (64, 80, 96, 128, 192, 256)] == [1, 1, 1, 1, 1, 0]

@@ -108,7 +108,8 @@ def test_same_bits_covers_every_variant_and_head_dim_the_library_takes():
     assert set(table) == {"v1", "v2", "v3", "v4", "v5", "hopper", "hopper-fp8", "hopper-mxfp8", "hopper-nvfp4"}
     for variant, spec in table.items():
         kernel_dims = (64, 80, 96, 128, 192, 256) if variant == "hopper" else (64, 128, 256)  # (hopper_kernel_dim)
-        assert tuple(spec["head_dims"]) == tuple(d for d in cuda_impl.VARIANTS[variant]["head_dims"] if d in kernel_dims)
+        takes = cuda_impl.VARIANTS[variant]["head_dims"]
+        assert tuple(spec["head_dims"]) == tuple(d for d in takes if d in kernel_dims)
         assert set(spec["formats"]) == set(cuda_impl.VARIANTS[variant]["formats"]) & set(core.ALL_FORMATS)
     todo = same_bits.items()
     got = {(i.variant, i.case.fmt, i.case.head_dim, i.case.causal) for i in todo}

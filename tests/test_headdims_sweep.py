@@ -48,7 +48,8 @@ def test_the_head_dim_finding_is_computed_from_the_rows(tmp_path):
     (text,) = report.headdims_findings(_results(tmp_path))
     assert "its own d192 kernel runs at 0.80× the d256 kernel's FLOP rate and 0.93× d128's" in text
     assert "its own d96 kernel" not in text  # (no d64 row)
-    assert "at d160 and Q/K 192 with V 128, which run on the kernel of the next of 64 / 80 / 96 / 128 / 192 / 256" in text
+    assert ("at d160 and Q/K 192 with V 128, which run on the kernel of the next of 64 / 80 / 96 / 128 / 192 / 256"
+            in text)
     # 504 / 560 = 0.90, 420 / 560 = 0.75
     assert "with zero columns, 0.75–0.90× that kernel's own FLOP rate (lowest at d192v128)" in text
     # held to 0.9: d96 on d128 0.77, d192 on d256 0.80 (no d80 row)

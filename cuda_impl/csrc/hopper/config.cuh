@@ -149,7 +149,8 @@ struct HopperTiles {
   static constexpr int HEAD_GROUP = by_head_dim(TILE_DIM, 0, 1, 0);
   static constexpr int SWIZZLE = hopper_swizzle(DIM);  // bytes per panel row
   static constexpr int PANEL_COLS = SWIZZLE / 2;
-  static constexpr int PANELS = DIM / PANEL_COLS;      // 64-column panels of 128-byte rows (32 / 64 at d96, 16 / 32 at d80)
+  // panels of 64 columns in 128-byte rows (d96: 32 columns in 64 bytes; d80: 16 in 32)
+  static constexpr int PANELS = DIM / PANEL_COLS;
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * SWIZZLE;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * SWIZZLE;
   static constexpr int Q_BYTES = PANELS * Q_PANEL_BYTES;
