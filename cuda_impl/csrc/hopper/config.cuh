@@ -77,7 +77,7 @@ constexpr int hopper_block_kv(int head_dim) {
 // top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
 constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
 
-// CTAs per cluster of non-causal d128 / d256 where a head's query tiles pair up.
+// CTAs per cluster of non-causal d80-d256 where a head's query tiles pair up.
 constexpr int hopper_cluster(int head_dim) { return head_dim == 64 || !HOPPER_OPTIONS.cluster ? 1 : 2; }
 
 // Non-causal d128 up to this many keys runs the 128-key one-CTA kernel: a 176-key tail tile is a third
@@ -125,14 +125,14 @@ struct HopperTiles {
   // right after softmax(t), where ptxas moves the wait ahead of the softmax (d64, d128: faster there).
   static constexpr bool RETIRE_AT_TOP = hopper_wide(DIM);
   // The KV loop as two copies of the step, the tiles that need no mask first, so that the steady loop's
-  // softmax has no mask branch and ptxas leaves the P V wait inside it (d128; d64 and d256 run one loop).
+  // softmax has no mask branch and ptxas leaves the P V wait inside it (d80-d128; d64, d192, d256 run one loop).
   // (Local launches: the window's left edge, masked, before the mask-free copy.)
   static constexpr bool UNMASKED_LOOP = TILE_DIM == 128;
   // Each step reads the CTA's shared base anew through a volatile cvta (d192, d256), so that ptxas rebuilds it in
   // the loop and issues the S wgmmas interleaved instead of back to back.
   static constexpr bool PIN_BASE = hopper_wide(DIM);
   // Causal launches with persistent CTAs in the balanced static order, for seqlen_k in
-  // [CAUSAL_PERSISTENT_FROM, CAUSAL_PERSISTENT_KEYS]: d256 only (d64 and d128 take the dynamic scheduler).
+  // [CAUSAL_PERSISTENT_FROM, CAUSAL_PERSISTENT_KEYS]: d256 only (the others take the dynamic scheduler).
   static constexpr int CAUSAL_PERSISTENT_KEYS = DIM == 256 ? 8192 : 0;
   static constexpr int CAUSAL_PERSISTENT_FROM = DIM == 256 ? 4096 : 0;
   // (d128: only the 128-key instantiation that causal launches use carries the hand-over; the non-causal
@@ -161,7 +161,7 @@ struct HopperTiles {
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
-  // Whether non-causal launches split their last round: d64 and the 176-key d128 kernels. At d256 the split's
+  // Whether non-causal launches split their last round: d64 and the 176-key d80-d128 kernels. At d256 the split's
   // state spills in the consumers (O alone is 128 registers there), and the 128-key d128 kernel runs causal
   // and short launches only.
   static constexpr bool SPLIT_TAIL =
