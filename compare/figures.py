@@ -186,14 +186,18 @@ def tflops_bounds(df: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     return df["tflops"] * df["ms_p50"] / df["ms_p80"], df["tflops"] * df["ms_p50"] / df["ms_p20"]
 
 
+def family_best(rows: pd.DataFrame, cells: list[str]) -> pd.DataFrame:
+    """The best CUDA and the best Triton TFLOP/s of `rows` per `cells` (columns "cuda", "triton"; NaN where a family
+    has no row)."""
+    best = rows[rows["family"].isin(["cuda", "triton"])].pivot_table(
+        index=cells, columns="family", values="tflops", aggfunc="max")
+    return best.reindex(columns=["cuda", "triton"])
+
+
 def cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
     """Best CUDA over best Triton TFLOP/s per (format, causal, head_dim, seqlen) of the grid, among rows that
     passed the oracle. A cell holds a ratio only when both families have a passing row there (else NaN)."""
-    rows = passed(grid_rows(df))
-    cells = ["format", "causal", "head_dim", "seqlen_q"]
-    best = rows[rows["family"].isin(["cuda", "triton"])].pivot_table(
-        index=cells, columns="family", values="tflops", aggfunc="max")
-    best = best.reindex(columns=["cuda", "triton"])
+    best = family_best(passed(grid_rows(df)), ["format", "causal", "head_dim", "seqlen_q"])
     best["ratio"] = best["cuda"] / best["triton"]
     return best.reset_index().rename(columns={"seqlen_q": "seqlen", "cuda": "best_cuda", "triton": "best_triton"})
 
@@ -962,9 +966,7 @@ def fig_headdims(df: pd.DataFrame) -> Figure:
 def _best_ratio(rows: pd.DataFrame, index, columns) -> pd.DataFrame:
     """Best CUDA over best Triton TFLOP/s (the same FLOPs: the time ratio) per (index, columns) cell of `rows`, NaN
     where one family has no row; `index` and `columns` name columns of `rows` (a cell's labels)."""
-    rows = rows[rows["family"].isin(["cuda", "triton"])]
-    best = rows.pivot_table(index=[index, columns], columns="family", values="tflops", aggfunc="max")
-    best = best.reindex(columns=["cuda", "triton"])
+    best = family_best(rows, [index, columns])
     return (best["cuda"] / best["triton"]).unstack(columns)
 
 
