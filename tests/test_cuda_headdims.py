@@ -14,19 +14,22 @@ from cuda_impl import _lib
 from conftest import hopper_or_skip
 
 # Each kernel width padded (32-56 on 64, 72 on 80, 88 on 96, 104-120 on 128, 136-184 on 192, 200-248 on 256) and the
-# kernels of d80, d96, d192, tails of the 128-row query tiles and of the key tiles (128 keys at d64, 128 / 176 at
-# d80-d128, 112 at d192, 80 at d256), GQA and MQA, Sq != Sk both ways, causal and not, the cluster pairs of non-causal
-# d80-d256 (more than one query tile a head) and the split last round.
+# kernels of d80, d96, d192, tails of the 128- / 192-row query tiles and of the key tiles (128 keys at d64, 96 at d80
+# / d96, 128 / 176 at d128, 112 at d192, 80 at d256), GQA and MQA, Sq != Sk both ways, causal and not (two and three
+# consumers at d80 / d96), the cluster pairs of non-causal d128-d256 (more than one query tile a head) and the split
+# last round.
 CASES = [
     oracle.Case(2, 4, 2, 300, 300, 32),
     oracle.Case(1, 8, 2, 257, 900, 40, causal=True, fmt="fp16"),
     oracle.Case(1, 4, 1, 700, 333, 72, causal=True),                     # Sq > Sk: rows that see no key
     oracle.Case(2, 8, 4, 1000, 1500, 80),
-    oracle.Case(1, 16, 16, 600, 4500, 96, fmt="fp16"),                   # 176-key tiles, split last round
+    oracle.Case(1, 16, 16, 600, 4500, 96, fmt="fp16"),                   # three consumers, split last round
     oracle.Case(2, 4, 2, 513, 1025, 96, causal=True, dist="large"),
     oracle.Case(1, 4, 4, 129, 2000, 112),
     oracle.Case(2, 8, 2, 640, 5000, 88, causal=True),
-    oracle.Case(1, 16, 4, 500, 4500, 80, fmt="fp16"),                    # 176-key tiles in clusters, split round
+    oracle.Case(1, 16, 4, 500, 4500, 80, fmt="fp16"),                    # a 84-key last tile, split round
+    oracle.Case(1, 4, 2, 1300, 1400, 80, causal=True),                   # three consumers, causal
+    oracle.Case(2, 2, 1, 1100, 1100, 96, causal=True, fmt="fp16"),
     oracle.Case(2, 4, 4, 512, 700, 72, dist="shifted"),
     oracle.Case(1, 6, 3, 400, 777, 136, causal=True, fmt="fp16"),
     oracle.Case(2, 4, 2, 512, 1000, 160),                                # clusters of two query tiles

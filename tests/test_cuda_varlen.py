@@ -54,8 +54,8 @@ def test_refusals_name_the_constraint():
 
 # (head_dim, BLOCK_KV, consumers) of the local kernels, and of the plain ones a varlen launch without a window or cap
 # takes (no cluster), whose varlen twins these are.
-LOCAL_KERNELS = [(64, 128, 2), (96, 128, 0), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
-PLAIN_KERNELS = [(64, 128, 0), (64, 128, 2), (80, 176, 0), (96, 128, 0), (96, 176, 0), (128, 128, 0), (128, 176, 0),
+LOCAL_KERNELS = [(64, 128, 2), (96, 96, 2), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
+PLAIN_KERNELS = [(64, 128, 0), (64, 128, 2), (80, 96, 0), (80, 96, 2), (96, 96, 0), (128, 128, 0), (128, 176, 0),
                  (192, 112, 0), (256, 80, 0)]
 
 

@@ -1,8 +1,8 @@
 // hopper: FlashAttention-2 forward for sm_90a with TMA, mbarriers and wgmma, warp-specialised.
 //
-// CTA = 1 + CONSUMERS warpgroups, 64 query rows per consumer (2 consumers, 128 rows; 3 at d64, 192 rows, but 2
-// for short causal rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128 above 1k keys; 80 at
-// d256, where O alone takes 128 registers per consumer thread):
+// CTA = 1 + CONSUMERS warpgroups, 64 query rows per consumer (2 consumers, 128 rows; 3 at d64-d96, 192 rows, but 2
+// for short causal rows), KV swept in tiles of BLOCK_KV keys (128; 176 for non-causal d128 above 1k keys; 96 at d80 /
+// d96; 112 at d192; 80 at d256, where O alone takes 128 registers per consumer thread):
 // - warpgroup 0, the producer: drops to PRODUCER_REGS registers; one thread issues every TMA
 //   load (Q once, then K and V of each tile into a STAGES-deep ring);
 // - warpgroups 1.., the consumers: raise to CONSUMER_REGS; each owns 64 query rows and

@@ -12,9 +12,10 @@ sequence's, each program reading its sequence's rows and lengths (a block past t
 them the kernel is the plain one.
 
 Head dims: any multiple of 8 from 32 to 256, and V's may differ from Q/K's (192 / 128). tl.arange needs a power of
-two, so each head_dim's tile is padded to the next one (BLOCK_D for Q/K, BLOCK_DV for V and the output, padded_dims)
-and the columns past it are masked: loaded as zeros, which add nothing to Q K^T, and never stored. The padding is
-computed (d80 multiplies as d128); a power-of-two head_dim has none, and there every mask on it compiles away.
+two, so a head_dim runs as one or two power-of-two column blocks (column_blocks): d80 as 64 + 16 columns, d96 as
+64 + 32, d192 as 128 + 64, each Q K^T the sum of two dots and O two accumulators; where two blocks save nothing
+(d112 is 64 + 64) one block is padded to the next power of two. Columns past the head_dim are masked: loaded as
+zeros, which add nothing to Q K^T, and never stored. A power-of-two head_dim is one block with no mask.
 """
 import triton
 import triton.language as tl
@@ -24,9 +25,9 @@ from triton_impl.kernels import tuning
 
 
 @triton.jit
-def _columns_ok(offs, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr):
-    """offs < HEAD_DIM for a head_dim padded to BLOCK_D columns; None (no mask at all) when it is not padded."""
-    if HEAD_DIM == BLOCK_D:
+def _columns_ok(offs, HEAD_DIM: tl.constexpr, END: tl.constexpr):
+    """offs < HEAD_DIM for a column block ending at column END; None (no mask at all) when it ends inside the head_dim."""
+    if END <= HEAD_DIM:
         ok = None
     else:
         ok = offs < HEAD_DIM
@@ -55,6 +56,73 @@ def _load(ptrs, mask):
     return tile
 
 
+@triton.jit
+def _column_offsets(BLOCK: tl.constexpr, TAIL: tl.constexpr):
+    """The column offsets of a head_dim's blocks (column_blocks): (BLOCK columns,) or (BLOCK, the TAIL past it)."""
+    if TAIL == 0:
+        cols = (tl.arange(0, BLOCK),)
+    else:
+        cols = (tl.arange(0, BLOCK), BLOCK + tl.arange(0, TAIL))
+    return cols
+
+
+@triton.jit
+def _block_ptrs(ptrs, cols, col_stride, TRANSPOSED: tl.constexpr):
+    """The pointers of each column block of the rows at ptrs ((rows, 1), or (1, rows) TRANSPOSED, as K^T), a tuple
+    like cols; built once, outside the key loop, which only adds its key offset to them."""
+    if TRANSPOSED:
+        blocks = (ptrs + cols[0][:, None] * col_stride,)
+        if len(cols) == 2:
+            blocks = (blocks[0], ptrs + cols[1][:, None] * col_stride)
+    else:
+        blocks = (ptrs + cols[0][None, :] * col_stride,)
+        if len(cols) == 2:
+            blocks = (blocks[0], ptrs + cols[1][None, :] * col_stride)
+    return blocks
+
+
+@triton.jit
+def _load_blocks(ptrs, offset, cols, mask, HEAD_DIM: tl.constexpr, BLOCK: tl.constexpr, TAIL: tl.constexpr,
+                 TRANSPOSED: tl.constexpr):
+    """One tile per column block (ptrs from _block_ptrs, each moved by offset); columns past HEAD_DIM, and rows where
+    mask is False (mask None: every row), read as zeros."""
+    if TRANSPOSED:
+        lead = cols[0][:, None]
+    else:
+        lead = cols[0][None, :]
+    if TAIL == 0:
+        tiles = (_load(ptrs[0] + offset, _both(mask, _columns_ok(lead, HEAD_DIM, BLOCK))),)
+    else:
+        if TRANSPOSED:
+            tail = cols[1][:, None]
+        else:
+            tail = cols[1][None, :]
+        tiles = (_load(ptrs[0] + offset, mask),
+                 _load(ptrs[1] + offset, _both(mask, _columns_ok(tail, HEAD_DIM, BLOCK + TAIL))))
+    return tiles
+
+
+@triton.jit
+def _scores(qs, kts, DOT_PRECISION: tl.constexpr):
+    """Q K^T of one key block: a dot per column block, summed in the accumulator."""
+    qk = tl.dot(qs[0], kts[0], input_precision=DOT_PRECISION)
+    if len(qs) == 2:
+        qk = tl.dot(qs[1], kts[1], qk, input_precision=DOT_PRECISION)
+    return qk
+
+
+@triton.jit
+def _accumulate(p, vs, accs, alpha, DOT_PRECISION: tl.constexpr):
+    """accs * alpha + P V, one accumulator per column block of V."""
+    p = p.to(vs[0].dtype)
+    lead = tl.dot(p, vs[0], accs[0] * alpha[:, None], input_precision=DOT_PRECISION)
+    if len(vs) == 1:
+        accs = (lead,)
+    else:
+        accs = (lead, tl.dot(p, vs[1], accs[1] * alpha[:, None], input_precision=DOT_PRECISION))
+    return accs
+
+
 # integers that only bound loops or index heads: one binary for all their values
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "heads_q", "group_size", "window_left", "window_right",
                                "lse_rows"])
@@ -63,7 +131,8 @@ def _fa2_fwd_pointer(
     qk_scale, seqlen_q, seqlen_k, heads_q, group_size,
     sqb, sqh, sqs, sqd, skb, skh, sks, skd, svb, svh, svs, svd, sob, soh, sos,
     window_left, window_right, softcap_in, softcap_out, lse_rows,
-    HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_DV: tl.constexpr,
+    HEAD_DIM: tl.constexpr, HEAD_DIM_V: tl.constexpr, BLOCK_D: tl.constexpr, TAIL_D: tl.constexpr,
+    BLOCK_DV: tl.constexpr, TAIL_DV: tl.constexpr,
     CAUSAL: tl.constexpr, DOT_PRECISION: tl.constexpr, WIDE_OFFSETS: tl.constexpr,
     LOCAL: tl.constexpr, SOFTCAP: tl.constexpr, VARLEN: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
 ):
@@ -90,18 +159,14 @@ def _fa2_fwd_pointer(
     offs_tile = tl.arange(0, BLOCK_M)
     offs_m = start_m * BLOCK_M + offs_tile
     offs_n = tl.arange(0, BLOCK_N)
-    offs_d = tl.arange(0, BLOCK_D)
-    offs_dv = tl.arange(0, BLOCK_DV)
+    cols_d = _column_offsets(BLOCK_D, TAIL_D)
+    cols_dv = _column_offsets(BLOCK_DV, TAIL_DV)
     row_ok = offs_m < seq_q
-    # the padding columns of Q (and K^T's rows) and of V / O; None where a head_dim is its own tile
-    q_cols = _columns_ok(offs_d[None, :], HEAD_DIM, BLOCK_D)
-    kt_rows = _columns_ok(offs_d[:, None], HEAD_DIM, BLOCK_D)
-    v_cols = _columns_ok(offs_dv[None, :], HEAD_DIM_V, BLOCK_DV)
 
-    q = _load(q_base + head * sqh + row0 * sqs + offs_tile[:, None] * sqs + offs_d[None, :] * sqd,
-              _both(row_ok[:, None], q_cols))
-    kt_ptrs = k_base + head_kv * skh + offs_n[None, :] * sks + offs_d[:, None] * skd
-    v_ptrs = v_base + head_kv * svh + offs_n[:, None] * svs + offs_dv[None, :] * svd
+    q_ptrs = _block_ptrs(q_base + head * sqh + row0 * sqs + offs_tile[:, None] * sqs, cols_d, sqd, False)
+    qs = _load_blocks(q_ptrs, 0, cols_d, row_ok[:, None], HEAD_DIM, BLOCK_D, TAIL_D, False)
+    kt_ptrs = _block_ptrs(k_base + head_kv * skh + offs_n[None, :] * sks, cols_d, skd, True)
+    v_ptrs = _block_ptrs(v_base + head_kv * svh + offs_n[:, None] * svs, cols_dv, svd, False)
     if WIDE_OFFSETS:  # a key's offset in its slice can pass 2**31 (long strided views): 64-bit, one more register
         sks_n, svs_n = tl.cast(sks, tl.int64), tl.cast(svs, tl.int64)
     else:
@@ -109,6 +174,10 @@ def _fa2_fwd_pointer(
 
     m_i, l_i, acc, diagonal, full_end, end = start_rows(start_m, seq_q, seq_k, CAUSAL,
                                                         BLOCK_M, BLOCK_N, BLOCK_DV)
+    if TAIL_DV == 0:
+        accs = (acc,)
+    else:
+        accs = (acc, tl.zeros([BLOCK_M, TAIL_DV], tl.float32))
     if VARLEN:  # a query block past its sequence's rows visits no key
         full_end = tl.where(row0 < seq_q, full_end, 0)
         end = tl.where(row0 < seq_q, end, 0)
@@ -121,29 +190,38 @@ def _fa2_fwd_pointer(
     else:
         first_masked = full_end
         for start_n in range(0, full_end, BLOCK_N):
-            kt = _load(kt_ptrs + start_n * sks_n, kt_rows)
-            qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
+            kts = _load_blocks(kt_ptrs, start_n * sks_n, cols_d, None, HEAD_DIM, BLOCK_D, TAIL_D, True)
+            qk = _scores(qs, kts, DOT_PRECISION)
             if SOFTCAP:
                 qk = capped(qk, softcap_in, softcap_out)
             p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                               diagonal, False, CAUSAL)
-            v = _load(v_ptrs + start_n * svs_n, v_cols)
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+            vs = _load_blocks(v_ptrs, start_n * svs_n, cols_dv, None, HEAD_DIM_V, BLOCK_DV, TAIL_DV, False)
+            accs = _accumulate(p, vs, accs, alpha, DOT_PRECISION)
 
     for start_n in range(first_masked, end, BLOCK_N):
         key_ok = (start_n + offs_n) < seq_k
-        kt = _load(kt_ptrs + start_n * sks_n, _both(key_ok[None, :], kt_rows))
-        qk = tl.dot(q, kt, input_precision=DOT_PRECISION)
+        kts = _load_blocks(kt_ptrs, start_n * sks_n, cols_d, key_ok[None, :], HEAD_DIM, BLOCK_D, TAIL_D, True)
+        qk = _scores(qs, kts, DOT_PRECISION)
         if SOFTCAP:
             qk = capped(qk, softcap_in, softcap_out)
         p, alpha, m_i, l_i = softmax_step(qk, m_i, l_i, qk_scale, offs_m, start_n + offs_n, seq_k,
                                           diagonal, True, CAUSAL, LOCAL, window_left, window_right)
-        v = _load(v_ptrs + start_n * svs_n, _both(key_ok[:, None], v_cols))
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
+        vs = _load_blocks(v_ptrs, start_n * svs_n, cols_dv, key_ok[:, None], HEAD_DIM_V, BLOCK_DV, TAIL_DV, False)
+        accs = _accumulate(p, vs, accs, alpha, DOT_PRECISION)
 
-    out, lse = finish_rows(acc, m_i, l_i)
-    tl.store(o_base + head * soh + row0 * sos + offs_tile[:, None] * sos + offs_dv[None, :],
-             out.to(O.dtype.element_ty), mask=_both(row_ok[:, None], v_cols))
+    out, lse = finish_rows(accs[0], m_i, l_i)
+    o_ptrs = o_base + head * soh + row0 * sos + offs_tile[:, None] * sos
+    lead = cols_dv[0][None, :]
+    if TAIL_DV == 0:
+        tl.store(o_ptrs + lead, out.to(O.dtype.element_ty),
+                 mask=_both(row_ok[:, None], _columns_ok(lead, HEAD_DIM_V, BLOCK_DV)))
+    else:
+        tail = cols_dv[1][None, :]
+        out_tail, _ = finish_rows(accs[1], m_i, l_i)
+        tl.store(o_ptrs + lead, out.to(O.dtype.element_ty), mask=row_ok[:, None])
+        tl.store(o_ptrs + tail, out_tail.to(O.dtype.element_ty),
+                 mask=_both(row_ok[:, None], _columns_ok(tail, HEAD_DIM_V, BLOCK_DV + TAIL_DV)))
     tl.store(lse_base + offs_m, lse, mask=row_ok)
 
 
@@ -157,10 +235,21 @@ def wide_offsets(seqlen_k, key_stride_k, key_stride_v):
     return seqlen_k * max(abs(key_stride_k), abs(key_stride_v)) >= 2 ** 31
 
 
-def padded_dims(head_dim, head_dim_v):
-    """The kernel's head_dim constexprs: Q/K's and V's head_dim and their tiles, the next powers of two."""
-    return dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v, BLOCK_D=triton.next_power_of_2(head_dim),
-                BLOCK_DV=triton.next_power_of_2(head_dim_v))
+def column_blocks(head_dim):
+    """(block, tail) of a head_dim: its columns as one power-of-two block (tail 0), or as the largest power of two
+    below it and a power-of-two tail of at least 16 columns (a dot's depth) past it, where the two hold fewer columns
+    than the power of two above (80 = 64 + 16, 96 = 64 + 32, 192 = 128 + 64, 72 = 64 + 16 with 8 masked; 112 = 128)."""
+    padded = triton.next_power_of_2(head_dim)
+    block = padded // 2
+    tail = triton.next_power_of_2(max(head_dim - block, 16))
+    return (block, tail) if padded != head_dim and block + tail < padded else (padded, 0)
+
+
+def split_dims(head_dim, head_dim_v):
+    """The kernel's head_dim constexprs: Q/K's and V's head_dim and their column blocks (column_blocks)."""
+    (block_d, tail_d), (block_dv, tail_dv) = column_blocks(head_dim), column_blocks(head_dim_v)
+    return dict(HEAD_DIM=head_dim, HEAD_DIM_V=head_dim_v, BLOCK_D=block_d, TAIL_D=tail_d, BLOCK_DV=block_dv,
+                TAIL_DV=tail_dv)
 
 
 def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0):
@@ -177,7 +266,7 @@ def _launch_args(q, k, v, out, lse, causal, scale, window=(-1, -1), softcap=0.0)
             *tuning.strides(q), *tuning.strides(k), *tuning.strides(v), *out.stride()[:3],
             left if left >= 0 else unbounded, right if right >= 0 else unbounded,
             scale / softcap if softcap else 0.0, softcap * tuning.LOG2E, 0)
-    meta = dict(**padded_dims(head_dim, v.shape[3]), CAUSAL=causal,
+    meta = dict(**split_dims(head_dim, v.shape[3]), CAUSAL=causal,
                 DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32",
                 WIDE_OFFSETS=wide_offsets(seqlen_k, tuning.strides(k)[2], tuning.strides(v)[2]),
                 LOCAL=local, SOFTCAP=bool(softcap), VARLEN=False)

@@ -59,7 +59,7 @@ def compile_for(variant, head_dim, causal, config, *, dtype="bf16", arch=90):
     signature, aligned = _signature(kernel, variant, dtype)
     constexprs = dict(HEAD_DIM=head_dim, CAUSAL=causal, BLOCK_M=config["BLOCK_M"], BLOCK_N=config["BLOCK_N"])
     if variant == "fa2":
-        constexprs.update(fa2_pointer.padded_dims(head_dim, config.get("HEAD_DIM_V", head_dim)))
+        constexprs.update(fa2_pointer.split_dims(head_dim, config.get("HEAD_DIM_V", head_dim)))
         constexprs.update(DOT_PRECISION="tf32", WIDE_OFFSETS=config.get("WIDE_OFFSETS", False),
                           LOCAL=config.get("LOCAL", False), SOFTCAP=config.get("SOFTCAP", False),
                           VARLEN=config.get("VARLEN", False))

@@ -56,8 +56,9 @@ constexpr int hopper_kernel_dim(int head_dim, int head_dim_v = 0) {
   const int widest = head_dim > head_dim_v ? head_dim : head_dim_v;
   return widest <= 64 ? 64 : widest <= 80 ? 80 : widest <= 96 ? 96 : widest <= 128 ? 128 : widest <= 192 ? 192 : 256;
 }
-// The head_dim whose tile choices a kernel takes (every table below): d80 and d96 those of d128.
-constexpr int hopper_tile_dim(int head_dim) { return head_dim == 80 || head_dim == 96 ? 128 : head_dim; }
+// The head_dim whose tile choices a kernel takes (every table below): d80 and d96 those of d64 (three consumers,
+// three stages, the split last round in shared memory, no clusters) on 96-key tiles.
+constexpr int hopper_tile_dim(int head_dim) { return head_dim == 80 || head_dim == 96 ? 64 : head_dim; }
 // Bytes per shared-memory row of a 64 / 32 / 16-column panel, the TMA swizzle of the tiles: 128 where the head_dim is
 // a multiple of 64 columns, 64 at d96 (three panels), 32 at d80 (five panels).
 constexpr int hopper_swizzle(int head_dim) { return head_dim % 64 == 0 ? 128 : head_dim % 32 == 0 ? 64 : 32; }
@@ -68,17 +69,20 @@ constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 
 // Keys per KV tile of the long non-causal loops: 176 at d128 (the per-tile costs, O's rescale included,
 // spread over more keys), 112 at d192 (S 56 + P 28 + O 96 registers; Q 48 KB + 2 x (K + V 42 KB) of shared
-// memory), 80 at d256 (S 40 + P 20 + O 128 registers; Q 64 KB + 2 x (K + V 40 KB)); 128 elsewhere and in every
-// causal d64 / d128 launch (d192 and d256 run their one tile in causal launches too).
+// memory), 80 at d256 (S 40 + P 20 + O 128 registers; Q 64 KB + 2 x (K + V 40 KB)), 96 at d80 / d96 (d64's three
+// consumers: S 48 + P 24 + O 48 of 160 registers; 128 keys spilled there); 128 elsewhere and in every causal d64 /
+// d128 launch (d80, d96, d192 and d256 run their one tile in causal launches too).
 constexpr int hopper_block_kv(int head_dim) {
-  return head_dim == 192 ? 112 : by_head_dim(hopper_tile_dim(head_dim), 128, 176, 80);
+  return head_dim == 192 ? 112 : head_dim == 80 || head_dim == 96 ? 96 : by_head_dim(head_dim, 128, 176, 80);
 }
 // The wide head dims, 192 and 256, whose O takes most of the consumers' registers: lazy rescale, the retire at the
 // top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
 constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
 
-// CTAs per cluster of non-causal d80-d256 where a head's query tiles pair up.
-constexpr int hopper_cluster(int head_dim) { return head_dim == 64 || !HOPPER_OPTIONS.cluster ? 1 : 2; }
+// CTAs per cluster of non-causal d128-d256 where a head's query tiles pair up.
+constexpr int hopper_cluster(int head_dim) {
+  return hopper_tile_dim(head_dim) == 64 || !HOPPER_OPTIONS.cluster ? 1 : 2;
+}
 
 // Non-causal d128 up to this many keys runs the 128-key one-CTA kernel: a 176-key tail tile is a third
 // or more empty there.
@@ -103,7 +107,7 @@ struct HopperTiles {
   static constexpr int CLUSTER = CLUSTER_;  // CTAs sharing each K/V tile through multicast
   static_assert(!VARLEN || CLUSTER == 1, "a cluster's two query tiles are one head's: not a varlen item's");
   static_assert(CLUSTER == 1 || CLUSTER == 2, "pairs of CTAs at most");
-  static constexpr int CONSUMERS = CONSUMERS_ > 0 ? CONSUMERS_ : DIM == 64 ? 3 : 2;  // 64 rows each
+  static constexpr int CONSUMERS = CONSUMERS_ > 0 ? CONSUMERS_ : TILE_DIM == 64 ? 3 : 2;  // 64 rows each
   static constexpr int THREADS = 128 * (1 + CONSUMERS);
   static constexpr int CONSUMER_THREADS = 128 * CONSUMERS;
   static constexpr int BLOCK_Q = 64 * CONSUMERS;
@@ -111,7 +115,7 @@ struct HopperTiles {
   // d128: Q 32 KB + 2 x (K 32 KB + V 32 KB) = 160 KB (208 KB with 176 keys); d64 fits a third
   // stage in less; d192 (112 keys): Q 48 KB + 2 x (K 42 KB + V 42 KB) = 216 KB; d256 (80 keys): Q 64 KB +
   // 2 x (K 40 KB + V 40 KB) = 224 KB.
-  static constexpr int STAGES = DIM == 64 ? 3 : 2;
+  static constexpr int STAGES = TILE_DIM == 64 ? 3 : 2;
   static constexpr bool OVERLAP = HOPPER_OPTIONS.overlap;
   static constexpr bool PINGPONG = HOPPER_OPTIONS.pingpong;
   static constexpr bool PERSISTENT = HOPPER_OPTIONS.persistent;
@@ -125,7 +129,7 @@ struct HopperTiles {
   // right after softmax(t), where ptxas moves the wait ahead of the softmax (d64, d128: faster there).
   static constexpr bool RETIRE_AT_TOP = hopper_wide(DIM);
   // The KV loop as two copies of the step, the tiles that need no mask first, so that the steady loop's
-  // softmax has no mask branch and ptxas leaves the P V wait inside it (d80-d128; d64, d192, d256 run one loop).
+  // softmax has no mask branch and ptxas leaves the P V wait inside it (d128; d64-d96, d192, d256 run one loop).
   // (Local launches: the window's left edge, masked, before the mask-free copy.)
   static constexpr bool UNMASKED_LOOP = TILE_DIM == 128;
   // Each step reads the CTA's shared base anew through a volatile cvta (d192, d256), so that ptxas rebuilds it in
@@ -161,15 +165,15 @@ struct HopperTiles {
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
   static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
   static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
-  // Whether non-causal launches split their last round: d64 and the 176-key d80-d128 kernels. At d256 the split's
+  // Whether non-causal launches split their last round: d64-d96 and the 176-key d128 kernels. At d256 the split's
   // state spills in the consumers (O alone is 128 registers there), and the 128-key d128 kernel runs causal
   // and short launches only.
   static constexpr bool SPLIT_TAIL =
-      HOPPER_OPTIONS.split_tail && !VARLEN && (DIM == 64 || (TILE_DIM == 128 && BLOCK_KV > 128));
-  // Where a CTA keeps its range of the split tail: d64 in shared memory, read back where it is used (its
+      HOPPER_OPTIONS.split_tail && !VARLEN && (TILE_DIM == 64 || (TILE_DIM == 128 && BLOCK_KV > 128));
+  // Where a CTA keeps its range of the split tail: d64-d96 in shared memory, read back where it is used (its
   // producer and consumers have no register to keep it live across the item loop); d128 in registers, with the
   // round's split decided at its start (the walk from shared memory compiled to a slower d128 loop).
-  static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && DIM == 64;
+  static constexpr bool TAIL_IN_SMEM = SPLIT_TAIL && TILE_DIM == 64;
   // q_full, q_empty, k/v_full, k/v_empty (+ item_full/empty[2] and two item slots, dynamic causal)
   static constexpr int RING_BARRIERS = 2 + 4 * STAGES + (DYNAMIC_CAUSAL ? 5 : 0);
   // (+ the split tail's TailRange, TAIL_IN_SMEM: 4 words after an 8-byte pad where the count is odd)
@@ -185,7 +189,7 @@ struct HopperTiles {
   static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs, instead of after the stores: in the 128-key
   // kernels (d128 causal and up to 1k keys, d64); the 176-key loops compiled slower with it.
-  static constexpr bool EARLY_NEXT = (TILE_DIM == 128 && BLOCK_KV == 128) || DIM == 64;
+  static constexpr bool EARLY_NEXT = (TILE_DIM == 128 && BLOCK_KV == 128) || TILE_DIM == 64;
   static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
   // of a cluster, whose producer writes into this CTA's ring too.
@@ -228,32 +232,33 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
 // (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up;
 // non-causal d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on
 // 176 above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
-// hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64 too (three spilled: the
-// cap and the second mask bound do not fit 160 registers). Varlen launches take the varlen twin of the kernel a
+// hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64-d96 (three spilled: the
+// cap and the second mask bound do not fit 160 registers, at d80 / d96 on 96-key tiles too). Varlen launches take the varlen twin of the kernel a
 // dense launch of their longest lengths would take, but never a cluster (nor the split round: SPLIT_TAIL).
 template <int DIM, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   constexpr int block_kv = hopper_block_kv(DIM);
   constexpr int cluster = hopper_cluster(DIM);
-  constexpr int causal_kv = hopper_wide(DIM) ? block_kv : 128;
-  constexpr int local_consumers = DIM == 64 ? 2 : 0;
+  constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : block_kv;
+  constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
   if (hopper_local(p))
     return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
                             : f.template operator()<causal_kv, 1, local_consumers, true, false>();
   if (hopper_varlen(p)) {
-    if constexpr (DIM == 64) {
+    if constexpr (hopper_tile_dim(DIM) == 64) {
       if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
-        return f.template operator()<128, 1, 2, false, true>();
-      return f.template operator()<128, 1, 0, false, true>();
+        return f.template operator()<block_kv, 1, 2, false, true>();
+      return f.template operator()<block_kv, 1, 0, false, true>();
     } else {
       if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
         return f.template operator()<causal_kv, 1, 0, false, true>();
       return f.template operator()<block_kv, 1, 0, false, true>();
     }
   }
-  if constexpr (DIM == 64) {
-    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS) return f.template operator()<128, 1, 2, false, false>();
-    return f.template operator()<128, 1, 0, false, false>();
+  if constexpr (hopper_tile_dim(DIM) == 64) {
+    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
+      return f.template operator()<block_kv, 1, 2, false, false>();
+    return f.template operator()<block_kv, 1, 0, false, false>();
   } else {
     if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
       return f.template operator()<causal_kv, 1, 0, false, false>();

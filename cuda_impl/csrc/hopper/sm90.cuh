@@ -357,8 +357,8 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 112 || N == 128 || N == 176 || N == 192,
-                "wgmma_ss: N = 32, 64, 80, 112, 128, 176 or 192");
+  static_assert(N == 32 || N == 64 || N == 80 || N == 96 || N == 112 || N == 128 || N == 176 || N == 192,
+                "wgmma_ss: N = 32, 64, 80, 96, 112, 128, 176 or 192");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
   } else if constexpr (N == 32) {
@@ -367,6 +367,8 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uin
     FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
   } else if constexpr (N == 80) {
     FA_SS_TYPED("m64n80k16", FA_OPS40, FA_ACC40, "%40, %41", "%42");
+  } else if constexpr (N == 96) {
+    FA_SS_TYPED("m64n96k16", FA_OPS48, FA_ACC48, "%48, %49", "%50");
   } else if constexpr (N == 112) {
     FA_SS_TYPED("m64n112k16", FA_OPS56, FA_ACC56, "%56, %57", "%58");
   } else if constexpr (N == 176) {
