@@ -50,7 +50,7 @@ def test_toml_parses_and_every_shape_makes_a_case():
             count += len(expanded)
     assert count > 200
     assert len(same_bits.items(cfg["same-bits"])) > 400
-    assert len(paired.cases(cfg["paired"])) == 28
+    assert len(paired.cases(cfg["paired"])) == 36
 
 
 def test_the_builds_are_the_five_standing_ablations_and_the_trace_build_each_with_one_define():
@@ -440,10 +440,13 @@ def test_launch_inputs_are_prepared_as_the_public_path_prepares_them_and_outputs
 
 def test_paired_default_list_and_ratio_of_baseline_time_to_new_time():
     got = {(c.fmt, c.head_dim, c.seqlen_q, c.causal) for c in paired.cases()}
-    expected = {(f, d, s, c) for f, ds in (("bf16", (64, 128, 256)), ("fp8", (128, 256)), ("mxfp8", (128,)),
+    expected = {(f, d, s, c) for f, ds in (("bf16", (64, 80, 96, 128, 256)), ("fp8", (128, 256)), ("mxfp8", (128,)),
                                            ("nvfp4", (128,))) for d in ds for s in (4096, 16384) for c in (False, True)}
     assert got == expected
-    assert all(c.batch * c.seqlen_q == 16384 and c.heads_q * c.head_dim == 2048 for c in paired.cases())
+    # 2048 model columns; d80 / d96 as the headdims sweep runs them, at 16 heads
+    assert all(c.batch * c.seqlen_q == 16384 and c.heads_q * c.head_dim == (2048 if c.head_dim not in (80, 96)
+                                                                              else 16 * c.head_dim)
+               for c in paired.cases())
 
     def row(backend, ms, round_, variant="hopper", fmt="bf16"):
         return dict(backend=backend, variant=variant, format=fmt, batch=4, heads_q=16, heads_kv=16, seqlen_q=4096,
