@@ -461,6 +461,25 @@ def mla_decode_ctas_per_sm(dtype, rows: int, device, *, extra_flags: tuple[str, 
     return _decode_slots[key]
 
 
+# The decode launch's parameter block and error buffer, one of each per thread (ctypes releases the GIL during
+# the call, so another thread may launch meanwhile), reused by every launch: packed in place
+# (_DECODE_PACK.pack_into) instead of a new Structure and buffer per call. The C entry copies the block into the
+# kernel's arguments before it returns.
+_decode_buffers = threading.local()
+# The typed decode entries by (extra_flags, MLA or not), so that a launch does not take load()'s lock.
+_decode_entries: dict[tuple[tuple[str, ...], bool], object] = {}
+
+
+def _decode_entry(extra_flags: tuple[str, ...], mla: bool):
+    key = (extra_flags, mla)
+    fn = _decode_entries.get(key)
+    if fn is None:
+        # V narrower than Q/K: MLA's latent cache (V the first columns of K's rows), its own kernel.
+        fn = _decode_entries[key] = _typed_entry(load(extra_flags), "cuda_fa_mla_decode" if mla else "cuda_fa_decode",
+                                                 DecodeParams)
+    return fn
+
+
 def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_descale, v_descale, workspace, *,
                   causal: bool, scale: float, num_splits: int, split_keys: int,
                   window: tuple[int, int] = (-1, -1), extra_flags: tuple[str, ...] = ()) -> None:
@@ -470,21 +489,39 @@ def launch_decode(q, k_cache, v_cache, out, lse, cache_seqlens, block_table, k_d
     (B, S_max, Hkv, D) with block_table None; out (B, Sq, Hq, D) and lse (B, Hq, Sq) contiguous; workspace: fp32
     num_splits * B * Hq * Sq * (D + 1) elements when num_splits > 1, else None; window (left, right) as
     cuda_impl.decode.kernel_window gives it. Checked already."""
-    _check_aligned({"q": q, "k_cache": k_cache, "v_cache": v_cache, "out": out}, "16-byte cp.async")
+    q_ptr, k_ptr, v_ptr, out_ptr = q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr()
+    if (q_ptr | k_ptr | v_ptr | out_ptr) % 16:  # (names the tensor)
+        _check_aligned({"q": q, "k_cache": k_cache, "v_cache": v_cache, "out": out}, "16-byte cp.async")
     batch, seqlen_q, heads_q, head_dim = q.shape
+    num_pages, page_size, heads_kv, _ = k_cache.shape
+    head_dim_v = v_cache.shape[3]
+    dtype = DTYPE_CODES[q.dtype]
     paged = block_table is not None
-    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    params = getattr(_decode_buffers, "params", None)
+    if params is None:
+        params = _decode_buffers.params = DecodeParams()
+        _decode_buffers.err = ctypes.create_string_buffer(_ERR_LEN)
     # DecodeParams' fields in order (struct_packer); a contiguous cache is one page per sequence (page index =
     # batch index), and S_max = 0 holds no page.
-    params = DecodeParams.from_buffer_copy(_DECODE_PACK.pack(
-        q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(), lse.data_ptr(),
+    _DECODE_PACK.pack_into(
+        params, 0, q_ptr, k_ptr, v_ptr, out_ptr, lse.data_ptr(),
         block_table.data_ptr() if paged else 0, cache_seqlens.data_ptr() if cache_seqlens is not None else 0,
         k_descale.data_ptr() if k_descale is not None else 0, v_descale.data_ptr() if v_descale is not None else 0,
         workspace.data_ptr() if workspace is not None else 0,
         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], block_table.stride(0) if paged else 0,
-        batch, seqlen_q, heads_q, k_cache.shape[2], head_dim, v_cache.shape[3], max(1, k_cache.shape[1]),
-        k_cache.shape[0], block_table.shape[1] if paged else int(k_cache.shape[1] > 0), num_splits, split_keys, scale,
-        int(causal), DTYPE_CODES[q.dtype], E4M3_CODE if fp8 else DTYPE_CODES[q.dtype], *window))
-    # V narrower than Q/K: MLA's latent cache (V the first columns of K's rows), its own kernel.
-    entry = "cuda_fa_mla_decode" if v_cache.shape[3] != head_dim else "cuda_fa_decode"
-    _call(load(extra_flags), entry, DecodeParams, params, q.device, "decode")
+        batch, seqlen_q, heads_q, heads_kv, head_dim, head_dim_v, max(1, page_size), num_pages,
+        block_table.shape[1] if paged else int(page_size > 0), num_splits, split_keys, scale, int(causal), dtype,
+        E4M3_CODE if k_cache.dtype == torch.float8_e4m3fn else dtype, *window)
+    fn = _decode_entry(extra_flags, head_dim_v != head_dim)
+    err = _decode_buffers.err
+    # Launch on torch's current stream of q's device, made the current device for the launch if it is not.
+    current = torch.cuda.current_device()
+    index = q.device.index
+    if index is None or index == current:
+        index = current
+        rc = fn(params, _raw_stream(index), err, _ERR_LEN)
+    else:
+        with torch.cuda.device(index):
+            rc = fn(params, _raw_stream(index), err, _ERR_LEN)
+    if rc != 0:
+        raise RuntimeError(f"cuda_impl decode: {err.value.decode(errors='replace')}")

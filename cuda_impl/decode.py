@@ -105,22 +105,21 @@ def planned_keys(capacity: int, block_n: int, seqlen_q: int, window_left: int) -
     return capacity if window_left < 0 else min(capacity, window_left + seqlen_q + block_n)
 
 
-def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float, k_descale=None,
-            v_descale=None, num_splits: int | None = None, split_size: int | None = None, window=(-1, -1)):
-    """(out (B, Sq, Hq, D) in q's dtype, contiguous; lse (B, Hq, Sq) float32, natural log) of softmax(scale q k^T) v
-    over each sequence's first cache_seqlens[b] keys (None: the whole capacity), causal bottom-right aligned;
-    window (left, right): local attention, query i of a sequence of L keys sees keys i + L - Sq - left .. + right
-    (-1: unbounded; causal sets right to 0), key tiles no row of a CTA's tile sees are not read.
-    q (B, Sq, Hq, D), stride(-1) == 1; paged cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages)
-    int32, or contiguous (B, S_max, Hkv, D) with block_table None; K/V in q's dtype, or float8_e4m3fn with
-    k_descale / v_descale (B, Hkv) float32. Inputs are validated by the caller. A used block-table entry outside
-    the cache, or a length outside [0, capacity], makes that sequence's rows NaN (nothing outside is read)."""
+# Launch plans of forward() by everything they are computed from: q's shape, dtype and device, the cache's KV heads,
+# V's head_dim, the capacity, whether K/V are e4m3, the split options and the window. A decode loop repeats one call
+# shape: the library's tile and occupancy queries, the split search and the window's kernel form then run once per
+# shape instead of on every call. Errors are raised before an entry is made; the dict is emptied when it reaches
+# PLAN_CACHE_SIZE entries (a server's changing batch sizes and cache lengths keep adding keys).
+PLAN_CACHE_SIZE = 4096
+_plans: dict[tuple, tuple[int, int, int, int]] = {}
+
+
+def _plan(q, heads_kv: int, head_dim_v: int, capacity: int, fp8: bool, num_splits, split_size,
+          window) -> tuple[int, int, int, int]:
+    """(chunks, keys per chunk, window left, window right) as the kernel takes them (uncached)."""
     batch, seqlen_q, heads_q, head_dim = q.shape
-    heads_kv = k_cache.shape[2]
-    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
-    fp8 = k_cache.dtype == torch.float8_e4m3fn
     rows = seqlen_q * (heads_q // heads_kv)  # packed query rows of one KV head
-    mla = v_cache.shape[3] != head_dim  # MLA's latent cache: its own kernel (csrc/fwd_mla_decode.cu)
+    mla = head_dim_v != head_dim  # MLA's latent cache: its own kernel (csrc/fwd_mla_decode.cu)
     if mla:
         block_n, tile_rows = _lib.mla_decode_tiles(rows)
     else:
@@ -139,5 +138,31 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
     if splits * heads_kv > 65535:
         raise ValueError(f"splits: {splits} chunks x {heads_kv} KV heads exceed the grid (65535); "
                          "pass a larger split_size or fewer num_splits")
+    return splits, split_keys, left, right
+
+
+def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, scale: float, k_descale=None,
+            v_descale=None, num_splits: int | None = None, split_size: int | None = None, window=(-1, -1)):
+    """(out (B, Sq, Hq, D) in q's dtype, contiguous; lse (B, Hq, Sq) float32, natural log) of softmax(scale q k^T) v
+    over each sequence's first cache_seqlens[b] keys (None: the whole capacity), causal bottom-right aligned;
+    window (left, right): local attention, query i of a sequence of L keys sees keys i + L - Sq - left .. + right
+    (-1: unbounded; causal sets right to 0), key tiles no row of a CTA's tile sees are not read.
+    q (B, Sq, Hq, D), stride(-1) == 1; paged cache (num_pages, page_size, Hkv, D) with block_table (B, max_pages)
+    int32, or contiguous (B, S_max, Hkv, D) with block_table None; K/V in q's dtype, or float8_e4m3fn with
+    k_descale / v_descale (B, Hkv) float32. Inputs are validated by the caller. A used block-table entry outside
+    the cache, or a length outside [0, capacity], makes that sequence's rows NaN (nothing outside is read)."""
+    k_shape = k_cache.shape
+    heads_kv, head_dim_v = k_shape[2], v_cache.shape[3]
+    capacity = block_table.shape[1] * k_shape[1] if block_table is not None else k_shape[1]
+    fp8 = k_cache.dtype == torch.float8_e4m3fn
+    left, right = window
+    key = (q.shape, q.dtype, q.device, heads_kv, head_dim_v, capacity, fp8, num_splits, split_size, left, right)
+    plan = _plans.get(key)
+    if plan is None:
+        plan = _plan(q, heads_kv, head_dim_v, capacity, fp8, num_splits, split_size, (left, right))
+        if len(_plans) >= PLAN_CACHE_SIZE:
+            _plans.clear()
+        _plans[key] = plan
+    splits, split_keys, left, right = plan
     return ops.decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, bool(causal),
                       float(scale), splits, split_keys, left, right)

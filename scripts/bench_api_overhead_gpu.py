@@ -6,14 +6,18 @@ On the GPU machine, from the repository root (CUDA libraries built here and carr
     PYTHONPATH=. python scripts/bench_api_overhead_gpu.py [--out DIR] [--profile BACKEND]
 
 For each backend, on a tiny problem (b1 h1 s128 d128, so that the kernel takes a few microseconds; with --decode
-one decode step, b1 h32/8 q1 k4096 d128):
+one decode step, b1 h32/8 q1 k4096 d128 bf16, through the registry's dense (B, H, S, D) calls, and then the calls a
+decode loop makes: each backend's attention_with_kvcache on a paged (pages of 64 keys) and a contiguous cache, and
+torch's scaled_dot_product_attention called directly on the same keys, the host time the kvcache calls aim at):
 - eager: wall time per call of N back-to-back calls, synchronised once at the end. The GPU runs far
   ahead of nothing here: the kernel is short, so the host's issue rate sets the pace;
 - replay: the same call captured as a CUDA graph, timed the same way (the GPU-side cost plus one
   graph launch);
 - host overhead = eager - replay, per call.
-Writes DIR/api_overhead.csv (one row per backend, with the environment of compare.env) and prints a
-table. --profile BACKEND adds a cProfile of N eager calls of that backend (top functions by own time).
+Writes DIR/api_overhead.csv (one row per backend, with the environment of compare.env; --decode:
+api_overhead_decode.csv, the direct calls' rows too) and prints a table; with --decode the direct calls' host time
+per call, beside SDPA's, is the short table printed last. --profile NAME adds a cProfile of N eager calls of that
+backend or direct call (top functions by own time).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ BACKENDS = ("sdpa:flash", "sdpa:cudnn", "triton:fa2", "triton:fa2-tma", "triton:
 DECODE_BACKENDS = ("sdpa:flash", "sdpa:cudnn", "triton:decode", "cuda:decode", "cuda:hopper", "triton:fa2-ws")
 TINY = (1, 1, 1, 128, 128, 128)    # b1 h1 s128 d128: the kernel takes a few microseconds
 DECODE = (1, 32, 8, 1, 4096, 128)  # --decode: b1 h32/8 q1 k4096 d128, one decode step
+PAGE = 64  # --decode: the paged cache's page size
 CALLS = 2000
 
 
@@ -80,10 +85,59 @@ def measure(name: str, calls: int, shape: tuple = TINY) -> dict:
             "host_overhead_us": round(eager - replay, 1), "note": why}
 
 
+def direct_calls(shape: tuple = DECODE) -> dict:
+    """{name: one eager call} of a decode step at `shape` (B, Hq, Hkv, Sq, Sk, D), bf16, as a decode loop makes it:
+    each backend's attention_with_kvcache on a paged cache (pages of PAGE keys, in order) and on a contiguous one,
+    and SDPA called directly on the contiguous cache's (B, Hkv, Sk, D) view (GQA)."""
+    import torch
+
+    import cuda_impl
+    import triton_impl
+
+    batch, heads_q, heads_kv, seqlen_q, seqlen_k, dim = shape
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(batch, seqlen_q, heads_q, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+    pages = batch * seqlen_k // PAGE
+    paged = [torch.randn(pages, PAGE, heads_kv, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+             for _ in range(2)]
+    table = torch.arange(pages, device="cuda", dtype=torch.int32).view(batch, -1)
+    dense = [torch.randn(batch, seqlen_k, heads_kv, dim, device="cuda", dtype=torch.bfloat16, generator=gen)
+             for _ in range(2)]
+    lengths = torch.full((batch,), seqlen_k, device="cuda", dtype=torch.int32)
+    calls = {}
+    for name, module in (("cuda_impl", cuda_impl), ("triton_impl", triton_impl)):
+        kv = module.attention_with_kvcache
+        calls[f"{name}.kvcache paged{PAGE}"] = (
+            lambda kv=kv: kv(q, *paged, cache_seqlens=lengths, block_table=table))
+        calls[f"{name}.kvcache contiguous"] = lambda kv=kv: kv(q, *dense, cache_seqlens=lengths)
+    q_bhsd, k_bhsd, v_bhsd = q.transpose(1, 2), dense[0].transpose(1, 2), dense[1].transpose(1, 2)
+    calls["sdpa direct"] = lambda: torch.nn.functional.scaled_dot_product_attention(q_bhsd, k_bhsd, v_bhsd,
+                                                                                    enable_gqa=True)
+    return calls
+
+
+def measure_direct(name: str, call, calls: int) -> dict:
+    from compare import bench
+
+    row = {"backend": name, "format": "bf16", "shape": "b{} h{}/{} q{} k{} d{}".format(*DECODE)}
+    try:
+        eager = per_call_us(call, calls)
+    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:  # e.g. a backend not built here
+        return {**row, "note": f"{type(exc).__name__}: {exc}".splitlines()[0][:120]}
+    graph, why = bench.capture_graph(call)
+    replay = per_call_us(graph.replay, calls) if graph is not None else float("nan")
+    return {**row, "eager_us": round(eager, 1), "replay_us": round(replay, 1),
+            "host_overhead_us": round(eager - replay, 1), "note": why}
+
+
 def profile(name: str, calls: int, shape: tuple = TINY) -> str:
-    backend, case, call = tiny_call(name, shape)
-    if call is None:
-        return f"{name}: {backend.unavailable_reason() or backend.unsupported_reason(case)}"
+    direct = direct_calls() if shape == DECODE else {}
+    if name in direct:
+        call = direct[name]
+    else:
+        backend, case, call = tiny_call(name, shape)
+        if call is None:
+            return f"{name}: {backend.unavailable_reason() or backend.unsupported_reason(case)}"
     per_call_us(call, 50)
     prof = cProfile.Profile()
     prof.enable()
@@ -111,6 +165,10 @@ def main() -> None:
     names = args.backends or list(DECODE_BACKENDS if args.decode else BACKENDS)
     shape = DECODE if args.decode else TINY
     rows = [{**measure(name, args.calls, shape), **environment} for name in names]
+    direct = []
+    if args.decode:
+        direct = [{**measure_direct(name, call, args.calls), **environment} for name, call in direct_calls().items()]
+        rows += direct
     args.out.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for row in rows for key in row))
     with open(args.out / ("api_overhead_decode.csv" if args.decode else "api_overhead.csv"), "w", newline="") as f:
@@ -125,6 +183,14 @@ def main() -> None:
     for name in args.profile:
         print(f"\n=== cProfile of {args.calls} eager calls of {name} ===")
         print(profile(name, args.calls, shape))
+    if direct:
+        sdpa = next(row.get("host_overhead_us", float("nan")) for row in direct if row["backend"] == "sdpa direct")
+        print("\ndecode step b{} h{}/{} q{} k{} d{} bf16: host time per call (eager - replay)".format(*DECODE))
+        print(f"{'call':32} {'eager us':>9} {'replay us':>10} {'host us':>8} {'x sdpa':>7}")
+        for row in direct:
+            host = row.get("host_overhead_us", float("nan"))
+            print(f"{row['backend']:32} {row.get('eager_us', float('nan')):9.1f} "
+                  f"{row.get('replay_us', float('nan')):10.1f} {host:8.1f} {host / sdpa:7.2f}  {row.get('note', '')}")
 
 
 if __name__ == "__main__":

@@ -502,8 +502,14 @@ def test_decode_params_are_packed_field_for_field(monkeypatch):
     from cuda_impl import _lib
 
     captured = []
-    monkeypatch.setattr(_lib, "load", lambda extra_flags=(): None)
-    monkeypatch.setattr(_lib, "_call", lambda lib, name, struct, params, device, what: captured.append(params))
+
+    def entry(params, stream, err, err_len):  # (a copy: the block is reused by the next launch)
+        captured.append(_lib.DecodeParams.from_buffer_copy(params))
+        return 0
+
+    monkeypatch.setattr(_lib, "_decode_entry", lambda extra_flags, mla: entry)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(_lib, "_raw_stream", lambda index: 0)
     q = torch.empty(3, 2, 8, 128, dtype=torch.bfloat16)[:, :, :, :]
     out = torch.empty_like(q)
     lse = torch.empty(3, 8, 2)

@@ -163,7 +163,7 @@ def test_gpu_plan_follows_the_window_not_the_capacity():
     pytest.importorskip("triton")
     from triton_impl.decode import _plan
     def gpu_plan(capacity, split_size=None, window_keys=None, seqlen_q=1):
-        return _plan(1, 8, 4 * seqlen_q, capacity, 128, None, split_size, 132, 2, window_keys, False)
+        return _plan(1, 8, 4 * seqlen_q, capacity, 128, None, split_size, 132, 2, window_keys)
     tile, split_keys, n_splits = gpu_plan(32768, window_keys=4097)
     assert tile[1] == 64 and (split_keys, n_splits) == gpu_plan(4097 + 64)[1:]
     assert n_splits * split_keys < 32768 // 4
@@ -348,6 +348,18 @@ def test_the_local_paths_compile_for_sm90(causal):
     from triton_impl.kernels import offline
     usage = offline.report(offline.compile_decode(128, causal=causal, local=True))
     assert usage["HGMMA"] > 0, usage  # both products became wgmma: the whole kernel went through
+
+
+@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+def test_e4m3_tiles_meet_bf16_queries_in_fp16_mmas():
+    """With bf16 queries an e4m3 cache's tiles become fp16 (one F2FP unpack per pair) and both products run as fp16
+    wgmma: no e4m3 -> fp16 -> bf16 round trip (F2F.BF16.F16), no bf16 wgmma; the bf16 cache keeps bf16 wgmma."""
+    pytest.importorskip("triton")
+    from triton_impl.kernels import offline
+    e4m3, bf16 = (offline.report(offline.compile_decode(128, fp8=fp8)) for fp8 in (True, False))
+    assert e4m3["F2FP.F16.E4M3.UNPACK_B"] > 0 and e4m3["F2F.BF16.F16"] == 0, e4m3
+    assert e4m3["HGMMA"] > 0 and e4m3["HGMMA.BF16"] == 0, e4m3
+    assert bf16["HGMMA.BF16"] == bf16["HGMMA"] > 0, bf16
 
 
 @gpu

@@ -51,22 +51,18 @@ def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=
          kv_element_size=2, window_keys=None):
     """(tile, split_keys, n_splits): the kernel's tile (kernels.decode.tiles) and the chunking of [0, capacity), or
     with window_keys (window_left + Sq: how wide the union of a sequence's rows' windows is, ending at its length)
-    of the window's span, min(capacity, window_keys + BLOCK_N) keys from the kernel's chunk start."""
-    from triton_impl.kernels import decode as kernels
+    of the window's span, min(capacity, window_keys + BLOCK_N) keys from the kernel's chunk start. (Asked once per
+    call shape: _decode_impl keeps its answer.)"""
     on_gpu = not _interpreting() and device is not None and device.type == "cuda"
     sms = _sm_count(device.index or 0) if on_gpu else 0
-    args = (int(batch), int(heads_kv), int(rows), max(int(capacity), 1), int(head_dim), num_splits, split_size, sms,
-            kv_element_size, window_keys)
-    if config is not None:
-        return _plan(*args, kernels.interpreting(), config)
-    return _plan_cached(*args, kernels.interpreting())
+    return _plan(int(batch), int(heads_kv), int(rows), max(int(capacity), 1), int(head_dim), num_splits, split_size,
+                 sms, kv_element_size, window_keys, config)
 
 
 def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms, kv_element_size, window_keys,
-          interpreting, config=None):
-    """plan() for `sms` SMs (0: no GPU, the interpreter's fixed split count); `interpreting` (the kernels' tiles
-    depend on it) is part of the cache key of _plan_cached."""
-    from triton_impl.kernels import decode as kernels
+          config=None):
+    """plan() for `sms` SMs (0: no GPU, the interpreter's fixed split count)."""
+    kernels = _kernels()
     tile = kernels.tiles(head_dim, rows, kv_element_size, config)
     block_m, block_n = tile[0], tile[1]
     keys = capacity if window_keys is None else min(capacity, window_keys + block_n)  # what the chunks cover
@@ -94,8 +90,49 @@ def _plan(batch, heads_kv, rows, capacity, head_dim, num_splits, split_size, sms
     return tile, split_keys, _cdiv(keys, split_keys)
 
 
-# a pure function of ints, asked on every call: caching it is most of the host time it took
-_plan_cached = functools.lru_cache(maxsize=4096)(_plan)
+_kernel_module = None
+
+
+def _kernels():
+    """triton_impl.kernels.decode, imported on the first launch (triton_impl imports without Triton); kept here,
+    since an import statement in a function costs a microsecond or two on every call."""
+    global _kernel_module
+    if _kernel_module is None:
+        from triton_impl.kernels import decode as kernels
+        _kernel_module = kernels
+    return _kernel_module
+
+
+class _Prepared:
+    """A call shape's plan (tile, split_keys, n_splits), what it allocates (out, lse, and the split partials'
+    workspace) and its kernels' Launch (kernels.decode.prepare, made from the first call's tensors)."""
+
+    __slots__ = ("tile", "split_keys", "n_splits", "out_shape", "lse_shape", "ws_o_shape", "ws_lse_shape", "launch")
+
+    def __init__(self, q, k_cache, v_cache, block_table, num_splits, split_size, window_left, config):
+        batch, seqlen_q, heads_q, head_dim = q.shape
+        head_dim_v = v_cache.shape[3]
+        heads_kv = k_cache.shape[2]
+        rows = seqlen_q * (heads_q // heads_kv)
+        capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+        self.tile, self.split_keys, self.n_splits = plan(
+            batch, heads_kv, rows, capacity, head_dim, num_splits or None, split_size or None, q.device, config,
+            k_cache.element_size(), window_left + seqlen_q if window_left >= 0 else None)
+        self.out_shape = (batch, seqlen_q, heads_q, head_dim_v)
+        self.lse_shape = (batch, heads_q, seqlen_q)
+        split = self.n_splits > 1
+        self.ws_o_shape = (batch, heads_kv, self.n_splits, rows, head_dim_v) if split else None
+        self.ws_lse_shape = (batch, heads_kv, self.n_splits, rows) if split else None
+        self.launch = None
+
+
+# The prepared calls by everything they are computed from: the tensors' shapes, strides and dtypes (None for an
+# absent one), whether V is K's view, causal, the split options, the window, the device and whether the
+# interpreter runs the kernels. A decode step repeats one call shape; its plan, its launches' arguments and
+# Triton's binding of them are then made once (kernels.decode._Kernel). The dict is emptied when it reaches
+# PLAN_CACHE_SIZE entries (a server's changing batch sizes and cache lengths keep adding keys).
+PLAN_CACHE_SIZE = 4096
+_prepared: dict[tuple, _Prepared] = {}
 
 
 def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
@@ -106,28 +143,40 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
     if reason is not None:
         raise RuntimeError(reason)
     _check_devices(tensors)
-    from triton_impl.kernels import decode as kernels
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    head_dim_v = v_cache.shape[3]
-    heads_kv = k_cache.shape[2]
-    rows = seqlen_q * (heads_q // heads_kv)
-    capacity = block_table.shape[1] * k_cache.shape[1] if block_table is not None else k_cache.shape[1]
+    kernels = _kernels()
+    q_shape, k_shape = q.shape, k_cache.shape
+    capacity = block_table.shape[1] * k_shape[1] if block_table is not None else k_shape[1]
     # a side that reaches past every row's keys is unbounded (keeps the kernel's key arithmetic in int32): left >=
     # capacity starts every row's window at key 0 or before, right >= Sq - 1 ends it at the sequence's last key
     window_left = -1 if window_left >= capacity else window_left
-    window_right = -1 if window_right >= seqlen_q - 1 else window_right
-    tile, split_keys, n_splits = plan(batch, heads_kv, rows, capacity, head_dim, num_splits or None,
-                                      split_size or None, q.device, config, k_cache.element_size(),
-                                      window_left + seqlen_q if window_left >= 0 else None)
-    out = torch.empty((batch, seqlen_q, heads_q, head_dim_v), dtype=q.dtype, device=q.device)
-    lse = torch.empty((batch, heads_q, seqlen_q), dtype=torch.float32, device=q.device)
+    window_right = -1 if window_right >= q_shape[1] - 1 else window_right
+    device = q.device
+    key = (q_shape, q.stride(), q.dtype, k_shape, k_cache.stride(), k_cache.dtype, v_cache.shape, v_cache.stride(),
+           v_cache.dtype, v_cache.data_ptr() == k_cache.data_ptr(),
+           None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype),
+           None if cache_seqlens is None else cache_seqlens.dtype,
+           None if k_descale is None else k_descale.dtype, None if v_descale is None else v_descale.dtype,
+           bool(causal), num_splits, split_size, window_left, window_right, device, kernels.interpreting())
+    prepared = _prepared.get(key) if config is None else None
+    if prepared is None:
+        prepared = _Prepared(q, k_cache, v_cache, block_table, num_splits, split_size, window_left, config)
+    out = torch.empty(prepared.out_shape, dtype=q.dtype, device=device)
+    lse = torch.empty(prepared.lse_shape, dtype=torch.float32, device=device)
     ws_o = ws_lse = None
-    if n_splits > 1:
-        ws_o = torch.empty((batch, heads_kv, n_splits, rows, head_dim_v), dtype=torch.float32, device=q.device)
-        ws_lse = torch.empty((batch, heads_kv, n_splits, rows), dtype=torch.float32, device=q.device)
+    if prepared.ws_o_shape is not None:
+        ws_o = torch.empty(prepared.ws_o_shape, dtype=torch.float32, device=device)
+        ws_lse = torch.empty(prepared.ws_lse_shape, dtype=torch.float32, device=device)
+    if prepared.launch is None:
+        prepared.launch = kernels.prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out,
+                                          lse, ws_o, ws_lse, causal, prepared.split_keys, prepared.n_splits,
+                                          prepared.tile, (window_left, window_right))
+        if config is None:
+            if len(_prepared) >= PLAN_CACHE_SIZE:
+                _prepared.clear()
+            _prepared[key] = prepared
     with _device_scope(q):
-        kernels.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse,
-                       ws_o, ws_lse, causal, scale, split_keys, n_splits, tile, (window_left, window_right))
+        prepared.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
+                        scale)
     return out, lse
 
 

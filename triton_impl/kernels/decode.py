@@ -24,8 +24,10 @@ Plain pointer loads, so it runs on sm_80+ and under TRITON_INTERPRET=1.
   at a time, in order (fixed order: the same bits on every run). Chunks past a sequence's length do no work
   and write nothing; the merge reads only the chunks the length covers, so a row's result depends only on its
   own sequence and the chunk size (batch-invariant with a fixed split_size).
-* fp8 e4m3 K/V (FP8): tiles are loaded as fp8 and converted to q's dtype in registers; the per-(batch, KV
-  head) K descale is folded into the softmax multiplier and the V descale into the output.
+* fp8 e4m3 K/V (FP8): tiles are loaded as fp8 and converted in registers to fp16, the MMAs' type for a 16-bit q
+  (e4m3 -> fp16 is one conversion per pair; e4m3 -> bf16 goes through fp32), a bf16 Q scaled by a power of two
+  into fp16's range (`_fp16_q`); an fp32 q keeps fp32. The per-(batch, KV head) K descale is folded into the
+  softmax multiplier and the V descale into the output.
 * Q/K wider than V (QK_EXTRA, MLA's 576 = 512 + 64): S = Q[:, :D] K[:, :D]^T + Q[:, D:] K[:, D:]^T with D = V's
   head_dim, both chunks powers of two; V_IS_K (one latent cache, V the first D columns of K): P V reads K's tile
   again from registers, so each key row is loaded once.
@@ -98,6 +100,31 @@ def _chunk_start(seqlen, seqlen_q, window_left, BLOCK_N: tl.constexpr):
     return tl.where(window_left >= 0, start, 0)
 
 
+@triton.jit
+def _fp8_operand(x, Q_TYPE: tl.constexpr):
+    """An e4m3 tile as an MMA operand: fp16 for a 16-bit q (one conversion per pair of values), fp32 for an fp32 q."""
+    if Q_TYPE == tl.float32:
+        y = x.to(tl.float32)
+    else:
+        y = x.to(tl.float16)
+    return y
+
+
+@triton.jit
+def _fp16_shift(amax):
+    """log2 of the power of two that takes a bf16 Q tile whose largest magnitude is amax into [2^13, 2^14): inside
+    fp16's range at its full precision; 0 for an all-zero tile."""
+    shift = tl.where(amax > 0, 13.0 - tl.floor(tl.math.log2(tl.maximum(amax, 1e-30))), 0.0)
+    return tl.minimum(tl.maximum(shift, -64.0), 64.0)
+
+
+@triton.jit
+def _fp16_q(q, shift):
+    """q * 2^shift in fp16: the scaling is exact and fp16's 11-bit significand holds bf16's 8 bits (elements more than
+    2^27 below the largest fall into fp16's subnormals and keep fewer)."""
+    return (q.to(tl.float32) * tl.math.exp2(shift)).to(tl.float16)
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "group", "capacity", "num_blocks", "split_keys", "heads_kv", "n_splits",
                                "window_left", "window_right"])
 def _decode_split(
@@ -156,6 +183,15 @@ def _decode_split(
     scale = qk_scale
     if FP8:
         scale = scale * tl.load(KDS + b64 * heads_kv + hk64)
+        if Q.dtype.element_ty == tl.bfloat16:  # the MMAs run in fp16 (_fp8_operand), the scores scaled back
+            amax = tl.max(tl.max(tl.abs(q.to(tl.float32)), 1), 0)
+            if QK_EXTRA > 0:
+                amax = tl.maximum(amax, tl.max(tl.max(tl.abs(q_extra.to(tl.float32)), 1), 0))
+            shift = _fp16_shift(amax)
+            q = _fp16_q(q, shift)
+            if QK_EXTRA > 0:
+                q_extra = _fp16_q(q_extra, shift)
+            scale = scale * tl.math.exp2(-shift)
 
     k_base = K + hk64 * skh
     v_base = V + hk64 * svh
@@ -193,12 +229,12 @@ def _decode_split(
             vrow_off = pos.to(tl.int64) * svs
         k = tl.load(k_base + row_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
         if FP8:
-            k = k.to(Q.dtype.element_ty)
+            k = _fp8_operand(k, Q.dtype.element_ty)
         qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
         if QK_EXTRA > 0:
             k_extra = tl.load(k_base + row_off[:, None] + offs_e[None, :], mask=key_ok[:, None], other=0.0)
             if FP8:
-                k_extra = k_extra.to(Q.dtype.element_ty)
+                k_extra = _fp8_operand(k_extra, Q.dtype.element_ty)
             qk = tl.dot(q_extra, tl.trans(k_extra), qk, input_precision=DOT_PRECISION)
         visible = key_ok[None, :]
         if CAUSAL:
@@ -217,7 +253,7 @@ def _decode_split(
         else:
             v = tl.load(v_base + vrow_off[:, None] + offs_d[None, :], mask=key_ok[:, None], other=0.0)
             if FP8:
-                v = v.to(Q.dtype.element_ty)
+                v = _fp8_operand(v, Q.dtype.element_ty)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=DOT_PRECISION)
         m_i = m_new
 
@@ -371,12 +407,84 @@ def v_is_k(k_cache, v_cache) -> bool:
             and v_cache.dtype == k_cache.dtype)
 
 
-def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
-           causal, scale, split_keys, n_splits, tile, window=(-1, -1)):
-    """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, Dv)
-    and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, Dv) and ws_lse (B, Hkv, n_splits, R) fp32
-    contiguous (None with one split); tile from tiles(). Dv < D: Q/K's columns past Dv (QK_EXTRA) add to S only.
-    window (left, right): each row sees keys row + L - Sq - left .. + right (-1: unbounded; causal: right 0)."""
+class _Kernel:
+    """One kernel at a fixed grid, int arguments, constexprs and launch options: launched by its pointer and float
+    arguments. The first launch of each pointer-alignment pattern (and Triton debug / instrumentation setting)
+    goes through Triton's JIT (kernel[grid](...): binding and specialising every argument, compiling or finding the
+    kernel), which returns the compiled kernel; later ones call that kernel's launcher directly with the same
+    arguments (addresses for the pointers), as the JIT's run would. What the JIT specialises on is fixed for this
+    object (argument dtypes and ints by triton_impl.decode's key of its Launch, the device by `device`) but for the
+    pointers' 16-byte alignment, which is this object's cache key. (The JIT's check on every launch that the globals a kernel
+    read have not changed since it compiled is left to the first: this module's constants do not change.) Under
+    the interpreter every launch goes through Triton."""
+
+    __slots__ = ("kernel", "grid", "grid3", "ints", "constexprs", "constexpr_values", "options", "device",
+                 "interpreted", "compiled")
+
+    def __init__(self, kernel, grid, ints: tuple, constexprs: dict, options: dict, device: int | None):
+        self.kernel, self.grid, self.ints, self.constexprs, self.options = kernel, grid, ints, constexprs, options
+        self.device = device  # the inputs' CUDA device, current during the launch (the stream is its current one)
+        self.grid3 = (*grid, 1, 1)[:3]
+        self.constexpr_values = None  # in the kernel's parameter order, once it has compiled
+        self.interpreted = interpreting()
+        self.compiled = {}
+
+    def __call__(self, pointers: tuple, addresses: list, floats: tuple) -> None:
+        if self.interpreted:
+            interpreter_compat.apply()
+            self.kernel[self.grid](*pointers, *floats, *self.ints, **self.constexprs, **self.options)
+            return
+        key = (tuple([address % 16 == 0 for address in addresses]), triton.knobs.runtime.debug,
+               triton.knobs.compilation.instrumentation_mode)
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self.kernel[self.grid](*pointers, *floats, *self.ints, **self.constexprs, **self.options)
+            if compiled is not None:  # (None: a jit_cache_hook skipped the launch)
+                kernel = self.kernel
+                self.constexpr_values = tuple(self.constexprs[kernel.arg_names[i]] for i in kernel.constexprs)
+                self.compiled[key] = compiled
+            return
+        # the JIT's launch (JITFunction.run) past its binding and cache lookup: the C launcher takes every argument
+        # in the kernel's parameter order, the pointers as addresses, the constexprs too (it skips them)
+        stream = triton.runtime.driver.active.get_current_stream(self.device)
+        args = (*addresses, *floats, *self.ints, *self.constexpr_values)
+        runtime = triton.knobs.runtime
+        compiled.run(*self.grid3, stream, compiled.function, compiled.packed_metadata,
+                     compiled.launch_metadata(self.grid, stream, *args), runtime.launch_enter_hook,
+                     runtime.launch_exit_hook, *args)
+
+
+class Launch:
+    """The split kernel's (and with several splits the merge's) launches of one call shape, everything read off
+    the tensors but their addresses and the scale (`prepare`); called with the tensors of each call, which must
+    have the shapes, strides and dtypes of those it was prepared with (and V must be K's view or not as then)."""
+
+    __slots__ = ("split", "merge", "paged", "fp8")
+
+    def __init__(self, split: _Kernel, merge: _Kernel | None, paged: bool, fp8: bool):
+        self.split, self.merge, self.paged, self.fp8 = split, merge, paged, fp8
+
+    def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
+                 scale) -> None:
+        dummy = lse  # (what an absent tensor's pointer points at: never dereferenced)
+        merge = self.merge
+        pointers = (q, k_cache, v_cache, out, lse, ws_o if merge else dummy, ws_lse if merge else dummy,
+                    dummy if cache_seqlens is None else cache_seqlens, block_table if self.paged else dummy,
+                    k_descale if self.fp8 else dummy, v_descale if self.fp8 else dummy)
+        addresses = [t.data_ptr() for t in pointers]
+        self.split(pointers, addresses, (scale * LOG2E,))
+        if merge is not None:  # ws_o, ws_lse, out, lse, seqlens, v descale
+            merge(tuple(pointers[i] for i in _MERGE_POINTERS), [addresses[i] for i in _MERGE_POINTERS], ())
+
+
+_MERGE_POINTERS = (5, 6, 3, 4, 7, 10)  # the merge's pointer arguments among the split kernel's
+
+
+def prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
+            causal, split_keys, n_splits, tile, window=(-1, -1)) -> Launch:
+    """The Launch of these tensors (as launch() takes them): the grids, int arguments, constexprs and options of
+    the split kernel and the merge. It launches on q's device, which must be the current one then (as Triton's
+    JIT launches on the current device)."""
     batch, seqlen_q, heads_q = q.shape[:3]
     head_dim = out.shape[3]  # V's, the kernels' HEAD_DIM
     qk_extra = q.shape[3] - head_dim
@@ -396,36 +504,38 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
     fp8 = k_cache.dtype != q.dtype
     if paged and page_size % block_n and not interpreting():
         stages += GATHER_EXTRA_STAGES
-    if interpreting():
-        interpreter_compat.apply()
-    dummy = lse
     ws_strides = (*ws_o.stride()[:4], *ws_lse.stride()[:3]) if split else (0,) * 7
-    _decode_split[grid(n_splits * m_tiles, heads_kv, batch)](
-        q, k_cache, v_cache, out, lse, ws_o if split else dummy, ws_lse if split else dummy,
-        cache_seqlens if cache_seqlens is not None else dummy, block_table if paged else dummy,
-        k_descale if fp8 else dummy, v_descale if fp8 else dummy,
-        scale * LOG2E, seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits, *window,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),
-        v_cache.stride(0), v_cache.stride(1), v_cache.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-        block_table.stride(0) if paged else 0,
-        *ws_strides,
-        HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, M_TILES=m_tiles,
-        PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal,
-        SPLIT=split, FP8=fp8, DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32", QK_EXTRA=qk_extra,
-        V_IS_K=qk_extra > 0 and v_is_k(k_cache, v_cache), LOCAL=tuple(window) != (-1, -1),
-        num_warps=warps, num_stages=stages,
-    )
+    device = q.device.index
+    split_kernel = _Kernel(
+        _decode_split, grid(n_splits * m_tiles, heads_kv, batch),
+        (seqlen_q, group, capacity, num_blocks, split_keys, heads_kv, n_splits, *window,
+         *q.stride()[:3], *k_cache.stride()[:3], *v_cache.stride()[:3], *out.stride()[:3], *lse.stride()[:2],
+         block_table.stride(0) if paged else 0, *ws_strides),
+        dict(HEAD_DIM=head_dim, BLOCK_M=block_m, BLOCK_N=block_n, M_TILES=m_tiles, PAGED=paged, PAGE_SIZE=page_size,
+             HAS_SEQLENS=cache_seqlens is not None, CAUSAL=causal, SPLIT=split, FP8=fp8,
+             DOT_PRECISION="ieee" if q.dtype.itemsize == 4 else "tf32", QK_EXTRA=qk_extra,
+             V_IS_K=qk_extra > 0 and v_is_k(k_cache, v_cache), LOCAL=tuple(window) != (-1, -1)),
+        dict(num_warps=warps, num_stages=stages), device)
+    merge_kernel = None
     if split:
         merge_m, merge_d, merge_s = merge_tile(rows, head_dim, n_splits)
-        _decode_merge[grid(triton.cdiv(rows, merge_m) * (head_dim // merge_d), heads_kv, batch)](
-            ws_o, ws_lse, out, lse, cache_seqlens if cache_seqlens is not None else dummy,
-            v_descale if fp8 else dummy,
-            seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m), window[0],
-            out.stride(0), out.stride(1), out.stride(2), lse.stride(0), lse.stride(1),
-            *ws_strides,
-            HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
-            HAS_SEQLENS=cache_seqlens is not None, FP8=fp8, KEY_BLOCK=block_n,
-            num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1,
-        )
+        merge_kernel = _Kernel(
+            _decode_merge, grid(triton.cdiv(rows, merge_m) * (head_dim // merge_d), heads_kv, batch),
+            (seqlen_q, group, capacity, split_keys, heads_kv, triton.cdiv(rows, merge_m), window[0],
+             *out.stride()[:3], *lse.stride()[:2], *ws_strides),
+            dict(HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
+                 HAS_SEQLENS=cache_seqlens is not None, FP8=fp8, KEY_BLOCK=block_n),
+            dict(num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1), device)
+    return Launch(split_kernel, merge_kernel, paged, fp8)
+
+
+def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
+           causal, scale, split_keys, n_splits, tile, window=(-1, -1)):
+    """Run the split kernel (and the merge when n_splits > 1). q (B, Sq, Hq, D) strided; out (B, Sq, Hq, Dv)
+    and lse (B, Hq, Sq) fresh; ws_o (B, Hkv, n_splits, R, Dv) and ws_lse (B, Hkv, n_splits, R) fp32
+    contiguous (None with one split); tile from tiles(). Dv < D: Q/K's columns past Dv (QK_EXTRA) add to S only.
+    window (left, right): each row sees keys row + L - Sq - left .. + right (-1: unbounded; causal: right 0).
+    (triton_impl.decode keeps the prepared Launch of each call shape instead.)"""
+    prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse, causal,
+            split_keys, n_splits, tile, window)(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
+                                                out, lse, ws_o, ws_lse, scale)

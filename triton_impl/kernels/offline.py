@@ -21,7 +21,7 @@ _FLOAT_ARGS = ("qk_scale", "softmax_scale_log2", "softcap_in", "softcap_out")
 # strides that are 1 for contiguous inputs: head_dim strides, and the key stride of fp8's V^T
 _UNIT_STRIDES = {"fa2": ("sqd", "skd", "svd"), "fa2-tma": (), "fp8": ("svs",)}
 SASS_OPS = ("HGMMA", "QGMMA", "HMMA", "UTMALDG", "UTMALDG.5D", "UTMASTG", "LDGSTS", "MUFU.EX2", "SHFL.IDX", "STL",
-            "LDL")
+            "LDL", "F2FP.F16.E4M3.UNPACK_B", "F2F.BF16.F16")
 # the most dynamic shared memory one block may use on sm_90
 SM90_SMEM_LIMIT = 232448
 
@@ -172,4 +172,5 @@ def report(compiled):
                   stack=int(re.search(r"STACK:(\d+)", usage).group(1)),
                   smem=compiled.metadata.shared)
     result.update({op: len(re.findall(re.escape(op) + r"\b", sass)) for op in SASS_OPS})
+    result["HGMMA.BF16"] = len(re.findall(r"HGMMA\.\S*\.BF16\b", sass))  # wgmma on bf16 operands, any shape
     return result
