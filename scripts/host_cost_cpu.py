@@ -76,8 +76,9 @@ class _NoLaunch:
         return None
 
 
-class _CpuDriver:
-    """The parts of Triton's active driver a launch asks for: device 0, stream 0, an sm_90 target."""
+class CpuDriver:
+    """The parts of Triton's active driver a launch asks for: device 0, stream 0, an sm_90 target (also the
+    stand-in of tests/test_decode_host_cost.py)."""
 
     def __init__(self):
         from triton.backends.compiler import GPUTarget
@@ -126,7 +127,7 @@ def install_fakes(workdir: Path) -> None:
 
     validate.check_device_and_arch = check_device_and_arch
 
-    triton.runtime.driver.set_active(_CpuDriver())
+    triton.runtime.driver.set_active(CpuDriver())
 
     def compile_nothing(self, key, signature, device, constexprs, options, attrs, warmup):
         kernel = _NoLaunch()

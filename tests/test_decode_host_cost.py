@@ -147,22 +147,16 @@ def test_cuda_launch_packs_each_call_into_the_reused_block(monkeypatch):
 # --- triton_impl --------------------------------------------------------------------------------
 
 
-class _Driver:
-    """Triton's active driver as a launch asks it: device 0, its stream 0, an sm_90 target."""
+def _cpu_driver():
+    """scripts/host_cost_cpu.py's stand-in for Triton's active driver: device 0, stream 0, an sm_90 target."""
+    import importlib.util
+    from pathlib import Path
 
-    def __init__(self):
-        from triton.backends.compiler import GPUTarget
-
-        self.target = GPUTarget("cuda", 90, 32)
-
-    def get_current_device(self):
-        return 0
-
-    def get_current_stream(self, device):
-        return 0
-
-    def get_current_target(self):
-        return self.target
+    path = Path(__file__).resolve().parent.parent / "scripts" / "host_cost_cpu.py"
+    spec = importlib.util.spec_from_file_location("host_cost_cpu", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CpuDriver()
 
 
 @pytest.fixture
@@ -202,7 +196,7 @@ def triton_jit(monkeypatch):
     monkeypatch.setattr(JITFunction, "_do_compile", do_compile)
     for kernel in (kernels._decode_split, kernels._decode_merge):
         monkeypatch.setattr(kernel, "device_caches", collections.defaultdict(kernel.create_binder))
-    monkeypatch.setattr(triton.runtime.driver, "_active", _Driver())
+    monkeypatch.setattr(triton.runtime.driver, "_active", _cpu_driver())
     monkeypatch.setattr(decode, "_prepared", {})
     monkeypatch.setattr(decode, "unavailable_reason", lambda variant: None)
     monkeypatch.setattr(decode, "_check_devices", lambda tensors: None)
