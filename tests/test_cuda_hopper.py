@@ -243,7 +243,8 @@ def test_dynamic_causal_scheduler_is_built_where_enabled(hopper_sass, fa_library
             ops = sass.opcode_counts(kernel(hopper_sass, "sm_90", fmt, head_dim, block_kv, cluster, consumers))
             atomics = {op for op in ops if op.startswith(("ATOM", "RED"))}
             dynamic = {"ATOMG.E.ADD.STRONG.GPU"} if block_kv == 128 or head_dim in (80, 96, 192) else set()
-            split = block_kv == 176 or head_dim in (64, 80, 96)  # the split last round's count (test_sm90a_machine_code)
+            # the split last round's count (test_sm90a_machine_code)
+            split = block_kv == 176 or head_dim in (64, 80, 96)
             assert atomics == dynamic | ({"ATOMG.E.ADD.S32.STRONG.GPU"} if split else set()), (head_dim, block_kv, atomics)
 
 

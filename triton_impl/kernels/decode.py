@@ -414,9 +414,9 @@ class _Kernel:
     kernel), which returns the compiled kernel; later ones call that kernel's launcher directly with the same
     arguments (addresses for the pointers), as the JIT's run would. What the JIT specialises on is fixed for this
     object (argument dtypes and ints by triton_impl.decode's key of its Launch, the device by `device`) but for the
-    pointers' 16-byte alignment, which is this object's cache key. (The JIT's check on every launch that the globals a kernel
-    read have not changed since it compiled is left to the first: this module's constants do not change.) Under
-    the interpreter every launch goes through Triton."""
+    pointers' 16-byte alignment, which is this object's cache key. (The JIT's check on every launch that the
+    globals a kernel read have not changed since it compiled is left to the first: this module's constants do not
+    change.) Under the interpreter every launch goes through Triton."""
 
     __slots__ = ("kernel", "grid", "grid3", "ints", "constexprs", "constexpr_values", "options", "device",
                  "interpreted", "compiled")

@@ -26,7 +26,8 @@ from triton_impl.kernels import tuning
 
 @triton.jit
 def _columns_ok(offs, HEAD_DIM: tl.constexpr, END: tl.constexpr):
-    """offs < HEAD_DIM for a column block ending at column END; None (no mask at all) when it ends inside the head_dim."""
+    """offs < HEAD_DIM for a column block ending at column END; None (no mask at all) when it ends inside the
+    head_dim."""
     if END <= HEAD_DIM:
         ok = None
     else:

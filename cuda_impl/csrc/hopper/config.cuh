@@ -188,7 +188,7 @@ struct HopperTiles {
   static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
   // The consumers take their next item while the last P V runs, instead of after the stores: in the 128-key
-  // kernels (d128 causal and up to 1k keys, d64); the 176-key loops compiled slower with it.
+  // kernels (d128 causal and up to 1k keys) and d64-d96's; the 176-key loops compiled slower with it.
   static constexpr bool EARLY_NEXT = (TILE_DIM == 128 && BLOCK_KV == 128) || TILE_DIM == 64;
   static_assert(!(EARLY_NEXT && SPLIT_TAIL && !TAIL_IN_SMEM), "the next item would overwrite the part the finish reads");
   // k/v_empty arrivals: every local consumer thread, plus one per consumer warp of the other CTA
@@ -231,10 +231,11 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
 // The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>()
 // (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up;
 // non-causal d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on
-// 176 above; causal d64 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
+// 176 above; causal d64-d96 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
 // hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64-d96 (three spilled: the
-// cap and the second mask bound do not fit 160 registers, at d80 / d96 on 96-key tiles too). Varlen launches take the varlen twin of the kernel a
-// dense launch of their longest lengths would take, but never a cluster (nor the split round: SPLIT_TAIL).
+// cap and the second mask bound do not fit 160 registers, at d80 / d96 on 96-key tiles too). Varlen launches take
+// the varlen twin of the kernel a dense launch of their longest lengths would take, but never a cluster (nor the
+// split round: SPLIT_TAIL).
 template <int DIM, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   constexpr int block_kv = hopper_block_kv(DIM);
