@@ -431,8 +431,8 @@ def decode_ctas_per_sm(dtype, kv_fp8: bool, head_dim: int, device, *, extra_flag
 
 def mla_decode_tiles(rows: int, *, extra_flags: tuple[str, ...] = ()) -> tuple[int, int]:
     """(keys per tile, query rows per CTA) of the MLA decode kernels (csrc/fwd_mla_decode.cu) for `rows` packed
-    query rows (heads x query positions) on the current device: more than 32 rows take the wgmma kernel's 64 on
-    sm_90 (fwd_mla_decode_wgmma.cu), 32 elsewhere."""
+    query rows (heads x query positions) on the current device: more than 32 rows take the wgmma kernel's 64 keys
+    and 64 rows on sm_90 (fwd_mla_decode_wgmma.cu), 32 keys and 16 or 32 rows elsewhere."""
     device = torch.cuda.current_device() if torch.cuda.is_available() else -1
     return _mla_decode_tiles(rows, device, extra_flags)
 
@@ -440,9 +440,9 @@ def mla_decode_tiles(rows: int, *, extra_flags: tuple[str, ...] = ()) -> tuple[i
 @functools.lru_cache(maxsize=256)
 def _mla_decode_tiles(rows: int, device: int, extra_flags: tuple[str, ...]) -> tuple[int, int]:
     lib = load(extra_flags)
-    block_n = _optional_entry(lib, "cuda_fa_mla_decode_block_n", ctypes.c_int, [])
+    block_n = _optional_entry(lib, "cuda_fa_mla_decode_block_n", ctypes.c_int, [ctypes.c_int])
     tile_rows = _optional_entry(lib, "cuda_fa_mla_decode_tile_rows", ctypes.c_int, [ctypes.c_int])
-    return block_n(), tile_rows(rows)
+    return block_n(rows), tile_rows(rows)
 
 
 def mla_decode_ctas_per_sm(dtype, rows: int, device, *, extra_flags: tuple[str, ...] = ()) -> int:

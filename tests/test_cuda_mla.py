@@ -4,7 +4,7 @@ compare.oracle.check_kvcache (KVCase.latent: v_cache a view of k_cache, the fp64
 
 CPU part: both kernels are built for every target without spills; the mma.sync kernel's machine code holds
 mma.sync, ldmatrix (plain and .trans: V from K's rows) and cp.async and no local memory, the wgmma kernel's
-(fwd_mla_decode_wgmma.cu, sm_90a) both products as HGMMA (S m64n32, P V m64n256) and cp.async; the shape table;
+(fwd_mla_decode_wgmma.cu, sm_90a) both products as HGMMA (S m64n64, P V m64n256), cp.async on mbarriers; the shape table;
 bad parameters come back as messages; the refusals (an e4m3 cache, a V that is not K's view, a window) and the
 registry's latent-only pairs.
 GPU part (skipped without one): the oracle over head counts 8-128 (all three tile shapes: 16 and 32 rows of the
@@ -76,10 +76,14 @@ def test_the_wgmma_kernel_uses_intended_instructions(fa_library, fmt, mangled):
     assert set(kernels) == {"sm_80", "sm_90"}  # (cuobjdump names the 90a cubin sm_90)
     suffix = ".BF16" if fmt == "bf16" else ""
     ops = kernels["sm_90"]
-    # S: a warpgroup's 18 k-steps; P V: 32 keys, 16 a step. The loop runs in threes (one step per ring stage) after
-    # the prologue's S of the first tile: four S issues, three P V
-    assert ops[f"HGMMA.64x32x16.F32{suffix}"] == 4 * 18 and ops[f"HGMMA.64x256x16.F32{suffix}"] == 3 * 2, ops
-    assert any(op.startswith("LDGSTS") for op in ops) and not any(op.startswith(("LDL", "STL")) for op in ops)
+    # Each group's code is its own: S over 576 columns at N = 64 (36 k-steps), and two P V products of 64 keys (four
+    # k-steps of N = 256, its half of O), its own block's P and the other's.
+    assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 2 * 36 and ops[f"HGMMA.64x256x16.F32{suffix}"] == 2 * 2 * 4, ops
+    assert not any(op.startswith("HGMMA") and "x64x16" not in op and "x256x16" not in op for op in ops), ops
+    # cp.async copies that arrive on the panels' mbarriers, waited for per panel; no local memory
+    assert any(op.startswith("LDGSTS") for op in ops) and any(op.startswith("ARRIVES.LDGSTSBAR") for op in ops)
+    assert any(op.startswith("SYNCS.PHASECHK") for op in ops), ops
+    assert not any(op.startswith(("LDL", "STL")) for op in ops)
     assert not any(op.startswith("HGMMA") for op in kernels["sm_80"])  # (an empty body there: never launched)
 
 
@@ -91,8 +95,9 @@ def test_the_shape_table(fa_library):
     assert _lib.mla_decode_tiles(16) == (32, 16) and _lib.mla_decode_tiles(1) == (32, 16)
     assert _lib.mla_decode_tiles(17) == (32, 32) and _lib.mla_decode_tiles(32) == (32, 32)
     wide = 64 if _wgmma_device() else 32  # the wgmma kernel's tile on sm_90, the mma.sync kernel's elsewhere
-    assert _lib.mla_decode_tiles(33) == (32, wide) and _lib.mla_decode_tiles(256) == (32, wide)
-    assert kvcache.SPLIT_MULTIPLE % _lib.mla_decode_tiles(16)[0] == 0  # every split_size is whole key tiles
+    assert _lib.mla_decode_tiles(33) == (wide, wide) and _lib.mla_decode_tiles(256) == (wide, wide)
+    for rows in (16, 33):  # every split_size is whole key tiles
+        assert kvcache.SPLIT_MULTIPLE % _lib.mla_decode_tiles(rows)[0] == 0
 
 
 def test_bad_parameters_come_back_as_messages(fa_library):

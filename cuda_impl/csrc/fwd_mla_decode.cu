@@ -22,9 +22,9 @@
 #include "ladder.cuh"
 
 extern "C" {
-// The MLA kernel's shape table for the host (cuda_impl/_lib.py): keys per tile, query rows per CTA for `rows`
+// The MLA kernels' shape table for the host (cuda_impl/_lib.py): keys per tile and query rows per CTA for `rows`
 // packed rows, resident CTAs per SM; and the launch.
-int cuda_fa_mla_decode_block_n();
+int cuda_fa_mla_decode_block_n(int rows);
 int cuda_fa_mla_decode_tile_rows(int rows);
 int cuda_fa_mla_decode_ctas_per_sm(int dtype, int rows);
 int cuda_fa_mla_decode(const DecodeParams* params, cudaStream_t stream, char* err, int err_len);
@@ -261,7 +261,9 @@ int mla_dispatch(int dtype, int rows, char* err, int err_len, Launcher&& launche
 
 }  // namespace fa
 
-int cuda_fa_mla_decode_block_n() { return fa::MlaTiles<16>::BLOCK_N; }
+int cuda_fa_mla_decode_block_n(int rows) {
+  return fa::mla_tile_rows(rows) == fa::MLA_WGMMA_ROWS ? fa::MLA_WGMMA_BLOCK_N : fa::MlaTiles<16>::BLOCK_N;
+}
 
 int cuda_fa_mla_decode_tile_rows(int rows) { return fa::mla_tile_rows(rows); }
 

@@ -2,22 +2,22 @@
 // speculative tokens): the compute-bound half of FlashMLA's shapes, where the mma.sync kernel (fwd_mla_decode.cu)
 // tops out at a sixth of the tensor cores. Same contract, same work split over the grid (a CTA = 64 packed rows of
 // one sequence, one chunk of keys), the same poison checks, causal masking and merge.
-// - Two warpgroups, one m64 tile of rows. O (64 x 512 fp32) does not fit one warpgroup's registers, so warpgroup
-//   g owns O's columns 256 g .. + 255 (128 registers a thread) and both need all of P.
-// - S = Q K^T over 576 columns is split between them by k-steps (group g: steps 2 i + g), each wgmma m64n32k16
-//   reading Q and K from shared memory; the two partial 64 x 32 tiles meet in shared memory, where each warpgroup
-//   reads the other's and adds it to its own (a + b == b + a: both hold the same scores bit for bit), so both run
-//   the same online softmax and hold the same P in registers, the A operand of their O += P V (m64n256k16, V the
-//   first 512 columns of the same K rows, MN-major). Splitting by keys instead would have each warpgroup read all
-//   of Q per tile (twice the shared-memory traffic of the S product) and trade P tiles besides.
-// - Software-pipelined: S(t + 1) is issued before the softmax of tile t and P V(t) before the exchange of
-//   S(t + 1), so the tensor cores have work queued through both; the loop runs in threes, one step per ring stage,
-//   so that every wgmma descriptor is a loop invariant in uniform registers. The running maximum is kept while it
-//   grows by at most 2^8 (the d256 prefill kernel's lazy rescale), so most tiles skip O's rescale.
-// - K tiles of 32 keys (36 KB) in a three-stage cp.async ring, each key row at its own page address (pages of any
-//   size, the block table read a tile ahead), written in wgmma's 128-byte swizzle (nine 64-column panels per
-//   tile); Q (72 KB) the same way once. Shared memory: Q + 3 stages + the partial tiles = 197 KB, one CTA per SM;
-//   tiles t and t + 1 are in use while t + 2 loads, so a fourth stage (for a deeper lead) would not fit beside Q.
+// - Two warpgroups, one m64 tile of rows. O (64 x 512 fp32) does not fit one warpgroup's registers, so group g owns
+//   O's columns 256 g .. + 255 (128 registers a thread), and both need every key's P.
+// - Keys in pairs of 64-key blocks (A, B): group 0 computes S_A = Q K_A^T, group 1 S_B, each over all 576 columns
+//   (m64n64k16, Q and K from shared memory; at N = 64 the operand reads are within shared memory's bandwidth, at
+//   N = 32 they were not). The groups work in turn ("seesaw"): group 0 takes the running maximum to S_A's and
+//   hands it over (shared memory, named barrier), group 1 takes it on to S_B's and hands back S_B's P and its
+//   factor; each multiplies its own P by its half of its block's V, then the other's P (passed through shared
+//   memory as A fragments) by its half of the other block's V. While one group runs its softmax the tensor cores
+//   run the other's products, instead of both groups meeting every 32 keys with the cores idle.
+// - The running maximum is kept while it grows by at most 2^MLA_LAZY_RESCALE, so most blocks skip O's rescale.
+// - Shared memory: Q (72 KB) and two 72-KB key blocks, written by cp.async in wgmma's 128-byte swizzle (nine
+//   64-column panels), each row at its own page address (any page size); the P hand-over (8 KB) and the row
+//   statistics. 226 KB: one CTA per SM, no room for a third block. Group g copies the panels it multiplies as V
+//   (4 g .. 4 g + 3) of both blocks and the rope panel (8) of its own block, as soon as its products with them are
+//   done; every panel has an mbarrier that the copies arrive on (cp.async.mbarrier.arrive), so the S product waits
+//   per panel, its own group's panels first.
 #include <type_traits>
 
 #include "decode/merge.cuh"
@@ -29,29 +29,25 @@ namespace fa {
 
 struct MlaWgmmaTiles {
   static constexpr int ROWS = MLA_WGMMA_ROWS;
-  static constexpr int GROUPS = 2;  // warpgroups: S's k-steps and O's columns split between them
+  static constexpr int GROUPS = 2;  // warpgroups: one S tile each, O's columns split between them
   static constexpr int THREADS = GROUPS * 128;
-  static constexpr int WARPS = THREADS / 32;
-  static constexpr int BLOCK_N = 32;                      // keys of a ring stage, wgmma N of S
-  static constexpr int PANELS = MLA_DQK / 64;             // 64-column panels of Q and K (the swizzle's 128 bytes)
-  static constexpr int GROUP_STEPS = MLA_DQK / 16 / GROUPS;  // S k-steps per warpgroup
-  static constexpr int V_PANEL0 = MLA_DV / GROUPS / 64;    // group g's O columns start at panel g * V_PANEL0
-  static constexpr int STAGES = 3;
-  static constexpr int ROW_CHUNKS = MLA_DQK / 8;          // 16-byte chunks of a row
-  static constexpr int Q_PANEL = ROWS * 128, K_PANEL = BLOCK_N * 128;
-  static constexpr int Q_BYTES = PANELS * Q_PANEL, STAGE_BYTES = PANELS * K_PANEL;
-  static constexpr int S_REGS = BLOCK_N / 2, O_REGS = MLA_DV / GROUPS / 2;
-  static constexpr int PARTIAL_BYTES = THREADS * S_REGS * 4;  // each thread's partial S
-  static constexpr int SMEM_BYTES = Q_BYTES + STAGES * STAGE_BYTES + PARTIAL_BYTES + 1024;  // + 1024-alignment
-  static_assert(GROUP_STEPS % 2 == 0 && BLOCK_N % WARPS == 0 && SMEM_BYTES <= 227 * 1024 && STAGES == 3, "tile shape");
+  static constexpr int BLOCK_N = MLA_WGMMA_BLOCK_N;       // keys of a block: a group's S tile (wgmma N)
+  static constexpr int PANELS = MLA_DQK / 64;             // 64-column panels of Q and K rows (the swizzle's 128 bytes)
+  static constexpr int V_PANELS = MLA_DV / GROUPS / 64;   // a group's half of V
+  static constexpr int ROPE = PANELS - 1;                 // the panel past V's columns
+  static constexpr int PANEL_BYTES = 64 * 128;            // 64 rows (queries or keys) of a panel
+  static constexpr int BLOCK_BYTES = PANELS * PANEL_BYTES;  // Q, and each key block
+  static constexpr int S_REGS = BLOCK_N / 2, O_REGS = MLA_DV / GROUPS / 2, P_STEPS = BLOCK_N / 16;
+  static constexpr int P_BYTES = 128 * P_STEPS * 16;      // a group's P as A fragments: a uint4 a thread and k-step
+  static constexpr int STATS_BYTES = 2 * 2 * ROWS * 4;    // row maxima and factors of both blocks
+  static constexpr int BARRIERS = 2 * PANELS;             // [block][panel]
+  static constexpr int COPY_ROWS = BLOCK_N / 16;          // key rows a thread copies per panel (8 threads a row)
+  static constexpr int SMEM_BYTES = 1024 + 3 * BLOCK_BYTES + P_BYTES + STATS_BYTES + BARRIERS * 8;  // + alignment
+  static_assert(ROWS == 64 && SMEM_BYTES <= 227 * 1024 && V_PANELS * GROUPS + 1 == PANELS, "tile shape");
 };
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of 64-column panels of PANEL bytes: rows of 128 bytes,
-// chunk ^ row % 8 inside them (the 128-byte swizzle; panels 1024-byte aligned).
-template <int PANEL>
-__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
-  return uint32_t((chunk / 8) * PANEL + row * 128 + ((chunk % 8) ^ (row % 8)) * 16);
-}
+// Named barriers between the groups (bar.arrive by one, bar.sync by the other; 0 is __syncthreads).
+enum MlaHandOver : uint32_t { MAX_A = 1, MAX_B = 2, P_A = 3 };
 
 template <typename T>
 __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
@@ -60,13 +56,14 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   using C = MlaWgmmaTiles;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t Q_smem = (smem_u32(smem_raw) + 1023) & ~1023u;
-  const uint32_t KV_smem = Q_smem + C::Q_BYTES;
-  float4* partial = reinterpret_cast<float4*>(smem_raw + (Q_smem - smem_u32(smem_raw)) + C::Q_BYTES +
-                                              C::STAGES * C::STAGE_BYTES);  // [group][4][thread of the group]
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // shfl: warp-uniform to ptxas, so that the group's descriptors live in uniform registers (not rebuilt and moved
-  // by R2UR in front of every wgmma)
-  const int group = __shfl_sync(0xffffffffu, tid / 128, 0), group_tid = tid % 128;
+  const uint32_t K_smem = Q_smem + C::BLOCK_BYTES;  // block A, then block B
+  uint8_t* const tail = smem_raw + (Q_smem - smem_u32(smem_raw)) + 3 * C::BLOCK_BYTES;
+  uint4* const P_shared = reinterpret_cast<uint4*>(tail);                // [k-step][thread of a group]
+  float* const row_stats = reinterpret_cast<float*>(tail + C::P_BYTES);  // max [block][row], then factor
+  const uint32_t bars = Q_smem + 3 * C::BLOCK_BYTES + C::P_BYTES + C::STATS_BYTES;  // [block][panel], 8 bytes each
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gtid = tid % 128;
+  // shfl: warp-uniform to ptxas (the group's descriptors in uniform registers)
+  const int group = __shfl_sync(0xffffffffu, tid / 128, 0);
   launch_dependents();  // the merge (more than one split) may get resident now
 
   DecodeWork w = decode_work(p, C::ROWS, C::BLOCK_N);  // (no window: chunk0 = split * split_keys)
@@ -80,53 +77,59 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   const int last_row = min(w.rows, w.row0 + C::ROWS) - 1;
   w.cta_end = p.causal ? min(w.kv_end, query_of(w, last_row) + diag + 1) : w.kv_end;
   w.min_end = p.causal ? min(w.kv_end, query_of(w, w.row0) + diag + 1) : w.kv_end;
-  const int n_tiles = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + C::BLOCK_N - 1) / C::BLOCK_N : 0;
+  const int n_blocks = w.cta_end > w.chunk0 ? (w.cta_end - w.chunk0 + C::BLOCK_N - 1) / C::BLOCK_N : 0;
 
-  // Q tile (rows past the packed rows are zeros): its own commit group, ahead of the key tiles'.
+  if (tid == 0) {
+    for (int i = 0; i < C::BARRIERS; i++) sm90::mbar_init(bars + 8 * i, 128);  // the copying group's threads
+    sm90::mbar_init_fence();
+  }
+  // Q tile (rows past the packed rows are zeros).
   {
     const T* Q = static_cast<const T*>(p.q) + w.batch * p.q_stride[0];
-    for (int c = tid; c < C::ROWS * C::ROW_CHUNKS; c += C::THREADS) {
-      const int r = c / C::ROW_CHUNKS, chunk = c % C::ROW_CHUNKS, row = w.row0 + r;
+    for (int c = tid; c < C::ROWS * (MLA_DQK / 8); c += C::THREADS) {
+      const int r = c / (MLA_DQK / 8), chunk = c % (MLA_DQK / 8), row = w.row0 + r;
       const bool valid = row < w.rows;
       const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
-      cp_async_16(Q_smem + panel_offset<C::Q_PANEL>(r, chunk), valid ? src : Q, valid ? 16 : 0);
+      const uint32_t dst = (chunk / 8) * C::PANEL_BYTES + r * 128 + ((chunk % 8) ^ (r % 8)) * 16;
+      cp_async_16(Q_smem + dst, valid ? src : Q, valid ? 16 : 0);
     }
     cp_async_commit();
   }
-  // Key tile `tile` into `stage`: warp w's rows are w, w + WARPS, ..; a row's 72 chunks go over the lanes, so a
-  // thread's destinations are one base (row % 8 = warp, chunk % 8 = lane % 8) plus compile-time steps; rows past the
-  // CTA's last key are zero-filled. The rows' pages are looked up a tile ahead (lookup_pages), so that the
-  // block-table read is not waited for in front of every tile's copies.
-  constexpr int ROWS_PER_WARP = C::BLOCK_N / C::WARPS, ROW_PASSES = (C::ROW_CHUNKS + 31) / 32;
-  static_assert(C::WARPS == 8, "row % 8 == warp");
-  const uint32_t lane_dst = (lane / 8) * C::K_PANEL + warp * 128 + ((lane % 8) ^ warp) * 16;
-  const T* K_lane = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + lane * 8;
-  RowPages<ROWS_PER_WARP> pages;
-  auto lookup_pages = [&](int tile) {
-    pages.lookup(p, w, table, page_div, w.chunk0 + tile * C::BLOCK_N + warp, C::WARPS, w.cta_end);
-  };
-  auto load_k = [&](int tile, uint32_t stage) {
-    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
+  __syncthreads();  // the barriers are initialised
+
+  // This group's panels of key block `blk` into buffer `buf` (0: A, 1: B): V's columns 256 g .. + 255, and the rope
+  // panel where `rope`. Thread t copies chunk t % 8 of rows t / 8 + 16 i (one base address plus immediates); rows
+  // past the CTA's last key are zero-filled. After each panel the thread arrives on its barrier.
+  const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + (gtid % 8) * 8;
+  const uint32_t copy_dst = (gtid / 8) * 128 + ((gtid % 8) ^ (gtid / 8 % 8)) * 16;
+  const auto load_block = [&](int blk, int buf, bool rope) {
+    const T* src[C::COPY_ROWS];
+    int bytes[C::COPY_ROWS];
 #pragma unroll
-    for (int i = 0; i < ROWS_PER_WARP; i++) {
-      const int pos = tile_start + warp + i * C::WARPS;
-      const bool valid = pages.valid(p, i, pos, w.cta_end);
-      const T* src = K_lane + (valid ? pages.offset(i, p.k_stride) : 0);
-#pragma unroll
-      for (int j = 0; j < ROW_PASSES; j++)
-        if (lane + 32 * j < C::ROW_CHUNKS)
-          cp_async_16(stage + lane_dst + i * C::WARPS * 128 + j * 4 * C::K_PANEL, src + 256 * j, valid ? 16 : 0);
+    for (int i = 0; i < C::COPY_ROWS; i++) {
+      const int pos = w.chunk0 + blk * C::BLOCK_N + gtid / 8 + 16 * i;
+      const int index = table != nullptr ? page_div(pos) : 0;
+      const int page = table != nullptr ? (pos < w.cta_end ? table[index] : -1) : w.batch;
+      const bool valid = pos < w.cta_end && page >= 0 && page < p.num_pages;  // (chunk_poisoned has checked)
+      src[i] = K_head + (valid ? page * p.k_stride[0] + (pos - index * p.page_size) * p.k_stride[1] : 0);
+      bytes[i] = valid ? 16 : 0;
     }
-  };
+    const uint32_t dst = K_smem + buf * C::BLOCK_BYTES + copy_dst;
+    const auto copy_panel = [&](int panel) {
 #pragma unroll
-  for (int tile = 0; tile < C::STAGES - 1; tile++) {
-    if (tile < n_tiles) {
-      lookup_pages(tile);
-      load_k(tile, KV_smem + tile * C::STAGE_BYTES);
-    }
-    cp_async_commit();
-  }
-  lookup_pages(C::STAGES - 1);
+      for (int i = 0; i < C::COPY_ROWS; i++)
+        cp_async_16(dst + panel * C::PANEL_BYTES + i * 16 * 128, src[i] + panel * 64, bytes[i]);
+      sm90::mbar_arrive_cp_async(bars + 8 * (buf * C::PANELS + panel));
+    };
+#pragma unroll
+    for (int v = 0; v < C::V_PANELS; v++) copy_panel(group * C::V_PANELS + v);
+    if (rope) copy_panel(C::ROPE);
+  };
+  if (n_blocks > 0) load_block(0, 0, group == 0);
+  if (n_blocks > 1) load_block(1, 1, group == 1);
+  cp_async_wait<0>();  // Q (the key copies are tracked by the barriers)
+  sm90::fence_proxy_async();
+  __syncthreads();
 
   // Accumulator layout (both products): register 4 j + 2 h + c holds row 16 (warp % 4) + g + 8 h, column
   // 8 j + c2 + c of the group's tile (g = lane / 4, c2 = 2 (lane % 4)). Both groups hold the same rows.
@@ -137,127 +140,198 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     const int row = min(w.row0 + warp_row + g + 8 * h, w.rows - 1);
     row_end[h] = p.causal ? min(w.kv_end, query_of(w, row) + diag + 1) : w.kv_end;
   }
-  // The group's S k-steps 2 i + group sit in panel i / 2 at byte 32 (2 (i % 2) + group): the group's 32 bytes
-  // are folded into the base descriptors, the rest is a compile-time advance per step.
-  const uint64_t q_desc = sm90::desc_sw128(Q_smem + 32 * group, 16, 1024);
   const float scale_log2 = p.scale * LOG2E;
   float O[C::O_REGS];
 #pragma unroll
   for (int i = 0; i < C::O_REGS; i++) O[i] = 0.f;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};  // row_sum: this lane's columns
-
-  // Each stage's K and V descriptors, built once; a tile's wgmmas advance its stage's by compile-time steps, in
-  // uniform registers (a descriptor built per tile from the slot address was rebuilt in vector registers and moved
-  // by R2UR in front of every wgmma).
-  uint64_t k_descs[C::STAGES], v_descs[C::STAGES];
-#pragma unroll
-  for (int s = 0; s < C::STAGES; s++) {
-    k_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + 32 * group, 16, 1024);
-    v_descs[s] = sm90::desc_sw128(KV_smem + s * C::STAGE_BYTES + group * C::V_PANEL0 * C::K_PANEL, C::K_PANEL, 1024);
-  }
-  // S of the tile in ring stage STAGE: the group's half of the k-steps, issued and committed (the caller waits).
-  const auto issue_s = [&]<int STAGE>(float (&S)[C::S_REGS], std::integral_constant<int, STAGE>) {
-    const uint64_t k_desc = k_descs[STAGE];
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int i = 0; i < C::GROUP_STEPS; i++)
-      sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, (i / 2) * C::Q_PANEL + (i % 2) * 64),
-                                    sm90::desc_advance(k_desc, (i / 2) * C::K_PANEL + (i % 2) * 64), i > 0);
-    sm90::wgmma_commit();
-  };
-  // The partial tiles meet: each group adds the other's to its own (both then hold the same scores).
-  const auto exchange = [&](float (&S)[C::S_REGS]) {
-    float4* mine = partial + group * 4 * 128 + group_tid;
-#pragma unroll
-    for (int j = 0; j < 4; j++) mine[j * 128] = make_float4(S[4 * j], S[4 * j + 1], S[4 * j + 2], S[4 * j + 3]);
-    sm90::named_barrier_sync(1, C::THREADS);  // both partial tiles written
-    const float4* other = partial + (1 - group) * 4 * 128 + group_tid;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const float4 o = other[j * 128];
-      S[4 * j] += o.x, S[4 * j + 1] += o.y, S[4 * j + 2] += o.z, S[4 * j + 3] += o.w;
-    }
-  };
-
-  // Software pipeline: S(t + 1) runs on the tensor cores while the softmax of tile t runs, and P V(t) while the
-  // partial tiles of S(t + 1) meet. Tiles t and t + 1 are in use during iteration t, tile t + 2 is loading into
-  // the slot of t - 1 (free once every thread has waited for P V(t - 1), at the iteration's first barrier).
+  // row_max: the running maximum, the same in both groups after every pair; row_sum: this lane's columns of this
+  // group's P, at row_max.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   float S[C::S_REGS];
-  if (n_tiles > 0) {
-    cp_async_wait<C::STAGES - 2>();  // Q and tile 0 (tile 1 may still fly)
-    sm90::fence_proxy_async();       // this thread's copies, visible to the wgmmas after the barrier
-    __syncthreads();
-    issue_s(S, std::integral_constant<int, 0>());
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(S);
-    exchange(S);
-  }
-  // One iteration, tile in ring stage STAGE (= tile % STAGES: the loop below runs them in threes, so that every
-  // descriptor is a loop invariant of its own and stays in uniform registers).
-  const auto step = [&]<int STAGE>(int tile, std::integral_constant<int, STAGE>) {
-    constexpr int NEXT = (STAGE + 1) % C::STAGES, REFILL = (STAGE + C::STAGES - 1) % C::STAGES;
-    cp_async_wait<0>();  // tile + 1
-    sm90::fence_proxy_async();
-    __syncthreads();  // tile + 1 lands; every thread is done with P V(tile - 1) and the partial tiles
-    if (tile + C::STAGES - 1 < n_tiles) {
-      load_k(tile + C::STAGES - 1, KV_smem + REFILL * C::STAGE_BYTES);
-      lookup_pages(tile + C::STAGES);  // read during this tile's products
-    }
-    cp_async_commit();
-    // S(tile + 1), also past the last tile (then over a stale slot, never used: no branch between a wgmma and its
-    // wait, which would serialise them)
-    float S_next[C::S_REGS];
-    issue_s(S_next, std::integral_constant<int, NEXT>());
+  uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4], P_scaled[C::P_STEPS][4];
+  const float ONE[2] = {1.f, 1.f};
 
-    const int tile_start = w.chunk0 + tile * C::BLOCK_N;
-    if (tile_start + C::BLOCK_N > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
+  // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed).
+  const auto wait_panel = [&](int buf, int panel, uint32_t parity) {
+    sm90::mbar_wait(bars + 8 * (buf * C::PANELS + panel), parity);
+    sm90::fence_proxy_async();
+  };
+  const auto mask = [&](int blk) {
+    const int start = w.chunk0 + blk * C::BLOCK_N;
+    if (start + C::BLOCK_N > w.min_end) {  // keys past a row's end (chunk tail, length, causal)
 #pragma unroll
       for (int i = 0; i < C::S_REGS; i++)
-        if (tile_start + 8 * (i / 4) + c2 + i % 2 >= row_end[(i / 2) % 2]) S[i] = -INFINITY;
+        if (start + 8 * (i / 4) + c2 + i % 2 >= row_end[(i / 2) % 2]) S[i] = -INFINITY;
     }
-    // Online softmax over the tile's 32 keys (decode/mla.cuh).
-    float alpha[2];
+  };
+  const auto pack_p = [&](uint32_t (&dst)[C::P_STEPS][4], const float (&factor)[2]) {
 #pragma unroll
-    for (int h = 0; h < 2; h++)
-      alpha[h] = mla_softmax_row<C::S_REGS / 4, true>(row_max[h], row_sum[h], scale_log2,
-                                                     [&](int j, int c) -> float& { return S[4 * j + 2 * h + c]; });
-    // O *= alpha (P V(tile - 1) has retired): 128 multiplies a thread, skipped by a warp none of whose rows moved
-    // its maximum.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    for (int kk = 0; kk < C::P_STEPS; kk++)
+#pragma unroll
+      for (int r = 0; r < 4; r++)
+        dst[kk][r] = pack2<T>(S[8 * kk + 2 * r] * factor[r % 2], S[8 * kk + 2 * r + 1] * factor[r % 2]);
+  };
+  const auto rescale_o = [&](const float (&factor)[2]) {  // skipped by a warp none of whose rows moved
+    if (__any_sync(0xffffffffu, factor[0] != 1.f || factor[1] != 1.f)) {
 #pragma unroll
       for (int j = 0; j < C::O_REGS / 4; j++)
 #pragma unroll
-        for (int i = 0; i < 4; i++) O[4 * j + i] *= alpha[i / 2];
+        for (int i = 0; i < 4; i++) O[4 * j + i] *= factor[i / 2];
     }
-
-    // O += P (64 x 32 keys: the scores' accumulator layout is the A fragment's) V (32 keys x the group's 256
-    // columns: panels group * 4 .., 16 keys = 2048 bytes a k-step).
-    uint32_t P[C::BLOCK_N / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
-#pragma unroll
-      for (int r = 0; r < 4; r++) P[kk][r] = pack2<T>(S[8 * kk + 2 * r], S[8 * kk + 2 * r + 1]);
-    const uint64_t v_desc = v_descs[STAGE];
-    sm90::wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < C::BLOCK_N / 16; kk++)
-      sm90::wgmma_rs<T, MLA_DV / C::GROUPS>(O, P[kk], sm90::desc_advance(v_desc, kk * 2048));
-    sm90::wgmma_commit();
-    sm90::wgmma_wait<1>();  // S(tile + 1); P V(tile) may still run
-    sm90::fence_regs(S_next);
-    exchange(S_next);
-#pragma unroll
-    for (int i = 0; i < C::S_REGS; i++) S[i] = S_next[i];
-    sm90::wgmma_wait<0>();
-    sm90::fence_regs(O);
   };
-  for (int tile = 0; tile < n_tiles; tile += C::STAGES) {
-    step(tile, std::integral_constant<int, 0>());
-    if (tile + 1 < n_tiles) step(tile + 1, std::integral_constant<int, 1>());
-    if (tile + 2 < n_tiles) step(tile + 2, std::integral_constant<int, 2>());
-  }
-  cp_async_wait<0>();
+  const auto put_p = [&](const uint32_t (&src)[C::P_STEPS][4]) {
+#pragma unroll
+    for (int kk = 0; kk < C::P_STEPS; kk++)
+      P_shared[kk * 128 + gtid] = make_uint4(src[kk][0], src[kk][1], src[kk][2], src[kk][3]);
+  };
+  const auto get_p = [&]() {
+#pragma unroll
+    for (int kk = 0; kk < C::P_STEPS; kk++) {
+      const uint4 v = P_shared[kk * 128 + gtid];
+      P_other[kk][0] = v.x, P_other[kk][1] = v.y, P_other[kk][2] = v.z, P_other[kk][3] = v.w;
+    }
+  };
+  const auto write_stats = [&](int blk, const float (&factor)[2]) {
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int h = 0; h < 2; h++) {
+        row_stats[blk * C::ROWS + warp_row + g + 8 * h] = row_max[h];
+        row_stats[(2 + blk) * C::ROWS + warp_row + g + 8 * h] = factor[h];
+      }
+    }
+  };
+  const auto read_stats = [&](int blk, float (&factor)[2]) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      row_max[h] = row_stats[blk * C::ROWS + warp_row + g + 8 * h];
+      factor[h] = row_stats[(2 + blk) * C::ROWS + warp_row + g + 8 * h];
+    }
+  };
 
+  // One group's part of a pair of blocks (G = 0: block A, O's left half; G = 1: block B, the right half), as
+  // compile-time code per group, so that every panel index and descriptor offset is an immediate.
+  const auto run = [&]<int G>(std::integral_constant<int, G>) {
+    const uint64_t q_desc = sm90::desc_sw128(Q_smem, 16, 1024);
+    const uint64_t k_desc = sm90::desc_sw128(K_smem + G * C::BLOCK_BYTES, 16, 1024);
+    const uint64_t v_desc[2] = {
+        sm90::desc_sw128(K_smem + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024),
+        sm90::desc_sw128(K_smem + C::BLOCK_BYTES + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024)};
+    // S of this group's block: its own panels first (copied earlier), the other group's V half last.
+    const auto s_product = [&](uint32_t parity) {
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int i = 0; i < C::PANELS; i++) {
+        constexpr int OWN = G * C::V_PANELS, OTHER = (1 - G) * C::V_PANELS;
+        const int panel = i < C::V_PANELS ? OWN + i : i == C::V_PANELS ? C::ROPE : OTHER + i - C::V_PANELS - 1;
+        wait_panel(G, panel, parity);
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+          sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, panel * C::PANEL_BYTES + 32 * kk),
+                                        sm90::desc_advance(k_desc, panel * C::PANEL_BYTES + 32 * kk), i + kk > 0);
+      }
+      sm90::wgmma_commit();
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(S);
+    };
+    // O += P (64 x 64 keys) V (block `buf`'s keys x this group's 256 columns; 16 keys = 2048 bytes a k-step).
+    const auto pv_product = [&](const uint32_t (&a)[C::P_STEPS][4], int buf) {
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < C::P_STEPS; kk++)
+        sm90::wgmma_rs<T, MLA_DV / C::GROUPS>(O, a[kk], sm90::desc_advance(v_desc[buf], kk * 2048));
+      sm90::wgmma_commit();
+    };
+    const auto softmax = [&](float (&alpha)[2]) {
+#pragma unroll
+      for (int h = 0; h < 2; h++)
+        alpha[h] = mla_softmax_row<C::S_REGS / 4, true>(row_max[h], row_sum[h], scale_log2,
+                                                       [&](int j, int c) -> float& { return S[4 * j + 2 * h + c]; });
+    };
+    const int n_pairs = (n_blocks + 1) / 2;
+    for (int pair = 0; pair < n_pairs; pair++) {
+      const uint32_t parity = pair & 1;
+      const int blk_a = 2 * pair, blk_b = blk_a + 1;
+      const bool has_b = blk_b < n_blocks, next = pair + 1 < n_pairs;
+      float alpha[2], beta[2];
+      if constexpr (G == 0) {
+        s_product(parity);
+        mask(blk_a);
+        softmax(alpha);  // to S_A's maximum: P_A in S; alpha, O's factor from the last pair's maximum
+        rescale_o(alpha);
+        write_stats(0, alpha);
+        sm90::named_barrier_arrive(MAX_A, C::THREADS);
+        pack_p(P, ONE);
+        pv_product(P, 0);
+        sm90::named_barrier_sync(MAX_B, C::THREADS);  // group 1: the maximum taken on to S_B's, its factor, P_B
+        read_stats(1, beta);
+        if (has_b) get_p();
+        pack_p(P_scaled, beta);  // P_A at the new maximum, for group 1 (the same slots P_B came in)
+        put_p(P_scaled);
+        sm90::named_barrier_arrive(P_A, C::THREADS);
+#pragma unroll
+        for (int h = 0; h < 2; h++) row_sum[h] *= beta[h];
+        sm90::wgmma_wait<0>();  // O += P_A V_A (the left half)
+        sm90::fence_regs(O);
+        rescale_o(beta);
+        if (next) load_block(blk_a + 2, 0, true);  // block A's left half and rope panel are free
+        if (has_b) {
+#pragma unroll
+          for (int v = 0; v < C::V_PANELS; v++) wait_panel(1, v, parity);  // (this group's copies; group 1 saw them)
+          pv_product(P_other, 1);
+          sm90::wgmma_wait<0>();
+          sm90::fence_regs(O);
+          if (blk_b + 2 < n_blocks) load_block(blk_b + 2, 1, false);
+        }
+      } else {
+        if (has_b) {
+          s_product(parity);
+          mask(blk_b);
+        }
+        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum and its factor
+        read_stats(0, alpha);
+#pragma unroll
+        for (int h = 0; h < 2; h++) row_sum[h] *= alpha[h];
+        if (has_b) {
+          softmax(beta);  // on from S_A's maximum to S_B's: P_B in S
+          pack_p(P, ONE);
+          put_p(P);
+        } else {
+          beta[0] = beta[1] = 1.f;
+        }
+        write_stats(1, beta);
+        sm90::named_barrier_arrive(MAX_B, C::THREADS);
+        const float factor[2] = {alpha[0] * beta[0], alpha[1] * beta[1]};
+        rescale_o(factor);
+        if (has_b) pv_product(P, 1);
+        sm90::named_barrier_sync(P_A, C::THREADS);  // group 0: P_A at the new maximum
+        get_p();
+#pragma unroll
+        for (int v = 0; v < C::V_PANELS; v++) wait_panel(0, C::V_PANELS + v, parity);  // (as above)
+        pv_product(P_other, 0);
+        if (has_b) {
+          sm90::wgmma_wait<1>();  // O += P_B V_B (the right half)
+          if (blk_b + 2 < n_blocks) load_block(blk_b + 2, 1, true);
+        }
+        sm90::wgmma_wait<0>();  // O += P_A V_A
+        sm90::fence_regs(O);
+        if (next) load_block(blk_a + 2, 0, false);
+      }
+    }
+  };
+  if (group == 0)
+    run(std::integral_constant<int, 0>());
+  else
+    run(std::integral_constant<int, 1>());
+
+  // The groups' sums of a row meet (thread t of each group holds the same rows and columns), then each writes its
+  // half of O; group 0 the LSE.
+  __syncthreads();
+  float* sums = reinterpret_cast<float*>(P_shared);  // [group][h][thread of the group]
+#pragma unroll
+  for (int h = 0; h < 2; h++) sums[(group * 2 + h) * 128 + gtid] = row_sum[h];
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; h++) row_sum[h] += sums[((1 - group) * 2 + h) * 128 + gtid];
 #pragma unroll
   for (int h = 0; h < 2; h++)
     mla_finish_row<T, C::O_REGS / 4>(p, w, w.row0 + warp_row + g + 8 * h, group * (MLA_DV / C::GROUPS) + c2,

@@ -7,7 +7,8 @@
 namespace fa {
 
 constexpr int MLA_DQK = 576, MLA_DV = 512;
-constexpr int MLA_WGMMA_ROWS = 64;  // the wgmma kernel's query rows per CTA: one m64 tile
+constexpr int MLA_WGMMA_ROWS = 64;     // the wgmma kernel's query rows per CTA: one m64 tile
+constexpr int MLA_WGMMA_BLOCK_N = 64;  // its keys per block: a warpgroup's S tile
 
 // The wgmma kernel keeps a row's running maximum while it grows by at most 2^MLA_LAZY_RESCALE (log2 units): P then
 // reaches 2^8, harmless in 16-bit P and fp32 sums (O / l and the LSE use the same maximum), and most tiles of a long

@@ -44,6 +44,12 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
+// One arrival, made when every cp.async this thread has issued so far has landed (.noinc: the
+// barrier's count already includes it). Lets threads other than the copier wait for cp.async data.
+__device__ __forceinline__ void mbar_arrive_cp_async(uint32_t bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+
 // One arrival on the barrier at the same shared offset in CTA `cta` of the cluster, made by the
 // threads with `pred` set: predicated, not branched, so it may sit between a wgmma and its wait.
 // Default (cta-scope) release, as CUTLASS's ClusterBarrier: .release.cluster put a CGAERRBAR in
@@ -244,7 +250,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC8(d, i)                                                                        \
   "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
       "+f"(d[i + 6]), "+f"(d[i + 7])
-#define FA_ACC16(d) FA_ACC8(d, 0), FA_ACC8(d, 8)
 #define FA_ACC32(d) FA_ACC8(d, 0), FA_ACC8(d, 8), FA_ACC8(d, 16), FA_ACC8(d, 24)
 #define FA_ACC64(d) FA_ACC32(d), FA_ACC8(d, 32), FA_ACC8(d, 40), FA_ACC8(d, 48), FA_ACC8(d, 56)
 #define FA_ACC88(d) FA_ACC64(d), FA_ACC8(d, 64), FA_ACC8(d, 72), FA_ACC8(d, 80)
@@ -254,7 +259,6 @@ __device__ __forceinline__ void fence_regs(uint32_t (&r)[M][N]) {
 #define FA_ACC32_AT(d, i) FA_ACC8(d, i), FA_ACC8(d, i + 8), FA_ACC8(d, i + 16), FA_ACC8(d, i + 24)
 #define FA_ACC96(d) FA_ACC64(d), FA_ACC32_AT(d, 64)
 #define FA_ACC128(d) FA_ACC64(d), FA_ACC32_AT(d, 64), FA_ACC32_AT(d, 96)
-#define FA_OPS16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FA_OPS32                                                                  \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "      \
   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -332,10 +336,10 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 #undef FA_SS_N128
 }
 
-// As wgmma_ss_n128 for N = 32, 64, 80, 112, 128, 176 or 192 keys per KV tile (80 and 176: FlashAttention-3's
-// d256 and d128 shapes; 112: the d192 tile (S 56 + P 28 + O 96 registers); 64: the d256 ablation; 192: the widest
-// d128 tile whose S, P and O fit the consumers' registers, FlashAttention-4's sm90 config search; 32: the MLA decode
-// tile). The asm string must spell out its operand
+// As wgmma_ss_n128 for N = 64, 80, 96, 112, 128, 176 or 192 keys per KV tile (80 and 176: FlashAttention-3's
+// d256 and d128 shapes; 96: the d80 / d96 tile; 112: the d192 tile (S 56 + P 28 + O 96 registers); 64: the d256
+// ablation and the MLA decode block; 192: the widest d128 tile whose S, P and O fit the consumers' registers,
+// FlashAttention-4's sm90 config search). The asm string must spell out its operand
 // numbers: the N / 2 accumulators first, then the two descriptors (DESCS) and the accumulate
 // flag (FLAG). ACC is an FA_ACC macro's name, applied to d only inside FA_SS (expanded earlier,
 // its commas would split the arguments).
@@ -357,12 +361,10 @@ __device__ __forceinline__ void wgmma_ss_n128(float (&d)[64], uint64_t desc_a, u
 template <typename T, int N>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b,
                                          bool accumulate) {
-  static_assert(N == 32 || N == 64 || N == 80 || N == 96 || N == 112 || N == 128 || N == 176 || N == 192,
-                "wgmma_ss: N = 32, 64, 80, 96, 112, 128, 176 or 192");
+  static_assert(N == 64 || N == 80 || N == 96 || N == 112 || N == 128 || N == 176 || N == 192,
+                "wgmma_ss: N = 64, 80, 96, 112, 128, 176 or 192");
   if constexpr (N == 128) {
     wgmma_ss_n128<T>(d, desc_a, desc_b, accumulate);
-  } else if constexpr (N == 32) {
-    FA_SS_TYPED("m64n32k16", FA_OPS16, FA_ACC16, "%16, %17", "%18");
   } else if constexpr (N == 64) {
     FA_SS_TYPED("m64n64k16", FA_OPS32, FA_ACC32, "%32, %33", "%34");
   } else if constexpr (N == 80) {
