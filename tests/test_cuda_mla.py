@@ -83,6 +83,8 @@ def test_the_wgmma_kernel_uses_intended_instructions(fa_library, fmt, mangled):
     # cp.async copies that arrive on the panels' mbarriers, waited for per panel; no local memory
     assert any(op.startswith("LDGSTS") for op in ops) and any(op.startswith("ARRIVES.LDGSTSBAR") for op in ops)
     assert any(op.startswith("SYNCS.PHASECHK") for op in ops), ops
+    # hand-overs by bar.sync on both sides (racecheck reports bar.arrive hand-overs as races)
+    assert ops["BAR.SYNC.DEFER_BLOCKING"] > 0 and not any(op.startswith("BAR.ARV") for op in ops), ops
     assert not any(op.startswith(("LDL", "STL")) for op in ops)
     assert not any(op.startswith("HGMMA") for op in kernels["sm_80"])  # (an empty body there: never launched)
 
