@@ -185,8 +185,15 @@ def make_inputs(case: Case, device: str | torch.device = "cpu") -> Inputs:
     return Inputs(*lp, q_master=q, k_master=k, v_master=v)
 
 
-def _expand_kv(x: torch.Tensor, heads_q: int) -> torch.Tensor:
-    return x if x.shape[1] == heads_q else x.repeat_interleave(heads_q // x.shape[1], dim=1)
+def _heads_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a (Hq, R, K) @ b (Hkv, K, N) -> (Hq, R, N), query head h against KV head h // (Hq / Hkv) (GQA's grouping),
+    without repeating b's heads: memory follows the KV heads (MLA's one latent head against 128 query heads and
+    64k keys would otherwise take tens of GB in float64)."""
+    heads_q, rows, inner = a.shape
+    heads_kv = b.shape[0]
+    if heads_q == heads_kv:
+        return torch.matmul(a, b)
+    return torch.matmul(a.reshape(heads_kv, heads_q // heads_kv * rows, inner), b).reshape(heads_q, rows, -1)
 
 
 def check_window(window) -> None:
@@ -249,8 +256,7 @@ def _all_rows(seqlen_q: int, rows: torch.Tensor | None, device) -> torch.Tensor:
 
 def _largest_score(q, k, rows: torch.Tensor, scale: float) -> float:
     """max |scale * q k^T| over the query rows `rows` (masked keys included: a bound, not the visible maximum)."""
-    k = _expand_kv(k.double(), q.shape[1])
-    return max((float((torch.matmul(q[b][:, rows].double(), k[b].transpose(-1, -2)) * scale).abs().max())
+    return max((float((_heads_matmul(q[b][:, rows].double(), k[b].double().transpose(-1, -2)) * scale).abs().max())
                 for b in range(q.shape[0])), default=0.0)
 
 
@@ -261,17 +267,16 @@ def reference(q, k, v, *, causal: bool, scale: float, rows: torch.Tensor | None 
     diagonal, and scaled scores capped to softcap * tanh(s / softcap) before the softmax."""
     q, k, v = (x.double() for x in (q, k, v))
     rows = _all_rows(q.shape[2], rows, q.device)
-    k, v = _expand_kv(k, q.shape[1]), _expand_kv(v, q.shape[1])
     out = torch.empty(q.shape[0], q.shape[1], rows.numel(), v.shape[3], dtype=torch.float64, device=q.device)
     lse = torch.empty(q.shape[0], q.shape[1], rows.numel(), dtype=torch.float64, device=q.device)
     visible = _visible(rows, q.shape[2], k.shape[2], causal, q.device, window)
     for b in range(q.shape[0]):  # one batch at a time bounds memory to H * R * Sk
-        s = _softcapped(torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)) * scale, softcap)
+        s = _softcapped(_heads_matmul(q[b, :, rows], k[b].transpose(-1, -2)) * scale, softcap)
         if visible is not None:
             s = s.masked_fill(~visible, -math.inf)
         lse[b] = torch.logsumexp(s, dim=-1)
         p = torch.exp(s - lse[b, ..., None]).nan_to_num(0.0)  # rows with no key: exp(nan) -> 0
-        out[b] = torch.matmul(p, v[b])
+        out[b] = _heads_matmul(p, v[b])
     return out, lse
 
 
@@ -282,7 +287,6 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
     rows = _all_rows(case.seqlen_q, rows, inputs.q_master.device)
     if case.quantized:
         q, k, v = (_values(x) for x in (q, k, v))  # float32 dequantized values
-    k, v = _expand_kv(k, case.heads_q), _expand_kv(v, case.heads_q)
     visible = _visible(rows, case.seqlen_q, case.seqlen_k, case.causal, q.device, case.window)
     outs, lses = [], []
     fp8_cores = case.fmt == "fp8" and inputs.q_master.is_cuda
@@ -290,7 +294,7 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
         if fp8_cores:
             s = _fp8_tensor_core_scores(inputs.q, inputs.k, b, rows) * scale
         else:
-            s = torch.matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
+            s = _heads_matmul(q[b, :, rows], k[b].transpose(-1, -2)).float() * scale  # 16-bit matmul rounds S
         s = _softcapped(s, case.softcap)
         if visible is not None:
             s = s.masked_fill(~visible, -math.inf)
@@ -298,9 +302,9 @@ def plain_attention(inputs: Inputs, case: Case, rows: torch.Tensor | None = None
         p = torch.exp(s - m)
         denom = p.sum(dim=-1, keepdim=True)
         if case.quantized:
-            o = torch.matmul(formats.quantize_p(p, case.fmt), v[b]) / denom
+            o = _heads_matmul(formats.quantize_p(p, case.fmt), v[b]) / denom
         else:
-            o = torch.matmul(p.to(v.dtype), v[b]).float() / denom
+            o = _heads_matmul(p.to(v.dtype), v[b]).float() / denom
         outs.append(o.nan_to_num(0.0).to(case.out_dtype))
         lses.append((m + torch.log(denom)).squeeze(-1))
     return torch.stack(outs).double(), torch.stack(lses).double()
@@ -628,10 +632,10 @@ def _plain_fp8_cache(q: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, 
     descales (Hkv,)): e4m3 values are exact in q's 16-bit type, so S = (q k_raw^T) in 16-bit matmuls times
     scale * k_descale, and O = (P v_raw) * v_descale / l. Returns (out, lse) float64."""
     dtype = case.out_dtype
-    k, v = _expand_kv(k_raw.to(dtype), case.heads_q), _expand_kv(v_raw.to(dtype), case.heads_q)
+    k, v = k_raw.to(dtype), v_raw.to(dtype)
     group = case.heads_q // case.heads_kv
     k_descale, v_descale = (d.repeat_interleave(group)[:, None, None] for d in (k_descale, v_descale))
-    s = _softcapped(torch.matmul(q[0], k[0].transpose(-1, -2)).float() * (case.softmax_scale * k_descale),
+    s = _softcapped(_heads_matmul(q[0], k[0].transpose(-1, -2)).float() * (case.softmax_scale * k_descale),
                     case.softcap)
     visible = _visible(_all_rows(case.seqlen_q, None, q.device), case.seqlen_q, case.seqlen_k, case.causal, q.device,
                        case.window)
@@ -640,7 +644,7 @@ def _plain_fp8_cache(q: torch.Tensor, k_raw: torch.Tensor, v_raw: torch.Tensor, 
     m = s.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).min)
     p = torch.exp(s - m)
     denom = p.sum(dim=-1, keepdim=True)
-    o = (torch.matmul(p.to(dtype), v[0]).float() * v_descale / denom).nan_to_num(0.0).to(dtype)
+    o = (_heads_matmul(p.to(dtype), v[0]).float() * v_descale / denom).nan_to_num(0.0).to(dtype)
     return o[None].double(), (m + torch.log(denom)).squeeze(-1)[None].double()
 
 
