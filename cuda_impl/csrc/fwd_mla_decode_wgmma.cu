@@ -153,7 +153,9 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4], P_scaled[C::P_STEPS][4];
   const float ONE[2] = {1.f, 1.f};
 
-  // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed).
+  // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed), then the proxy fence:
+  // cp.async writes through the generic proxy, wgmma reads through the async one (the fence costs 2-5%; TMA copies
+  // would not need it).
   const auto wait_panel = [&](int buf, int panel, uint32_t parity) {
     sm90::mbar_wait(bars + 8 * (buf * C::PANELS + panel), parity);
     sm90::fence_proxy_async();
