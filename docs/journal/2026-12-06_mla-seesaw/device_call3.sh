@@ -12,6 +12,7 @@
 set -u
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
 J=docs/journal/2026-12-06_mla-seesaw
+PAIRED=docs/journal/2026-12-04_mla-wgmma/mla_paired.py
 nvidia-smi --query-gpu=name --format=csv,noheader
 tar xzf cuda_impl/_build/variants.tar.gz -C cuda_impl/_build
 LIB=$(python3 -c "from cuda_impl import _lib; print(_lib.library_spec().library_path)")
@@ -32,7 +33,7 @@ timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_cuda_mla.
 echo "pytest v2 rc=$?"; tail -2 $OUT/call3_pytest_v2.log
 for variant in v2 racetest nofence; do
   cp cuda_impl/_build/$variant/libcuda_fa.so $LIB
-  DEV_BASELINE_LIB=cuda_impl/_build/baseline-mla/libcuda_fa.so PYTHONPATH=. timeout 150 python3 $J/mla_paired.py \
+  DEV_BASELINE_LIB=cuda_impl/_build/baseline-mla/libcuda_fa.so PYTHONPATH=. timeout 150 python3 $PAIRED \
     --new=default --old=baseline > $OUT/call3_paired_$variant.log 2>&1 || echo "paired: $?"
   mv $OUT/mla_paired_default_baseline.csv $OUT/call3_paired_$variant.csv
   echo "== $variant against ef04e9f"; tail -9 $OUT/call3_paired_$variant.log
