@@ -4,9 +4,9 @@ the call: Python checks, plan lookup, three allocations and the ctypes launch).
 
 Unlike the kernels' library (torch-free, ctypes), this op is C++ against torch's own headers and libraries, whose
 ABI changes between torch versions: it is built for the torch that runs (its version and ABI flag in the cache
-digest) with the system's C++ compiler, in a few seconds, at the first decode call; `python -m cuda_impl.native
---torch-root DIR` builds it here for another machine's torch (an unpacked wheel of that version), so that the
-build can be carried in cuda_impl/_build.
+digest) with the system's C++ compiler, in a few seconds, at the first decode call; `python -m cuda_impl.toolchain
+--native --torch-root DIR` builds it here for another machine's torch (an unpacked wheel of that version), so that
+the build can be carried in cuda_impl/_build.
 
 The op takes a subset of the Python path's calls and the Python path remains their definition: it answers None
 (not taken) unless every check passes and the call's split plan is one the Python path computed before, after
@@ -17,14 +17,12 @@ RuntimeWarning says so once, and every call stays on the Python path (same resul
 
 from __future__ import annotations
 
-import argparse
 import ctypes
 import fcntl
 import hashlib
 import re
 import shutil
 import subprocess
-import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -172,22 +170,3 @@ def remember_plan(q, heads_kv: int, head_dim_v: int, capacity: int, fp8: bool, n
     key = [*q.shape, _lib.DTYPE_CODES[q.dtype], -1 if index is None else index, heads_kv, head_dim_v, capacity,
            int(fp8), -1 if num_splits is None else num_splits, -1 if split_size is None else split_size, *window]
     torch.ops.cuda_fa_native.remember_plan(key, *plan)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Build the compiled decode entry (cuda_impl/native.py) for the "
-                                     "running torch, or for another machine's (--torch-root).")
-    parser.add_argument("--torch-root", type=Path, help="an unpacked torch wheel's torch/ folder (include/, lib/, "
-                        "version.py): build for that version, e.g. the GPU machine's")
-    args = parser.parse_args(argv)
-    target = TorchBuild.unpacked(args.torch_root) if args.torch_root else TorchBuild.running()
-    try:
-        print(build(target))
-    except toolchain.BuildError as exc:
-        print(exc, file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

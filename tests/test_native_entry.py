@@ -248,6 +248,9 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
     import cuda_impl
+    from cuda_impl import decode
+
+    monkeypatch.setattr(decode, "_plans", {})  # (so that each first call plans, and tells the entry, again)
 
     gen = torch.Generator(device="cuda").manual_seed(0)
     cases = [dict(), dict(page=0, dtype=torch.float16), dict(kv_dtype=E4M3, dim=64), dict(dim=256, seqlen_q=3),
@@ -261,7 +264,7 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
         for x in (k, v) if not shape.get("mla") else (k,):
             x.copy_(torch.randn(x.shape, generator=gen, device="cuda").to(x.dtype))
         kwargs = dict(cache_seqlens=lengths, block_table=table, k_descale=k_descale, v_descale=v_descale,
-                      causal=bool(shape.get("seqlen_q")), return_lse=True)
+                      causal=shape.get("seqlen_q", 1) > 1, return_lse=True)
         cuda_impl.attention_with_kvcache(q, k, v, **kwargs)  # plans the shape
         taken = torch.ops.cuda_fa_native.taken_count()
         out, lse = cuda_impl.attention_with_kvcache(q, k, v, **kwargs)

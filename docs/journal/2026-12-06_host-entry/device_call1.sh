@@ -3,7 +3,7 @@
 # (same bits; the entry took the calls) and the decode/kvcache GPU tests with it in the path; (c) the MLA
 # measurement plan of docs/journal/2026-12-06_handover-prefetch/device_call1.sh.
 # Carry cuda_impl/_build/variants.tar.xz and the entry built for the GPU machine's torch
-# (python -m cuda_impl.native --torch-root <torch 2.11.0+cu130 wheel>/torch).
+# (python -m cuda_impl.toolchain --native --torch-root <torch 2.11.0+cu130 wheel>/torch).
 # The kernels' library is reorder/ (branch wip/mla-tma fcff37b: decode kernels as main's, the MLA wgmma reordered).
 set -u
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
