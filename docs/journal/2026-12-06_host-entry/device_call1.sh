@@ -1,8 +1,8 @@
-# Call 1 (fits about 8 minutes: the session's device time was mostly spent on refused starts):
+# Call 1 (fits about 7 minutes: the session's device time was mostly spent on refused starts):
 # (a) the host probe: a kvcache call's host time through the compiled entry (cuda_impl.native) and through the
 #     Python path, and the Python path's stages alone;
 # (b) the compiled entry against the Python path on the GPU (same bits; the entry took the calls), with the kvcache
-#     and CUDA decode GPU tests running through it;
+#     and MLA GPU tests running through it;
 # (c) the MLA essentials of docs/journal/2026-12-06_handover-prefetch/device_call1.sh: the MLA GPU tests on
 #     "reorder", reorder against "refactor" and "tma" against reorder (paired: bits, then time), tma's MLA GPU tests.
 # Carry cuda_impl/_build/variants.tar.xz and the entry built for the GPU machine's torch
@@ -18,7 +18,7 @@ mkdir -p $(dirname $LIB) && cp cuda_impl/_build/reorder/libcuda_fa.so $LIB
 PYTHONPATH=. timeout 60 python3 docs/journal/2026-12-06_host-entry/host_probe.py > $OUT/host_probe.log 2>&1
 echo "probe rc=$?"; tail -14 $OUT/host_probe.log
 timeout 100 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_native_entry.py tests/test_kvcache_api.py \
-  tests/test_cuda_decode.py tests/test_cuda_mla.py > $OUT/pytest.log 2>&1; echo "pytest rc=$?"; tail -2 $OUT/pytest.log
+  tests/test_cuda_mla.py > $OUT/pytest.log 2>&1; echo "pytest rc=$?"; tail -2 $OUT/pytest.log
 grep -E "^(FAILED|ERROR)" $OUT/pytest.log | head
 paired() {  # new-lib old-lib cases tag seconds
   cp cuda_impl/_build/$1/libcuda_fa.so $LIB
