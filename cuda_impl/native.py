@@ -23,6 +23,7 @@ import hashlib
 import re
 import shutil
 import subprocess
+import sys
 import threading
 import warnings
 from dataclasses import dataclass
@@ -96,6 +97,8 @@ def build(build: TorchBuild | None = None) -> Path:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if path.is_file():
             return path
+        print(f"cuda_impl: building the compiled decode entry for torch {build.version} (once; about 10 s) in "
+              f"{path.parent}", file=sys.stderr, flush=True)
         include = build.root / "include"
         command = [compiler, *_flags(build), f"-I{include}", f"-I{include / 'torch/csrc/api/include'}", str(SOURCE),
                    "-o", str(path) + ".part", f"-L{build.root / 'lib'}", "-lc10", "-ltorch_cpu"]
