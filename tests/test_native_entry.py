@@ -86,18 +86,20 @@ def _last(stub) -> tuple[int, dict]:
 
 
 def _call(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, length=256, dim=128, page=64, dtype=torch.bfloat16,
-          kv_dtype=None, mla=False, q_strided=False):
-    """The tensors of one call (zeros; nothing reads them): q, k_cache, v_cache, cache_seqlens, block_table,
-    k_descale, v_descale."""
+          kv_dtype=None, mla=False, q_strided=False, device="cpu"):
+    """The tensors of one call (zeros): q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale."""
     kv_dtype = kv_dtype or dtype
     dim_k = 576 if mla else dim
-    q = torch.zeros(batch, seqlen_q, heads_q, dim_k + (64 if q_strided else 0), dtype=dtype)[..., :dim_k]
+    q = torch.zeros(batch, seqlen_q, heads_q, dim_k + (64 if q_strided else 0), dtype=dtype, device=device)
+    q = q[..., :dim_k]
     pages = batch * length // page if page else batch
-    k = torch.zeros(pages, page or length, 1 if mla else heads_kv, dim_k, dtype=kv_dtype)
+    k = torch.zeros(pages, page or length, 1 if mla else heads_kv, dim_k, dtype=kv_dtype, device=device)
     v = k[..., :512] if mla else torch.zeros_like(k)
-    table = torch.arange(pages, dtype=torch.int32).flip(0).view(batch, -1).contiguous() if page else None
-    lengths = torch.arange(batch, dtype=torch.int32) + length // 2
-    descales = (torch.ones(batch, heads_kv), torch.ones(batch, heads_kv)) if kv_dtype == E4M3 else (None, None)
+    table = (torch.arange(pages, dtype=torch.int32, device=device).flip(0).view(batch, -1).contiguous() if page
+             else None)
+    lengths = torch.arange(batch, dtype=torch.int32, device=device) + length // 2
+    descales = ((torch.ones(batch, heads_kv, device=device), torch.ones(batch, heads_kv, device=device))
+                if kv_dtype == E4M3 else (None, None))
     return q, k, v, lengths, table, *descales
 
 
@@ -256,10 +258,7 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
     cases = [dict(), dict(page=0, dtype=torch.float16), dict(kv_dtype=E4M3, dim=64), dict(dim=256, seqlen_q=3),
              dict(mla=True, heads_q=16), dict(q_strided=True)]
     for shape in cases:
-        q, k, v, lengths, table, k_descale, v_descale = (
-            None if t is None else t.cuda() for t in _call(length=1000, **shape))
-        if shape.get("mla"):
-            v = k[..., :512]
+        q, k, v, lengths, table, k_descale, v_descale = _call(length=1024, device="cuda", **shape)
         q.copy_(torch.randn(q.shape, generator=gen, device="cuda"))
         for x in (k, v) if not shape.get("mla") else (k,):
             x.copy_(torch.randn(x.shape, generator=gen, device="cuda").to(x.dtype))
