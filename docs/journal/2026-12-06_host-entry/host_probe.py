@@ -1,7 +1,7 @@
 """Where a cuda_impl.attention_with_kvcache call's host time goes on the GPU machine: the whole call through the
 compiled entry (cuda_impl.native) and through the Python path, and each stage of the Python path timed alone
 (back-to-back calls, one synchronisation per round; the kernels take a few microseconds, so the host sets the
-pace), b1 h32/8 q1 k4096 d128 bf16, paged 64. Prints microseconds per call, median of 5 rounds."""
+pace), b1 h32/8 q1 k4096 d128 bf16, paged 64. Prints microseconds per call, median of 3 rounds."""
 
 import statistics
 import time
@@ -12,7 +12,7 @@ import cuda_impl
 from compare import kvcache
 from cuda_impl import _lib, decode, native, ops
 
-N = 3000
+N = 2000
 
 
 def per_call(fn, n=N):
@@ -20,7 +20,7 @@ def per_call(fn, n=N):
         fn()
     torch.cuda.synchronize()
     rounds = []
-    for _ in range(5):
+    for _ in range(3):
         t0 = time.perf_counter()
         for _ in range(n):
             fn()
