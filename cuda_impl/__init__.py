@@ -321,8 +321,9 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     of L keys sees keys i + L - Sq - left .. i + L - Sq + right (a side of -1 unbounded; causal sets right to 0; a
     row that sees no key gives 0 and LSE -inf); the chunks then follow the window, so only its keys are read."""
     fast = native.kvcache_decode
-    # The compiled entry (cuda_impl.native) for plain eager calls whose arguments its schema parses as given; it
-    # answers None where the Python path below has to run (a check fails, or this shape was not planned yet).
+    # The compiled entry (cuda_impl.native) for plain tensors outside torch's modes and tracers, with arguments its
+    # schema parses as given; it answers None where the Python path below has to run (a check fails, a tensor needs
+    # grad, or this shape was not planned yet).
     if (fast is not None and k_new is None and v_new is None and type(q) is torch.Tensor
             and type(k_cache) is torch.Tensor and type(v_cache) is torch.Tensor
             and type(cache_seqlens) is torch.Tensor and (block_table is None or type(block_table) is torch.Tensor)
@@ -331,7 +332,6 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
             and (causal is False or causal is True) and (scale is None or type(scale) is float)
             and (num_splits is None or type(num_splits) is int) and (split_size is None or type(split_size) is int)
             and type(window) is tuple and len(window) == 2 and type(window[0]) is int and type(window[1]) is int
-            and not (q.requires_grad or k_cache.requires_grad or v_cache.requires_grad)
             and not (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
                      or torch._C._is_tracing() or torch.compiler.is_compiling())):
         out, lse = fast(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,

@@ -229,6 +229,21 @@ def test_entry_takes_nothing_the_python_path_rejects(entry, stub, name, tensors,
     assert stub.stub_last_entry() == 0
 
 
+def test_entry_leaves_tensors_that_need_grad_to_the_python_path(entry, stub, monkeypatch):
+    """Where a tensor needs grad the Python path calls torch.library's op (cuda_impl.ops._eager is False); the
+    entry declines such calls, whichever tensor it is."""
+    from cuda_impl import ops
+
+    monkeypatch.setattr(native, "kvcache_decode", entry)
+    for index in (0, 1, 2, 5, 6):  # q, k_cache, v_cache, k_descale, v_descale
+        tensors = list(_call(kv_dtype=E4M3, dtype=torch.float16))
+        tensors[index] = tensors[index].detach().float().requires_grad_().to(tensors[index].dtype)
+        assert not ops._eager(tensors)
+        _remember(tensors, {}, (1, 256, -1, -1))
+        assert entry(*tensors, *_options({}))[0] is None, f"tensor {index} needs grad, the entry took the call"
+        assert stub.stub_last_entry() == 0
+
+
 def test_entry_needs_a_remembered_plan(entry, stub, monkeypatch):
     """A valid call is taken only once the Python path has remembered its plan, and only for that key: another
     batch, capacity, split option or window answers None."""

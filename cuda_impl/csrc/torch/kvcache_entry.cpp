@@ -104,6 +104,11 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const int64_t batch = q.size(0), seqlen_q = q.size(1), heads_q = q.size(2), head_dim = q.size(3);
   if (dtype < 0 || seqlen_q < 1 || seqlen_q > cfg->max_seqlen_q || batch < 1 || heads_q < 1) return NOT_TAKEN;
   if (!on(k, 4, device) || !on(v, 4, device)) return NOT_TAKEN;
+  // A tensor that needs grad goes through the Python path's torch.library op (cuda_impl/ops.py), as there.
+  for (const at::Tensor* t : {&q, &k, &v, &seqlens})
+    if (t->requires_grad()) return NOT_TAKEN;
+  for (const auto* t : {&table, &k_descale, &v_descale})
+    if (t->has_value() && (*t)->requires_grad()) return NOT_TAKEN;
   const int64_t blocks = k.size(0), rows = k.size(1), heads_kv = k.size(2), head_dim_v = v.size(3);
   const bool mla = head_dim_v != head_dim;
   if (mla) {
