@@ -47,6 +47,8 @@ VARIANTS: dict[str, dict] = {
     for name, description in _LADDER.items()
 }
 
+KVCACHE_DTYPES = (torch.bfloat16, torch.float16)  # q's (and a 16-bit cache's) in attention_with_kvcache
+
 VARIANTS["decode"] = {
     "formats": ("bf16", "fp16"),
     "head_dims": (64, 128, 256),  # d256: Q re-read from shared memory each tile (beside O in registers it spills)
@@ -341,7 +343,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     window = oracle.as_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
-                                  dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],
+                                  dtypes=KVCACHE_DTYPES, head_dims=VARIANTS["decode"]["head_dims"],
                                   backend="cuda_impl", head_dim_pairs=VARIANTS["decode"]["head_dim_pairs"])
     if layout.head_dim_v != layout.head_dim:
         _check_latent(k_cache, v_cache, window)
