@@ -13,6 +13,7 @@ from compare import kvcache
 from cuda_impl import _lib, decode, native, ops
 
 N = 2000
+SPEC = cuda_impl.VARIANTS["decode"]  # what attention_with_kvcache passes check_inputs
 
 
 def per_call(fn, n=N):
@@ -37,7 +38,7 @@ v = torch.randn_like(k)
 table = torch.arange(pages, device="cuda", dtype=torch.int32).view(B, -1)
 lengths = torch.full((B,), SK, device="cuda", dtype=torch.int32)
 scale = D ** -0.5
-splits, split_keys, left, right = decode._plan(q, HKV, D, table.shape[1] * PAGE, False, None, None, (-1, -1))
+splits, split_keys, _, _ = decode._plan(q, HKV, D, table.shape[1] * PAGE, False, None, None, (-1, -1))
 out = torch.empty(B, SQ, HQ, D, device="cuda", dtype=torch.bfloat16)
 lse = torch.empty(B, HQ, SQ, device="cuda", dtype=torch.float32)
 work = torch.empty(splits * B * HQ * SQ * (D + 1), device="cuda", dtype=torch.float32) if splits > 1 else None
@@ -65,9 +66,10 @@ stages = {
     "full call, Python path": python_path,
     "the compiled op alone (torch.ops)": (lambda: op(q, k, v, lengths, table, None, None, False, None, None, None,
                                                      -1, -1)) if op is not None else None,
-    "kvcache.check_inputs": lambda: kvcache.check_inputs(q, k, v, cache_seqlens=lengths, block_table=table, k_new=None, v_new=None,
-                                                         k_descale=None, v_descale=None, dtypes=(torch.bfloat16, torch.float16), head_dims=(64, 128, 256),
-                                                         backend="cuda_impl"),
+    "kvcache.check_inputs": lambda: kvcache.check_inputs(
+        q, k, v, cache_seqlens=lengths, block_table=table, k_new=None, v_new=None, k_descale=None, v_descale=None,
+        dtypes=(torch.bfloat16, torch.float16), head_dims=SPEC["head_dims"], backend="cuda_impl",
+        head_dim_pairs=SPEC["head_dim_pairs"]),
     "decode.forward (plan cache + alloc + launch)": lambda: decode.forward(q, k, v, lengths, table, causal=False,
                                                                           scale=scale),
     "ops._decode_impl (alloc + launch)": lambda: ops._decode_impl(q, k, v, lengths, table, None, None, False, scale,
