@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from cuda_impl import _lib, ops
+from cuda_impl import _lib, native, ops
 
 MAX_SPLITS = 128  # the heuristic's ceiling: beyond it the merge's reads outgrow what another wave would cost
 _sm_counts: dict[int, int] = {}
@@ -163,6 +163,8 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
         if len(_plans) >= PLAN_CACHE_SIZE:
             _plans.clear()
         _plans[key] = plan
+        if q.is_cuda and not torch.compiler.is_compiling():  # (the compiled entry takes CUDA tensors)
+            native.remember_plan(q, heads_kv, head_dim_v, capacity, fp8, num_splits, split_size, (left, right), plan)
     splits, split_keys, left, right = plan
     return ops.decode(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, bool(causal),
                       float(scale), splits, split_keys, left, right)

@@ -10,7 +10,9 @@ in for the GPU, and nothing else:
 - cuda_impl: a stub library (compiled here with cc) registered in place of the CUDA library: its decode entries
   return 0 without reading anything, its tile and occupancy queries answer as on an H100 (64 keys a tile at d128,
   2 CTAs per SM); the current device is 0, its stream 0, 132 SMs; validate.check_device_and_arch sees a CUDA
-  device in place of q's (the rest of that check runs).
+  device in place of q's (the rest of that check runs). The compiled entry (cuda_impl.native, built here for this
+  torch) is configured to take CPU tensors and launch the stub's entries: rows "compiled entry" run it, the others
+  cuda_impl's Python path.
 - triton_impl: a Triton driver whose current device is 0 and stream 0 (target sm_90); the first launch of each
   specialisation "compiles" to a kernel whose launcher does nothing (Triton's binding, specialisation, cache
   lookup and launch call all run); decode's device-type check takes CPU tensors (the rest of it runs).
@@ -23,6 +25,7 @@ import argparse
 import contextlib
 import cProfile
 import ctypes
+import functools
 import io
 import pstats
 import statistics
@@ -101,7 +104,7 @@ def install_fakes(workdir: Path) -> None:
     import triton
     from triton.runtime.jit import JITFunction
 
-    from cuda_impl import _lib, validate
+    from cuda_impl import _lib, native, validate
     from cuda_impl import decode as cuda_decode
     from triton_impl import decode as triton_decode
     from triton_impl import frontend
@@ -111,8 +114,13 @@ def install_fakes(workdir: Path) -> None:
     torch.cuda.get_device_capability = lambda device=None: (9, 0)
     torch.cuda.device = lambda index: contextlib.nullcontext()
     _lib._raw_stream = lambda index: 0
-    _lib.register_library((), _stub_library(workdir))
+    stub = _stub_library(workdir)
+    _lib.register_library((), stub)
     cuda_decode._sm_counts[0] = SMS
+    # The compiled entry, taking CPU tensors, its launches the stub's.
+    lib = _lib.load()
+    native.load(entries=tuple(native._entry_address(lib, name) for name in ("cuda_fa_decode", "cuda_fa_mla_decode")),
+                device_type="cpu")
 
     cuda_device = torch.device("cuda", 0)
     real_check = validate.check_device_and_arch
@@ -146,12 +154,25 @@ def install_fakes(workdir: Path) -> None:
     triton_decode._check_devices = check_devices
 
 
+def _python_path(call):
+    """call() with cuda_impl's compiled entry set aside."""
+    from cuda_impl import native
+
+    entry, native.kvcache_decode = native.kvcache_decode, None
+    try:
+        return call()
+    finally:
+        native.kvcache_decode = entry
+
+
 def calls():
     """{name: a function running one call} on the fixed shape."""
     import torch
 
     import cuda_impl
     import triton_impl
+    from cuda_impl import decode as cuda_decode
+    from cuda_impl import native
 
     b, hq, hk, sq, sk, d = (SHAPE[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"))
     torch.manual_seed(0)
@@ -170,6 +191,15 @@ def calls():
         out[f"{name} kvcache paged{PAGE}"] = (
             lambda kv=kv: kv(q, paged_k, paged_v, cache_seqlens=lengths, block_table=table))
         out[f"{name} kvcache contiguous"] = lambda kv=kv: kv(q, dense_k, dense_v, cache_seqlens=lengths)
+    # cuda_impl through its compiled entry (cuda_impl.native; the rows above run its Python path, since the entry
+    # is told of CUDA calls' plans only): the plan remembered as a first CUDA call would.
+    if native.kvcache_decode is not None:
+        plan = cuda_decode._plan(q, hk, d, sk, False, None, None, (-1, -1))
+        native.remember_plan(q, hk, d, sk, False, None, None, (-1, -1), plan)
+        out[f"cuda_impl kvcache paged{PAGE}, compiled entry"] = out[f"cuda_impl kvcache paged{PAGE}"]
+        out["cuda_impl kvcache contiguous, compiled entry"] = out["cuda_impl kvcache contiguous"]
+        for row in (f"cuda_impl kvcache paged{PAGE}", "cuda_impl kvcache contiguous"):
+            out[row] = functools.partial(_python_path, out[row])
     # attention() routed to the decode kernel (dense (B, H, S, D) inputs; cuda_impl's prefill checks need a CUDA
     # tensor, so only Triton's runs here)
     out["triton_impl attention variant=decode"] = lambda: triton_impl.attention(q_bhsd, k_bhsd, v_bhsd,
