@@ -46,6 +46,12 @@ struct MlaWgmmaTiles {
   static_assert(ROWS == 64 && SMEM_BYTES <= 227 * 1024 && V_PANELS * GROUPS + 1 == PANELS, "tile shape");
 };
 
+// Byte offset of 16-byte chunk `chunk` (of a 576-column row) of row `row` in a Q or key block: 64-column panels of
+// 64 rows, 128 bytes a row, chunks swizzled as wgmma's 128-byte mode reads them.
+__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
+  return (chunk / 8) * MlaWgmmaTiles::PANEL_BYTES + row * 128 + ((chunk % 8) ^ (row % 8)) * 16;
+}
+
 // Named barriers between the groups (0 is __syncthreads). Both groups bar.sync at every hand-over: with bar.arrive
 // on the handing side (the same order of events, the same bits, 0.97-1.01x as fast) compute-sanitizer's racecheck
 // reported every hand-over as a race, so the tool could not check this kernel.
@@ -92,8 +98,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       const int r = c / (MLA_DQK / 8), chunk = c % (MLA_DQK / 8), row = w.row0 + r;
       const bool valid = row < w.rows;
       const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
-      const uint32_t dst = (chunk / 8) * C::PANEL_BYTES + r * 128 + ((chunk % 8) ^ (r % 8)) * 16;
-      cp_async_16(Q_smem + dst, valid ? src : Q, valid ? 16 : 0);
+      cp_async_16(Q_smem + panel_offset(r, chunk), valid ? src : Q, valid ? 16 : 0);
     }
     cp_async_commit();
   }
@@ -103,24 +108,23 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   // panel where `rope`. Thread t copies chunk t % 8 of rows t / 8 + 16 i (one base address plus immediates); rows
   // past the CTA's last key are zero-filled. After each panel the thread arrives on its barrier.
   const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + (gtid % 8) * 8;
-  const uint32_t copy_dst = (gtid / 8) * 128 + ((gtid % 8) ^ (gtid / 8 % 8)) * 16;
   const auto load_block = [&](int blk, int buf, bool rope) {
+    const int pos0 = w.chunk0 + blk * C::BLOCK_N + gtid / 8;
+    RowPages<C::COPY_ROWS> rows;
+    rows.lookup(p, w, table, page_div, pos0, 16, w.cta_end);
     const T* src[C::COPY_ROWS];
     int bytes[C::COPY_ROWS];
 #pragma unroll
     for (int i = 0; i < C::COPY_ROWS; i++) {
-      const int pos = w.chunk0 + blk * C::BLOCK_N + gtid / 8 + 16 * i;
-      const int index = table != nullptr ? page_div(pos) : 0;
-      const int page = table != nullptr ? (pos < w.cta_end ? table[index] : -1) : w.batch;
-      const bool valid = pos < w.cta_end && page >= 0 && page < p.num_pages;  // (chunk_poisoned has checked)
-      src[i] = K_head + (valid ? page * p.k_stride[0] + (pos - index * p.page_size) * p.k_stride[1] : 0);
+      const bool valid = rows.valid(p, i, pos0 + 16 * i, w.cta_end);
+      src[i] = K_head + (valid ? rows.offset(i, p.k_stride) : 0);
       bytes[i] = valid ? 16 : 0;
     }
-    const uint32_t dst = K_smem + buf * C::BLOCK_BYTES + copy_dst;
+    const uint32_t dst = K_smem + buf * C::BLOCK_BYTES + panel_offset(gtid / 8, gtid % 8);
     const auto copy_panel = [&](int panel) {
 #pragma unroll
       for (int i = 0; i < C::COPY_ROWS; i++)
-        cp_async_16(dst + panel * C::PANEL_BYTES + i * 16 * 128, src[i] + panel * 64, bytes[i]);
+        cp_async_16_stream(dst + panel * C::PANEL_BYTES + i * 16 * 128, src[i] + panel * 64, bytes[i]);
       sm90::mbar_arrive_cp_async(bars + 8 * (buf * C::PANELS + panel));
     };
 #pragma unroll
