@@ -55,7 +55,7 @@ __device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
 // Named barriers between the groups (0 is __syncthreads). Both groups bar.sync at every hand-over: with bar.arrive
 // on the handing side (the same order of events, the same bits, 0.97-1.01x as fast) compute-sanitizer's racecheck
 // reported every hand-over as a race, so the tool could not check this kernel.
-enum MlaHandOver : uint32_t { MAX_A = 1, MAX_B = 2, P_A = 3 };
+enum MlaHandOver : uint32_t { MAX_A = 1, MAX_B = 2 };
 
 template <typename T>
 __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   // group's P, at row_max.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   float S[C::S_REGS];
-  uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4], P_scaled[C::P_STEPS][4];
+  uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4];
   const float ONE[2] = {1.f, 1.f};
 
   // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed), then the proxy fence:
@@ -266,22 +266,20 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         mask(blk_a);
         softmax(alpha);  // to S_A's maximum: P_A in S; alpha, O's factor from the last pair's maximum
         rescale_o(alpha);
-        write_stats(0, alpha);
-        sm90::named_barrier_sync(MAX_A, C::THREADS);
         pack_p(P, ONE);
+        put_p(P);
+        write_stats(0, alpha);
+        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 1: P_A, the maximum and alpha
         pv_product(P, 0);
+        sm90::wgmma_wait<0>();  // O += P_A V_A (the left half), while group 1 runs S_B's softmax
+        sm90::fence_regs(O);
+        if (next) load_block(blk_a + 2, 0, true);  // block A's left half and rope panel are free
         sm90::named_barrier_sync(MAX_B, C::THREADS);  // group 1: the maximum taken on to S_B's, its factor, P_B
         read_stats(1, beta);
         if (has_b) get_p();
-        pack_p(P_scaled, beta);  // P_A at the new maximum, for group 1 (the same slots P_B came in)
-        put_p(P_scaled);
-        sm90::named_barrier_sync(P_A, C::THREADS);
 #pragma unroll
         for (int h = 0; h < 2; h++) row_sum[h] *= beta[h];
-        sm90::wgmma_wait<0>();  // O += P_A V_A (the left half)
-        sm90::fence_regs(O);
         rescale_o(beta);
-        if (next) load_block(blk_a + 2, 0, true);  // block A's left half and rope panel are free
         if (has_b) {
 #pragma unroll
           for (int v = 0; v < C::V_PANELS; v++) wait_panel(1, v, parity);  // (this group's copies; group 1 saw them)
@@ -295,10 +293,15 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
           s_product(parity);
           mask(blk_b);
         }
-        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum and its factor
+        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum, its factor and P_A
         read_stats(0, alpha);
+        get_p();
 #pragma unroll
         for (int h = 0; h < 2; h++) row_sum[h] *= alpha[h];
+        rescale_o(alpha);
+#pragma unroll
+        for (int v = 0; v < C::V_PANELS; v++) wait_panel(0, C::V_PANELS + v, parity);  // (as above)
+        pv_product(P_other, 0);  // O += P_A V_A (the right half), under S_B's softmax
         if (has_b) {
           softmax(beta);  // on from S_A's maximum to S_B's: P_B in S
           pack_p(P, ONE);
@@ -308,21 +311,16 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         }
         write_stats(1, beta);
         sm90::named_barrier_sync(MAX_B, C::THREADS);
-        const float factor[2] = {alpha[0] * beta[0], alpha[1] * beta[1]};
-        rescale_o(factor);
-        if (has_b) pv_product(P, 1);
-        sm90::named_barrier_sync(P_A, C::THREADS);  // group 0: P_A at the new maximum
-        get_p();
-#pragma unroll
-        for (int v = 0; v < C::V_PANELS; v++) wait_panel(0, C::V_PANELS + v, parity);  // (as above)
-        pv_product(P_other, 0);
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(O);
+        if (next) load_block(blk_a + 2, 0, false);  // block A's right half is free
+        rescale_o(beta);
         if (has_b) {
-          sm90::wgmma_wait<1>();  // O += P_B V_B (the right half)
+          pv_product(P, 1);
+          sm90::wgmma_wait<0>();  // O += P_B V_B (the right half)
+          sm90::fence_regs(O);
           if (blk_b + 2 < n_blocks) load_block(blk_b + 2, 1, true);
         }
-        sm90::wgmma_wait<0>();  // O += P_A V_A
-        sm90::fence_regs(O);
-        if (next) load_block(blk_a + 2, 0, false);
       }
     }
   };
