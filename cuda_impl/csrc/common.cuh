@@ -20,32 +20,6 @@ __device__ __forceinline__ void cp_async_16(uint32_t smem_addr, const void* gmem
                : "memory");
 }
 
-// The decode kernels' K/V rows (read once, streamed from DRAM): cp_async_16 with an L2 prefetch size.
-// MEASUREMENT ONLY (FA_KV_L2_PREFETCH = 0, 128 or 256 bytes; FA_KV_EVICT_FIRST: an L2 evict-first policy):
-// hard-code the winner, then delete this switch.
-#ifndef FA_KV_L2_PREFETCH
-#define FA_KV_L2_PREFETCH 0
-#endif
-__device__ __forceinline__ void cp_async_16_stream(uint32_t smem_addr, const void* gmem, int src_bytes) {
-#if FA_KV_L2_PREFETCH == 256
-  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-#elif FA_KV_L2_PREFETCH == 128
-  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;\n" ::"r"(smem_addr), "l"(gmem),
-               "r"(src_bytes)
-               : "memory");
-#elif FA_KV_EVICT_FIRST
-  uint64_t policy;
-  asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(smem_addr), "l"(gmem),
-               "r"(src_bytes), "l"(policy)
-               : "memory");
-#else
-  cp_async_16(smem_addr, gmem, src_bytes);
-#endif
-}
-
 __device__ __forceinline__ void cp_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }

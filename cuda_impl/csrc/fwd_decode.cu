@@ -196,8 +196,8 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
       }
       const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
       const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
-      cp_async_16_stream(dst, K_head + k_off + elem, valid ? 16 : 0);
-      cp_async_16_stream(dst + C::KV_TILE_BYTES, V_head + v_off + elem, valid ? 16 : 0);
+      cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
+      cp_async_16(dst + C::KV_TILE_BYTES, V_head + v_off + elem, valid ? 16 : 0);
     }
   };
 

@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(MlaTiles<ROWS>::THREADS, 1)
       for (int j = 0; j < (C::ROW_CHUNKS + 31) / 32; j++) {
         const int chunk = lane + 32 * j;
         if (chunk < C::ROW_CHUNKS)
-          cp_async_16_stream(stage + tile_offset<C::ROW_CHUNKS, true>(r, chunk), K_head + off + chunk * 8, valid ? 16 : 0);
+          cp_async_16(stage + tile_offset<C::ROW_CHUNKS, true>(r, chunk), K_head + off + chunk * 8, valid ? 16 : 0);
       }
     }
   };

@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     const auto copy_panel = [&](int panel) {
 #pragma unroll
       for (int i = 0; i < C::COPY_ROWS; i++)
-        cp_async_16_stream(dst + panel * C::PANEL_BYTES + i * 16 * 128, src[i] + panel * 64, bytes[i]);
+        cp_async_16(dst + panel * C::PANEL_BYTES + i * 16 * 128, src[i] + panel * 64, bytes[i]);
       sm90::mbar_arrive_cp_async(bars + 8 * (buf * C::PANELS + panel));
     };
 #pragma unroll
