@@ -80,7 +80,9 @@ def test_the_wgmma_kernel_uses_intended_instructions(fa_library, fmt, mangled):
     # k-steps of N = 256, its half of O), its own block's P and the other's.
     assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 2 * 36 and ops[f"HGMMA.64x256x16.F32{suffix}"] == 2 * 2 * 4, ops
     assert not any(op.startswith("HGMMA") and "x64x16" not in op and "x256x16" not in op for op in ops), ops
-    # cp.async copies that arrive on the panels' mbarriers, waited for per panel; no local memory
+    # whole blocks by TMA, the tail block (and other page sizes) by cp.async arriving on the same panels'
+    # mbarriers, waited for per panel; no local memory
+    assert any(op.startswith("UTMALDG.4D") for op in ops), ops
     assert any(op.startswith("LDGSTS") for op in ops) and any(op.startswith("ARRIVES.LDGSTSBAR") for op in ops)
     assert any(op.startswith("SYNCS.PHASECHK") for op in ops), ops
     # hand-overs by bar.sync on both sides (racecheck reports bar.arrive hand-overs as races)

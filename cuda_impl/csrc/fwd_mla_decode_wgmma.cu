@@ -23,6 +23,7 @@
 #include "decode/merge.cuh"
 #include "decode/mla.cuh"
 #include "decode/params.cuh"
+#include "hopper/host.cuh"
 #include "hopper/sm90.cuh"
 
 namespace fa {
@@ -46,14 +47,21 @@ struct MlaWgmmaTiles {
   static_assert(ROWS == 64 && SMEM_BYTES <= 227 * 1024 && V_PANELS * GROUPS + 1 == PANELS, "tile shape");
 };
 
+// Byte offset of 16-byte chunk `chunk` (of a 576-column row) of row `row` in a Q or key block: 64-column panels of
+// 64 rows, 128 bytes a row, chunks swizzled as wgmma's 128-byte mode reads them.
+__device__ __forceinline__ uint32_t panel_offset(int row, int chunk) {
+  return (chunk / 8) * MlaWgmmaTiles::PANEL_BYTES + row * 128 + ((chunk % 8) ^ (row % 8)) * 16;
+}
+
 // Named barriers between the groups (0 is __syncthreads). Both groups bar.sync at every hand-over: with bar.arrive
 // on the handing side (the same order of events, the same bits, 0.97-1.01x as fast) compute-sanitizer's racecheck
 // reported every hand-over as a race, so the tool could not check this kernel.
-enum MlaHandOver : uint32_t { MAX_A = 1, MAX_B = 2, P_A = 3 };
+enum MlaHandOver : uint32_t { MAX_A = 1, MAX_B = 2 };
 
 template <typename T>
 __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
-    fwd_mla_decode_wgmma_kernel(const DecodeParams p, const FastDiv page_div) {
+    fwd_mla_decode_wgmma_kernel(const DecodeParams p, const FastDiv page_div, const __grid_constant__ CUtensorMap k_map,
+                                const bool tma) {
 #if FA_SM90A
   using C = MlaWgmmaTiles;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -92,8 +100,7 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       const int r = c / (MLA_DQK / 8), chunk = c % (MLA_DQK / 8), row = w.row0 + r;
       const bool valid = row < w.rows;
       const T* src = Q + query_of(w, row) * p.q_stride[1] + head_of(w, row) * p.q_stride[2] + chunk * 8;
-      const uint32_t dst = (chunk / 8) * C::PANEL_BYTES + r * 128 + ((chunk % 8) ^ (r % 8)) * 16;
-      cp_async_16(Q_smem + dst, valid ? src : Q, valid ? 16 : 0);
+      cp_async_16(Q_smem + panel_offset(r, chunk), valid ? src : Q, valid ? 16 : 0);
     }
     cp_async_commit();
   }
@@ -103,20 +110,47 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   // panel where `rope`. Thread t copies chunk t % 8 of rows t / 8 + 16 i (one base address plus immediates); rows
   // past the CTA's last key are zero-filled. After each panel the thread arrives on its barrier.
   const T* K_head = static_cast<const T*>(p.k) + w.head_kv * p.k_stride[2] + (gtid % 8) * 8;
-  const uint32_t copy_dst = (gtid / 8) * 128 + ((gtid % 8) ^ (gtid / 8 % 8)) * 16;
+  // Whether block `blk` comes by TMA: every key of it is the CTA's (rows past the length would bring whatever the
+  // page holds there, and a NaN times P's zero is NaN; cp.async zero-fills them) and lies in one page.
+  const auto by_tma = [&](int blk) { return tma && w.chunk0 + (blk + 1) * C::BLOCK_N <= w.cta_end; };
   const auto load_block = [&](int blk, int buf, bool rope) {
+    if (by_tma(blk)) {
+      // One thread a group issues the group's panels (64 keys x 64 columns each, swizzled as wgmma reads them);
+      // the other 127 arrive, so that a panel's barrier counts 128 arrivals whichever way its block came.
+      const int pos = w.chunk0 + blk * C::BLOCK_N;
+      int page = w.batch, row = pos;
+      if (gtid == 0 && table != nullptr) {
+        const int index = page_div(pos);
+        page = table[index];
+        row = pos - index * p.page_size;
+      }
+      const auto tma_panel = [&](int panel) {
+        const uint32_t bar = bars + 8 * (buf * C::PANELS + panel);
+        if (gtid == 0) {
+          sm90::mbar_arrive_expect_tx(bar, C::PANEL_BYTES);
+          sm90::tma_load_4d(K_smem + buf * C::BLOCK_BYTES + panel * C::PANEL_BYTES, &k_map, bar, panel * 64, row,
+                            w.head_kv, page);
+        } else {
+          sm90::mbar_arrive(bar);
+        }
+      };
+#pragma unroll
+      for (int v = 0; v < C::V_PANELS; v++) tma_panel(group * C::V_PANELS + v);
+      if (rope) tma_panel(C::ROPE);
+      return;
+    }
+    const int pos0 = w.chunk0 + blk * C::BLOCK_N + gtid / 8;
+    RowPages<C::COPY_ROWS> rows;
+    rows.lookup(p, w, table, page_div, pos0, 16, w.cta_end);
     const T* src[C::COPY_ROWS];
     int bytes[C::COPY_ROWS];
 #pragma unroll
     for (int i = 0; i < C::COPY_ROWS; i++) {
-      const int pos = w.chunk0 + blk * C::BLOCK_N + gtid / 8 + 16 * i;
-      const int index = table != nullptr ? page_div(pos) : 0;
-      const int page = table != nullptr ? (pos < w.cta_end ? table[index] : -1) : w.batch;
-      const bool valid = pos < w.cta_end && page >= 0 && page < p.num_pages;  // (chunk_poisoned has checked)
-      src[i] = K_head + (valid ? page * p.k_stride[0] + (pos - index * p.page_size) * p.k_stride[1] : 0);
+      const bool valid = rows.valid(p, i, pos0 + 16 * i, w.cta_end);
+      src[i] = K_head + (valid ? rows.offset(i, p.k_stride) : 0);
       bytes[i] = valid ? 16 : 0;
     }
-    const uint32_t dst = K_smem + buf * C::BLOCK_BYTES + copy_dst;
+    const uint32_t dst = K_smem + buf * C::BLOCK_BYTES + panel_offset(gtid / 8, gtid % 8);
     const auto copy_panel = [&](int panel) {
 #pragma unroll
       for (int i = 0; i < C::COPY_ROWS; i++)
@@ -150,15 +184,15 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
   // group's P, at row_max.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   float S[C::S_REGS];
-  uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4], P_scaled[C::P_STEPS][4];
+  uint32_t P[C::P_STEPS][4], P_other[C::P_STEPS][4];
   const float ONE[2] = {1.f, 1.f};
 
-  // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed), then the proxy fence:
-  // cp.async writes through the generic proxy, wgmma reads through the async one (the fence costs 2-5%; TMA copies
-  // would not need it).
-  const auto wait_panel = [&](int buf, int panel, uint32_t parity) {
+  // Waits for the phase `parity` of panel `panel` of buffer `buf` (every copier's rows landed), then, for a block
+  // copied by cp.async, the proxy fence: cp.async writes through the generic proxy, wgmma reads through the async
+  // one, as TMA writes (the fence costs 2-5%).
+  const auto wait_panel = [&](int buf, int panel, uint32_t parity, bool fence) {
     sm90::mbar_wait(bars + 8 * (buf * C::PANELS + panel), parity);
-    sm90::fence_proxy_async();
+    if (fence) sm90::fence_proxy_async();
   };
   const auto mask = [&](int blk) {
     const int start = w.chunk0 + blk * C::BLOCK_N;
@@ -221,13 +255,13 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         sm90::desc_sw128(K_smem + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024),
         sm90::desc_sw128(K_smem + C::BLOCK_BYTES + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024)};
     // S of this group's block: its own panels first (copied earlier), the other group's V half last.
-    const auto s_product = [&](uint32_t parity) {
+    const auto s_product = [&](uint32_t parity, bool fence) {
       sm90::wgmma_fence();
 #pragma unroll
       for (int i = 0; i < C::PANELS; i++) {
         constexpr int OWN = G * C::V_PANELS, OTHER = (1 - G) * C::V_PANELS;
         const int panel = i < C::V_PANELS ? OWN + i : i == C::V_PANELS ? C::ROPE : OTHER + i - C::V_PANELS - 1;
-        wait_panel(G, panel, parity);
+        wait_panel(G, panel, parity, fence);
 #pragma unroll
         for (int kk = 0; kk < 4; kk++)
           sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, panel * C::PANEL_BYTES + 32 * kk),
@@ -258,29 +292,27 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
       const bool has_b = blk_b < n_blocks, next = pair + 1 < n_pairs;
       float alpha[2], beta[2];
       if constexpr (G == 0) {
-        s_product(parity);
+        s_product(parity, !by_tma(blk_a));
         mask(blk_a);
         softmax(alpha);  // to S_A's maximum: P_A in S; alpha, O's factor from the last pair's maximum
         rescale_o(alpha);
-        write_stats(0, alpha);
-        sm90::named_barrier_sync(MAX_A, C::THREADS);
         pack_p(P, ONE);
+        put_p(P);
+        write_stats(0, alpha);
+        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 1: P_A, the maximum and alpha
         pv_product(P, 0);
+        sm90::wgmma_wait<0>();  // O += P_A V_A (the left half), while group 1 runs S_B's softmax
+        sm90::fence_regs(O);
+        if (next) load_block(blk_a + 2, 0, true);  // block A's left half and rope panel are free
         sm90::named_barrier_sync(MAX_B, C::THREADS);  // group 1: the maximum taken on to S_B's, its factor, P_B
         read_stats(1, beta);
         if (has_b) get_p();
-        pack_p(P_scaled, beta);  // P_A at the new maximum, for group 1 (the same slots P_B came in)
-        put_p(P_scaled);
-        sm90::named_barrier_sync(P_A, C::THREADS);
 #pragma unroll
         for (int h = 0; h < 2; h++) row_sum[h] *= beta[h];
-        sm90::wgmma_wait<0>();  // O += P_A V_A (the left half)
-        sm90::fence_regs(O);
         rescale_o(beta);
-        if (next) load_block(blk_a + 2, 0, true);  // block A's left half and rope panel are free
         if (has_b) {
 #pragma unroll
-          for (int v = 0; v < C::V_PANELS; v++) wait_panel(1, v, parity);  // (this group's copies; group 1 saw them)
+          for (int v = 0; v < C::V_PANELS; v++) wait_panel(1, v, parity, !by_tma(blk_b));  // (this group's copies; group 1 saw them)
           pv_product(P_other, 1);
           sm90::wgmma_wait<0>();
           sm90::fence_regs(O);
@@ -288,13 +320,18 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         }
       } else {
         if (has_b) {
-          s_product(parity);
+          s_product(parity, !by_tma(blk_b));
           mask(blk_b);
         }
-        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum and its factor
+        sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum, its factor and P_A
         read_stats(0, alpha);
+        get_p();
 #pragma unroll
         for (int h = 0; h < 2; h++) row_sum[h] *= alpha[h];
+        rescale_o(alpha);
+#pragma unroll
+        for (int v = 0; v < C::V_PANELS; v++) wait_panel(0, C::V_PANELS + v, parity, !by_tma(blk_a));  // (as above)
+        pv_product(P_other, 0);  // O += P_A V_A (the right half), under S_B's softmax
         if (has_b) {
           softmax(beta);  // on from S_A's maximum to S_B's: P_B in S
           pack_p(P, ONE);
@@ -304,21 +341,16 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         }
         write_stats(1, beta);
         sm90::named_barrier_sync(MAX_B, C::THREADS);
-        const float factor[2] = {alpha[0] * beta[0], alpha[1] * beta[1]};
-        rescale_o(factor);
-        if (has_b) pv_product(P, 1);
-        sm90::named_barrier_sync(P_A, C::THREADS);  // group 0: P_A at the new maximum
-        get_p();
-#pragma unroll
-        for (int v = 0; v < C::V_PANELS; v++) wait_panel(0, C::V_PANELS + v, parity);  // (as above)
-        pv_product(P_other, 0);
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(O);
+        if (next) load_block(blk_a + 2, 0, false);  // block A's right half is free
+        rescale_o(beta);
         if (has_b) {
-          sm90::wgmma_wait<1>();  // O += P_B V_B (the right half)
+          pv_product(P, 1);
+          sm90::wgmma_wait<0>();  // O += P_B V_B (the right half)
+          sm90::fence_regs(O);
           if (blk_b + 2 < n_blocks) load_block(blk_b + 2, 1, true);
         }
-        sm90::wgmma_wait<0>();  // O += P_A V_A
-        sm90::fence_regs(O);
-        if (next) load_block(blk_a + 2, 0, false);
       }
     }
   };
@@ -358,8 +390,18 @@ int mla_decode_wgmma(const DecodeParams& p, const FastDiv& page_div, cudaStream_
     if (int rc = check_decode_params(p, C::BLOCK_N, C::ROWS, err, err_len)) return rc;
     const int rows = p.seqlen_q * (p.heads_q / p.heads_kv);
     const dim3 grid((rows + C::ROWS - 1) / C::ROWS, p.heads_kv * p.num_splits, p.batch);
+    // Whole key blocks come by TMA where a 64-key block lies in one page (a contiguous cache is one page per
+    // sequence); other page sizes take cp.async (any page size). The checks have made the strides 16-byte multiples.
+    const bool tma = p.page_size % C::BLOCK_N == 0;
+    CUtensorMap k_map{};
+    if (tma) {
+      const int64_t stride[3] = {p.k_stride[0], p.k_stride[2], p.k_stride[1]};  // (page, head, row), as (B, H, S)
+      if (int rc = hopper_host::encode_map(&k_map, p.k, stride, p.num_pages, p.heads_kv, p.page_size, MLA_DQK,
+                                           C::BLOCK_N, p.dtype, err, err_len))
+        return rc;
+    }
     if (int rc = launch_kernel(fwd_mla_decode_wgmma_kernel<T>, grid, C::THREADS, C::SMEM_BYTES, stream, err, err_len,
-                               p, page_div))
+                               p, page_div, k_map, tma))
       return rc;
     return p.num_splits == 1 ? 0 : launch_merge<T, MLA_DV>(p, stream, err, err_len);
   });
