@@ -114,3 +114,21 @@ def rules(dtypes, spec: dict) -> list:
     pairs = [d for pair in spec["head_dim_pairs"] for d in pair]
     return [[str(d).removeprefix("torch.") for d in dtypes], list(spec["head_dims"]), pairs,
             list(kvcache.PAGE_SIZES), spec["max_seqlen_q"], kvcache.SPLIT_MULTIPLE]
+
+
+def plain_call(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, k_descale, v_descale, causal, scale,
+               num_splits, split_size, window) -> bool:
+    """Whether an attention_with_kvcache call may be offered to a compiled entry: no append, plain tensors (no
+    subclass) outside torch's dispatch and function modes, tracers and torch.compile, and arguments the op's schema
+    takes as given (bools, a float scale, ints, a tuple window of two ints). The entry then checks the rest and
+    answers None where the Python path has to run."""
+    tensor = torch.Tensor
+    return (k_new is None and v_new is None and type(q) is tensor and type(k_cache) is tensor
+            and type(v_cache) is tensor and type(cache_seqlens) is tensor
+            and (block_table is None or type(block_table) is tensor)
+            and (k_descale is None or type(k_descale) is tensor) and (v_descale is None or type(v_descale) is tensor)
+            and (causal is False or causal is True) and (scale is None or type(scale) is float)
+            and (num_splits is None or type(num_splits) is int) and (split_size is None or type(split_size) is int)
+            and type(window) is tuple and len(window) == 2 and type(window[0]) is int and type(window[1]) is int
+            and not (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
+                     or torch._C._is_tracing() or torch.compiler.is_compiling()))
