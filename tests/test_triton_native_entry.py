@@ -308,7 +308,8 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
     gen = torch.Generator(device="cuda").manual_seed(0)
     cases = [(dict(), {}), (dict(page=0, dtype=torch.float16), {}), (dict(kv_dtype=E4M3, dim=64), {}),
              (dict(dim=256, seqlen_q=3), dict(causal=True)), (dict(mla=True, heads_q=16), {}),
-             (dict(q_strided=True, dtype=torch.float32), {}), (dict(), dict(window=(200, 0))),
+             (dict(q_strided=True, dtype=torch.float32), {}), (dict(dim=256, dtype=torch.float32), {}),
+             (dict(mla=True, heads_q=16, dtype=torch.float32), {}), (dict(), dict(window=(200, 0))),
              (dict(page=0), dict(split_size=256)), (dict(seqlen_q=4), dict(num_splits=3, causal=True))]
     for shape, opts in cases:
         q, k, v, lengths, table, k_descale, v_descale = call(length=1024, device="cuda", **shape)

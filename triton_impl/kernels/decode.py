@@ -60,6 +60,12 @@ CONFIGS = {
     (64, 1): (128, 4, 4),
     (128, 1): (64, 4, 4),
     (256, 1): (32, 4, 4),
+    # fp32 q and cache (ieee dots, no tensor cores; a correctness path, not tuned): the 16-bit tiles' shared memory,
+    # half their keys
+    (576, 4): (16, 8, 3),
+    (64, 4): (32, 4, 4),
+    (128, 4): (32, 4, 3),
+    (256, 4): (16, 4, 3),
 }
 # (BLOCK_N, num_warps, num_stages) by the query tile's BLOCK_M where it beats CONFIGS' (H200, graph replays, the
 # same call; all spill-free on sm_90): MLA bf16 16 rows (16 heads) on 4 warps: b1 h16 L64k 105 -> 101 us, b32 h16
