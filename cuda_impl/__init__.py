@@ -22,7 +22,7 @@ import math
 
 import torch
 
-from compare import kvcache, oracle
+from compare import kvcache, native_build, oracle
 from cuda_impl import _lib, decode, native, toolchain, ops, sm120, validate
 from cuda_impl.quant import quantize, quantize_attention_inputs
 
@@ -46,6 +46,8 @@ VARIANTS: dict[str, dict] = {
     }
     for name, description in _LADDER.items()
 }
+
+KVCACHE_DTYPES = (torch.bfloat16, torch.float16)  # q's (and a 16-bit cache's) in attention_with_kvcache
 
 VARIANTS["decode"] = {
     "formats": ("bf16", "fp16"),
@@ -324,16 +326,9 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     # The compiled entry (cuda_impl.native) for plain tensors outside torch's modes and tracers, with arguments its
     # schema parses as given; it answers None where the Python path below has to run (a check fails, a tensor needs
     # grad, or this shape was not planned yet).
-    if (fast is not None and k_new is None and v_new is None and type(q) is torch.Tensor
-            and type(k_cache) is torch.Tensor and type(v_cache) is torch.Tensor
-            and type(cache_seqlens) is torch.Tensor and (block_table is None or type(block_table) is torch.Tensor)
-            and (k_descale is None or type(k_descale) is torch.Tensor)
-            and (v_descale is None or type(v_descale) is torch.Tensor)
-            and (causal is False or causal is True) and (scale is None or type(scale) is float)
-            and (num_splits is None or type(num_splits) is int) and (split_size is None or type(split_size) is int)
-            and type(window) is tuple and len(window) == 2 and type(window[0]) is int and type(window[1]) is int
-            and not (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
-                     or torch._C._is_tracing() or torch.compiler.is_compiling())):
+    if (fast is not None
+            and native_build.plain_call(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, k_descale,
+                                        v_descale, causal, scale, num_splits, split_size, window)):
         out, lse = fast(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
                         num_splits, split_size, window[0], window[1])
         if out is not None:
@@ -341,7 +336,7 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     window = oracle.as_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
-                                  dtypes=(torch.bfloat16, torch.float16), head_dims=VARIANTS["decode"]["head_dims"],
+                                  dtypes=KVCACHE_DTYPES, head_dims=VARIANTS["decode"]["head_dims"],
                                   backend="cuda_impl", head_dim_pairs=VARIANTS["decode"]["head_dim_pairs"])
     if layout.head_dim_v != layout.head_dim:
         _check_latent(k_cache, v_cache, window)

@@ -18,25 +18,18 @@ RuntimeWarning says so once, and every call stays on the Python path (same resul
 from __future__ import annotations
 
 import ctypes
-import fcntl
-import hashlib
-import re
-import shutil
-import subprocess
-import sys
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from compare import native_build
+from compare.native_build import TorchBuild
 from cuda_impl import toolchain
 
-NAME = "cuda_fa_native"
-SOURCE = toolchain.CSRC_DIR / "torch" / "kvcache_entry.cpp"
-HEADERS = (toolchain.CSRC_DIR / "decode" / "params_abi.h",)
-FLAGS = ("-std=c++20", "-O2", "-shared", "-fPIC", "-Wall")
+OP = native_build.NativeOp("cuda_fa_native", toolchain.CSRC_DIR / "torch" / "kvcache_entry.cpp",
+                           (toolchain.CSRC_DIR / "decode" / "params_abi.h",), toolchain.BUILD_ROOT)
 
 # The op once loaded and configured (cuda_impl.attention_with_kvcache reads it on every call: None until then, and
 # when it is unavailable).
@@ -45,68 +38,9 @@ _state = {"tried": False, "reason": None}
 _lock = threading.Lock()
 
 
-@dataclass(frozen=True)
-class TorchBuild:
-    """The torch an op is built against: its installation directory (include/, lib/), version and C++ ABI flag."""
-
-    root: Path
-    version: str
-    cxx11_abi: bool
-
-    @classmethod
-    def running(cls) -> "TorchBuild":
-        return cls(Path(torch.__file__).parent, torch.__version__, bool(torch._C._GLIBCXX_USE_CXX11_ABI))
-
-    @classmethod
-    def unpacked(cls, root: Path) -> "TorchBuild":
-        """An unpacked torch wheel's torch/ folder (version from its version.py; wheels since torch 2.7 are built
-        with the C++11 ABI)."""
-        text = (root / "version.py").read_text()
-        version = re.search(r"^__version__ = '([^']+)'", text, re.M)
-        if version is None:
-            raise ValueError(f"{root / 'version.py'}: no __version__")
-        return cls(root, version.group(1), True)
-
-
-def _flags(build: TorchBuild) -> list[str]:
-    return [*FLAGS, f"-D_GLIBCXX_USE_CXX11_ABI={int(build.cxx11_abi)}"]
-
-
-def library_path(build: TorchBuild) -> Path:
-    """_build/cuda_fa_native-<digest>/libcuda_fa_native.so; the digest covers the sources, the flags and the torch
-    version (not paths: a build made here is found on the GPU machine)."""
-    h = hashlib.sha256()
-    h.update("\0".join([*_flags(build), build.version]).encode())
-    for path in (SOURCE, *HEADERS):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return toolchain.BUILD_ROOT / f"{NAME}-{h.hexdigest()[:16]}" / f"lib{NAME}.so"
-
-
-def build(build: TorchBuild | None = None) -> Path:
+def build(build: TorchBuild | None = None):
     """The op's library for `build` (default: the running torch), compiled when not cached."""
-    build = build or TorchBuild.running()
-    path = library_path(build)
-    if path.is_file():
-        return path
-    compiler = shutil.which("c++") or shutil.which("g++")
-    if compiler is None:
-        raise toolchain.BuildError(f"cannot build {NAME}: no C++ compiler (c++ / g++) on PATH; no cached build at "
-                                   f"{path.parent}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(toolchain.BUILD_ROOT / f"{NAME}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if path.is_file():
-            return path
-        print(f"cuda_impl: building the compiled decode entry for torch {build.version} (once; about 10 s) in "
-              f"{path.parent}", file=sys.stderr, flush=True)
-        include = build.root / "include"
-        command = [compiler, *_flags(build), f"-I{include}", f"-I{include / 'torch/csrc/api/include'}", str(SOURCE),
-                   "-o", str(path) + ".part", f"-L{build.root / 'lib'}", "-lc10", "-ltorch_cpu"]
-        result = subprocess.run(command, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise toolchain.BuildError(f"building {NAME} failed:\n{(result.stdout + result.stderr)[-8000:]}")
-        Path(str(path) + ".part").rename(path)
-    return path
+    return OP.build(build, label="cuda_impl: the compiled decode entry")
 
 
 def _entry_address(lib: ctypes.CDLL, name: str) -> int:
@@ -116,14 +50,10 @@ def _entry_address(lib: ctypes.CDLL, name: str) -> int:
 def configure(decode_entry: int, mla_entry: int, device_type: str = "cuda") -> None:
     """Tell the op what the Python path takes (one definition: cuda_impl.VARIANTS["decode"], compare.kvcache) and
     which C entries launch (addresses in the kernels' library; the tests give stubs and "cpu")."""
-    from compare import kvcache
-    from cuda_impl import VARIANTS
+    from cuda_impl import KVCACHE_DTYPES, VARIANTS
 
-    spec = VARIANTS["decode"]
-    pairs = [d for pair in spec["head_dim_pairs"] for d in pair]
-    torch.ops.cuda_fa_native.configure(list(spec["head_dims"]), pairs, list(kvcache.PAGE_SIZES),
-                                       spec["max_seqlen_q"], kvcache.SPLIT_MULTIPLE, decode_entry, mla_entry,
-                                       device_type)
+    torch.ops.cuda_fa_native.configure(*native_build.rules(KVCACHE_DTYPES, VARIANTS["decode"]), decode_entry,
+                                       mla_entry, device_type)
 
 
 def load(path: Path | None = None, *, entries: tuple[int, int] | None = None, device_type: str = "cuda"):
@@ -144,7 +74,7 @@ def load(path: Path | None = None, *, entries: tuple[int, int] | None = None, de
                 entries = (_entry_address(lib, "cuda_fa_decode"), _entry_address(lib, "cuda_fa_mla_decode"))
             configure(*entries, device_type)
             _state["entries"] = entries
-        except (OSError, RuntimeError, toolchain.BuildError) as exc:
+        except (OSError, RuntimeError) as exc:  # (native_build.BuildError and toolchain.BuildError among them)
             _state["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
             warnings.warn(f"cuda_impl: the compiled decode entry is unavailable ({_state['reason']}); "
                           "attention_with_kvcache runs its Python path (same results, more host time per call)",

@@ -13,7 +13,8 @@ torch's scaled_dot_product_attention called directly on the same keys, the host 
   ahead of nothing here: the kernel is short, so the host's issue rate sets the pace;
 - replay: the same call captured as a CUDA graph, timed the same way (the GPU-side cost plus one
   graph launch);
-- host overhead = eager - replay, per call.
+- host overhead = eager - replay, per call; for --decode's direct calls the median of R rounds (--rounds), each
+  timing every call in turn, with the range over the rounds (the host's speed drifts between rounds).
 Writes DIR/api_overhead.csv (one row per backend, with the environment of compare.env; --decode:
 api_overhead_decode.csv, the direct calls' rows too) and prints a table; with --decode the direct calls' host time
 per call, beside SDPA's, is the short table printed last. --profile NAME adds a cProfile of N eager calls of that
@@ -28,6 +29,7 @@ import csv
 import io
 import os
 import pstats
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -116,18 +118,34 @@ def direct_calls(shape: tuple = DECODE) -> dict:
     return calls
 
 
-def measure_direct(name: str, call, calls: int) -> dict:
+def measure_direct(calls: dict, n: int, rounds: int) -> list[dict]:
+    """Rows of the direct calls: each call's eager and graph-replay time per call, measured in `rounds` rounds
+    that each time every call in turn (the host's speed drifts between rounds by more than the differences
+    measured: interleaving puts every call under the same drift); the medians, and the host time's range."""
     from compare import bench
 
-    row = {"backend": name, "format": "bf16", "shape": "b{} h{}/{} q{} k{} d{}".format(*DECODE)}
-    try:
-        eager = per_call_us(call, calls)
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:  # e.g. a backend not built here
-        return {**row, "note": f"{type(exc).__name__}: {exc}".splitlines()[0][:120]}
-    graph, why = bench.capture_graph(call)
-    replay = per_call_us(graph.replay, calls) if graph is not None else float("nan")
-    return {**row, "eager_us": round(eager, 1), "replay_us": round(replay, 1),
-            "host_overhead_us": round(eager - replay, 1), "note": why}
+    shape = "b{} h{}/{} q{} k{} d{}".format(*DECODE)
+    rows, timed = {}, {}
+    for name, call in calls.items():
+        rows[name] = {"backend": name, "format": "bf16", "shape": shape, "rounds": rounds}
+        try:
+            call()
+        except (RuntimeError, ValueError, TypeError, NotImplementedError) as exc:  # e.g. a backend not built here
+            rows[name]["note"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:120]
+            continue
+        graph, why = bench.capture_graph(call)
+        rows[name]["note"] = why
+        timed[name] = (call, graph, [], [])
+    for _ in range(rounds):
+        for name, (call, graph, eager, replay) in timed.items():
+            eager.append(per_call_us(call, n))
+            replay.append(per_call_us(graph.replay, n) if graph is not None else float("nan"))
+    for name, (_, _, eager, replay) in timed.items():
+        host = [e - r for e, r in zip(eager, replay)]
+        rows[name].update(eager_us=round(statistics.median(eager), 1), replay_us=round(statistics.median(replay), 1),
+                          host_overhead_us=round(statistics.median(host), 1), host_min_us=round(min(host), 1),
+                          host_max_us=round(max(host), 1))
+    return list(rows.values())
 
 
 def profile(name: str, calls: int, shape: tuple = TINY) -> str:
@@ -157,6 +175,8 @@ def main() -> None:
                         "the decode list")
     parser.add_argument("--decode", action="store_true", help="time one decode step (b1 h32/8 q1 k4096 d128) "
                         "instead of the tiny prefill call")
+    parser.add_argument("--rounds", type=int, default=5, help="--decode: rounds of the direct calls, each timing "
+                        "every call in turn (medians reported)")
     parser.add_argument("--profile", action="append", default=[], metavar="BACKEND")
     args = parser.parse_args()
     from compare import env
@@ -167,7 +187,7 @@ def main() -> None:
     rows = [{**measure(name, args.calls, shape), **environment} for name in names]
     direct = []
     if args.decode:
-        direct = [{**measure_direct(name, call, args.calls), **environment} for name, call in direct_calls().items()]
+        direct = [{**row, **environment} for row in measure_direct(direct_calls(), args.calls, args.rounds)]
         rows += direct
     args.out.mkdir(parents=True, exist_ok=True)
     fields = list(dict.fromkeys(key for row in rows for key in row))
@@ -186,11 +206,14 @@ def main() -> None:
     if direct:
         sdpa = next(row.get("host_overhead_us", float("nan")) for row in direct if row["backend"] == "sdpa direct")
         print("\ndecode step b{} h{}/{} q{} k{} d{} bf16: host time per call (eager - replay)".format(*DECODE))
-        print(f"{'call':32} {'eager us':>9} {'replay us':>10} {'host us':>8} {'x sdpa':>7}")
+        print(f"medians of {args.rounds} interleaved rounds of {args.calls} calls; host range over the rounds")
+        print(f"{'call':32} {'eager us':>9} {'replay us':>10} {'host us':>8} {'range':>13} {'x sdpa':>7}")
         for row in direct:
             host = row.get("host_overhead_us", float("nan"))
+            spread = f"{row.get('host_min_us', float('nan')):.1f}-{row.get('host_max_us', float('nan')):.1f}"
             print(f"{row['backend']:32} {row.get('eager_us', float('nan')):9.1f} "
-                  f"{row.get('replay_us', float('nan')):10.1f} {host:8.1f} {host / sdpa:7.2f}  {row.get('note', '')}")
+                  f"{row.get('replay_us', float('nan')):10.1f} {host:8.1f} {spread:>13} {host / sdpa:7.2f}  "
+                  f"{row.get('note', '')}")
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -53,6 +54,8 @@ def _stub_library(directory: Path) -> Path:
     source.write_text(f"""{sizes}
 int cuda_fa_decode(const void *p, void *stream, char *err, int n) {{ return 0; }}
 int cuda_fa_mla_decode(const void *p, void *stream, char *err, int n) {{ return 0; }}
+int no_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned shared,
+              void *stream, void **params, void **extra) {{ return 0; }}
 int cuda_fa_decode_block_n(int head_dim, int kv_dtype) {{
   int keys = head_dim == 64 ? 32 : 16;
   if (kv_dtype == 2 && head_dim != 256) keys *= 2;
@@ -72,8 +75,12 @@ class _NoLaunch:
     function = 0
     packed_metadata = ()
 
-    def __init__(self):
+    def __init__(self, signature: dict, num_warps: int):
         self.run = lambda *args: None
+        # what kernels.decode._Kernel.record reads of a compiled kernel (no scratch, one CTA, no shared memory)
+        self.src = SimpleNamespace(signature=signature)
+        self.metadata = SimpleNamespace(num_ctas=1, launch_pdl=False, launch_cooperative_grid=False,
+                                        global_scratch_size=0, profile_scratch_size=0, num_warps=num_warps, shared=0)
 
     def launch_metadata(self, grid, stream, *args):
         return None
@@ -108,6 +115,7 @@ def install_fakes(workdir: Path) -> None:
     from cuda_impl import decode as cuda_decode
     from triton_impl import decode as triton_decode
     from triton_impl import frontend
+    from triton_impl import native as triton_native
 
     torch.cuda.current_device = lambda: 0
     torch.cuda.is_available = lambda: True
@@ -121,6 +129,7 @@ def install_fakes(workdir: Path) -> None:
     lib = _lib.load()
     native.load(entries=tuple(native._entry_address(lib, name) for name in ("cuda_fa_decode", "cuda_fa_mla_decode")),
                 device_type="cpu")
+    triton_native.load(launch_entry=native._entry_address(ctypes.CDLL(str(stub)), "no_launch"), device_type="cpu")
 
     cuda_device = torch.device("cuda", 0)
     real_check = validate.check_device_and_arch
@@ -138,7 +147,7 @@ def install_fakes(workdir: Path) -> None:
     triton.runtime.driver.set_active(CpuDriver())
 
     def compile_nothing(self, key, signature, device, constexprs, options, attrs, warmup):
-        kernel = _NoLaunch()
+        kernel = _NoLaunch(signature, options.num_warps)
         self.device_caches[device][0][key] = kernel
         return kernel
 
@@ -154,15 +163,34 @@ def install_fakes(workdir: Path) -> None:
     triton_decode._check_devices = check_devices
 
 
-def _python_path(call):
-    """call() with cuda_impl's compiled entry set aside."""
-    from cuda_impl import native
-
-    entry, native.kvcache_decode = native.kvcache_decode, None
+def _python_path(module, call):
+    """call() with a backend's compiled entry (its module `native`) set aside."""
+    entry, module.kvcache_decode = module.kvcache_decode, None
     try:
         return call()
     finally:
-        native.kvcache_decode = entry
+        module.kvcache_decode = entry
+
+
+def _record_triton_call(q, k_cache, v_cache, lengths, table) -> None:
+    """What triton_impl.decode._decode_impl does after a CUDA call: give its compiled entry the call's launches
+    (here the no-op kernels' of the fake driver), so that the entry takes the later calls of its key."""
+    import torch
+
+    from triton_impl import decode as triton_decode
+    from triton_impl import native
+
+    _python_path(native, lambda: triton_decode.forward(q, k_cache, v_cache, lengths, table, causal=False,
+                                                       scale=q.shape[-1] ** -0.5))
+    prepared = list(triton_decode._prepared.values())[-1]
+    f32 = dict(dtype=torch.float32)
+    out, lse = torch.empty(prepared.out_shape, dtype=q.dtype), torch.empty(prepared.lse_shape, **f32)
+    split = prepared.ws_o_shape is not None
+    ws_o = torch.empty(prepared.ws_o_shape, **f32) if split else None
+    ws_lse = torch.empty(prepared.ws_lse_shape, **f32) if split else None
+    addresses = prepared.launch(q, k_cache, v_cache, out, lse, ws_o, ws_lse, lengths, table, None, None, 1.0)
+    native.remember(prepared.launch.record(addresses), q, k_cache, v_cache, lengths, table, None, None, False, 0, 0,
+                    -1, -1, prepared)
 
 
 def calls():
@@ -173,6 +201,7 @@ def calls():
     import triton_impl
     from cuda_impl import decode as cuda_decode
     from cuda_impl import native
+    from triton_impl import native as triton_native
 
     b, hq, hk, sq, sk, d = (SHAPE[k] for k in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim"))
     torch.manual_seed(0)
@@ -196,10 +225,17 @@ def calls():
     if native.kvcache_decode is not None:
         plan = cuda_decode._plan(q, hk, d, sk, False, None, None, (-1, -1))
         native.remember_plan(q, hk, d, sk, False, None, None, (-1, -1), plan)
-        out[f"cuda_impl kvcache paged{PAGE}, compiled entry"] = out[f"cuda_impl kvcache paged{PAGE}"]
-        out["cuda_impl kvcache contiguous, compiled entry"] = out["cuda_impl kvcache contiguous"]
-        for row in (f"cuda_impl kvcache paged{PAGE}", "cuda_impl kvcache contiguous"):
-            out[row] = functools.partial(_python_path, out[row])
+    # triton_impl through its compiled entry: the launches recorded as a first CUDA call would.
+    if triton_native.load() is not None:
+        _record_triton_call(q, paged_k, paged_v, lengths, table)
+        _record_triton_call(q, dense_k, dense_v, lengths, None)
+    for name, entry in (("cuda_impl", native), ("triton_impl", triton_native)):
+        if entry.kvcache_decode is None:
+            continue
+        for cache in (f"paged{PAGE}", "contiguous"):
+            row = f"{name} kvcache {cache}"
+            out[f"{row}, compiled entry"] = out[row]
+            out[row] = functools.partial(_python_path, entry, out[row])
     # attention() routed to the decode kernel (dense (B, H, S, D) inputs; cuda_impl's prefill checks need a CUDA
     # tensor, so only Triton's runs here)
     out["triton_impl attention variant=decode"] = lambda: triton_impl.attention(q_bhsd, k_bhsd, v_bhsd,

@@ -221,7 +221,7 @@ def test_cached_triton_launch_passes_what_the_jit_passes(triton_jit):
     tile = kernels.tiles(128, 4)
     launch = kernels.prepare(q, k, v, lengths, table, None, None, out, lse, ws_o, ws_lse, False, 1408, 3, tile)
     for _ in range(2):
-        launch(q, k, v, lengths, table, None, None, out, lse, ws_o, ws_lse, 0.1)
+        launch(q, k, v, out, lse, ws_o, ws_lse, lengths, table, None, None, 0.1)
     assert compiles == {"_decode_split": 1, "_decode_merge": 1}
     assert [name for name, _, _ in launches] == ["_decode_split", "_decode_merge"] * 2
     assert launches[:2] == launches[2:]

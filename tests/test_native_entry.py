@@ -19,9 +19,10 @@ import subprocess
 import pytest
 import torch
 
+import kvcache_calls
 from cuda_impl import _lib, native, toolchain
+from kvcache_calls import E4M3, call, options
 
-E4M3 = torch.float8_e4m3fn
 SIZE = ctypes.sizeof(_lib.DecodeParams)
 # DecodeParams fields the op allocates itself: their values differ between the two paths.
 ALLOCATED = ("out", "lse", "workspace")
@@ -85,24 +86,6 @@ def _last(stub) -> tuple[int, dict]:
     return entry, _fields(bytes(stub.stub_last().contents))
 
 
-def _call(batch=2, heads_q=8, heads_kv=2, seqlen_q=1, length=256, dim=128, page=64, dtype=torch.bfloat16,
-          kv_dtype=None, mla=False, q_strided=False, device="cpu"):
-    """The tensors of one call (zeros): q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale."""
-    kv_dtype = kv_dtype or dtype
-    dim_k = 576 if mla else dim
-    q = torch.zeros(batch, seqlen_q, heads_q, dim_k + (64 if q_strided else 0), dtype=dtype, device=device)
-    q = q[..., :dim_k]
-    pages = batch * length // page if page else batch
-    k = torch.zeros(pages, page or length, 1 if mla else heads_kv, dim_k, dtype=kv_dtype, device=device)
-    v = k[..., :512] if mla else torch.zeros_like(k)
-    table = (torch.arange(pages, dtype=torch.int32, device=device).flip(0).view(batch, -1).contiguous() if page
-             else None)
-    lengths = torch.arange(batch, dtype=torch.int32, device=device) + length // 2
-    descales = ((torch.ones(batch, heads_kv, device=device), torch.ones(batch, heads_kv, device=device))
-                if kv_dtype == E4M3 else (None, None))
-    return q, k, v, lengths, table, *descales
-
-
 CASES = {  # (tensors, options: causal, scale, num_splits, split_size, window; the plan remembered)
     "paged bf16": (dict(), dict(), (4, 64, -1, -1)),
     "contiguous fp16": (dict(page=0, dtype=torch.float16), dict(causal=True), (1, 256, -1, -1)),
@@ -115,11 +98,6 @@ CASES = {  # (tensors, options: causal, scale, num_splits, split_size, window; t
 }
 
 
-def _options(opts):
-    return (opts.get("causal", False), opts.get("scale"), opts.get("num_splits"), opts.get("split_size"),
-            *opts.get("window", (-1, -1)))
-
-
 def _remember(tensors, opts, plan):
     q, k, v, _, table, *_ = tensors
     capacity = table.shape[-1] * k.shape[1] if table is not None else k.shape[1]
@@ -130,10 +108,10 @@ def _remember(tensors, opts, plan):
 @pytest.mark.parametrize("name", list(CASES))
 def test_entry_fills_the_block_as_the_python_launch_does(entry, stub, name, monkeypatch):
     shape, opts, plan = CASES[name]
-    tensors = _call(**shape)
+    tensors = call(**shape)
     monkeypatch.setattr(native, "kvcache_decode", entry)  # remember_plan without loading the real one
     _remember(tensors, opts, plan)
-    causal, scale, num_splits, split_size, left, right = _options(opts)
+    causal, scale, num_splits, split_size, left, right = options(opts)
     out, lse = entry(*tensors, causal, scale, num_splits, split_size, left, right)
     assert out is not None, "the entry did not take a valid call with a remembered plan"
     which, native_block = _last(stub)
@@ -159,72 +137,36 @@ def test_entry_fills_the_block_as_the_python_launch_does(entry, stub, name, monk
 
 
 def _bad_calls():
-    """(name, tensors, options): each breaks one check of the Python path (compare.kvcache.check_inputs,
-    check_splits, resolve_scale, oracle.check_window, cuda_impl._check_latent) on the base call."""
-    def base(**kw):
-        return list(_call(**kw))
-
-    def edit(index, value, **kw):
-        tensors = base(**kw)
-        tensors[index] = value
-        return tensors
-
-    q, k, v, lengths, table, _, _ = _call()
-    yield "q 3-D", edit(0, q[0]), {}
-    yield "q float32", edit(0, q.float()), {}
-    yield "Sq 65", base(seqlen_q=65), {}
-    yield "head_dim 96", base(dim=96), {}
-    yield "k/v dtypes differ", edit(2, v.half()), {}
-    yield "cache dtype not q's", base(kv_dtype=torch.float16), {}
-    yield "Hq not a multiple of Hkv", base(heads_q=6, heads_kv=4), {}
-    yield "k shape != v shape", edit(2, v[:, :32]), {}
-    yield "q last dim strided", edit(0, torch.zeros(2, 1, 8, 256, dtype=torch.bfloat16)[..., ::2]), {}
-    yield "q misaligned", edit(0, torch.zeros(2 * 8 * 128 + 1, dtype=torch.bfloat16)[1:].view(2, 1, 8, 128)), {}
-    yield "k row stride not 16 bytes", edit(1, torch.zeros(8, 64, 2, 132, dtype=torch.bfloat16)[..., :128]), {}
-    yield "e4m3 without descales", edit(5, None, kv_dtype=E4M3), {}
-    yield "descale on a 16-bit cache", edit(5, torch.ones(2, 2)), {}
-    yield "descale shape", edit(6, torch.ones(2, 3), kv_dtype=E4M3), {}
-    yield "descale float64", edit(6, torch.ones(2, 2, dtype=torch.float64), kv_dtype=E4M3), {}
-    yield "block_table int64", edit(4, table.long()), {}
-    yield "block_table rows != batch", edit(4, table[:1]), {}
-    yield "block_table strided", edit(4, torch.zeros(2, 8, dtype=torch.int32)[:, ::2]), {}
-    yield "page size 48", base(page=48, length=192), {}
-    yield "contiguous cache batch != B", edit(1, k[:1], page=0), {}
-    yield "cache_seqlens int64", edit(3, lengths.long()), {}
-    yield "cache_seqlens length", edit(3, lengths[:1]), {}
-    yield "MLA V not K's view", edit(2, torch.zeros(8, 64, 1, 512, dtype=torch.bfloat16), mla=True, heads_q=16), {}
-    yield "MLA with a window", base(mla=True, heads_q=16), dict(window=(100, -1))
-    yield "num_splits 0", base(), dict(num_splits=0)
-    yield "split_size 100", base(), dict(split_size=100)
-    yield "both split options", base(), dict(num_splits=2, split_size=128)
-    yield "scale 0", base(), dict(scale=0.0)
-    yield "scale inf", base(), dict(scale=float("inf"))
-    yield "window -2", base(), dict(window=(-2, -1))
+    """(name, tensors, options): each breaks one check of the Python path: the shared ones (kvcache_calls), and
+    cuda_impl's own (its dtypes, cuda_impl._check_latent)."""
+    yield from kvcache_calls.bad_calls()
+    q = call()[0]
+    tensors = list(call())
+    tensors[0] = q.float()
+    yield "q float32", tensors, {}
+    tensors = list(call(mla=True, heads_q=16))
+    tensors[2] = torch.zeros(8, 64, 1, 512, dtype=torch.bfloat16)
+    yield "MLA V not K's view", tensors, {}
+    yield "MLA with a window", list(call(mla=True, heads_q=16)), dict(window=(100, -1))
 
 
 @pytest.mark.parametrize("name,tensors,opts", list(_bad_calls()), ids=lambda x: x if isinstance(x, str) else "")
 def test_entry_takes_nothing_the_python_path_rejects(entry, stub, name, tensors, opts, monkeypatch):
     """Plans are remembered for the call's key as if the Python path had planned it (the key does not see what is
     broken), so only the entry's own checks stand between the call and a launch."""
-    from compare import kvcache, oracle
-    from cuda_impl import VARIANTS, _check_latent
+    from cuda_impl import KVCACHE_DTYPES, VARIANTS, _check_latent
 
     monkeypatch.setattr(native, "kvcache_decode", entry)
     q, k, v, lengths, table, k_descale, v_descale = tensors
-    spec = VARIANTS["decode"]
-    with pytest.raises((ValueError, TypeError, NotImplementedError)):  # the Python path's verdict
-        layout = kvcache.check_inputs(q, k, v, cache_seqlens=lengths, block_table=table, k_new=None, v_new=None,
-                                      k_descale=k_descale, v_descale=v_descale, dtypes=(torch.bfloat16, torch.float16),
-                                      head_dims=spec["head_dims"], backend="cuda_impl",
-                                      head_dim_pairs=spec["head_dim_pairs"])
-        if layout.head_dim_v != layout.head_dim:
+    rejected = kvcache_calls.python_path_rejects(tensors, opts, KVCACHE_DTYPES, VARIANTS["decode"])
+    if not rejected and v.shape[3] != q.shape[3]:
+        with pytest.raises((ValueError, NotImplementedError)):
             _check_latent(k, v, opts.get("window", (-1, -1)))
-        kvcache.check_splits(opts.get("num_splits"), opts.get("split_size"))
-        kvcache.resolve_scale(opts.get("scale"), layout.head_dim)
-        oracle.check_window(opts.get("window", (-1, -1)))
+        rejected = True
+    assert rejected, f"{name}: the Python path takes this call"
     if q.dim() == 4 and q.dtype in _lib.DTYPE_CODES and k.dim() == 4 and v.dim() == 4:
         _remember(tensors, opts, (1, 64, -1, -1))
-    out, lse = entry(q, k, v, lengths, table, k_descale, v_descale, *_options(opts))
+    out, lse = entry(q, k, v, lengths, table, k_descale, v_descale, *options(opts))
     assert out is None and lse is None, f"{name}: the entry took a call the Python path rejects"
     assert stub.stub_last_entry() == 0
 
@@ -236,11 +178,11 @@ def test_entry_leaves_tensors_that_need_grad_to_the_python_path(entry, stub, mon
 
     monkeypatch.setattr(native, "kvcache_decode", entry)
     for index in (0, 1, 2, 5, 6):  # q, k_cache, v_cache, k_descale, v_descale
-        tensors = list(_call(kv_dtype=E4M3, dtype=torch.float16))
+        tensors = list(call(kv_dtype=E4M3, dtype=torch.float16))
         tensors[index] = tensors[index].detach().float().requires_grad_().to(tensors[index].dtype)
         assert not ops._eager(tensors)
         _remember(tensors, {}, (1, 256, -1, -1))
-        assert entry(*tensors, *_options({}))[0] is None, f"tensor {index} needs grad, the entry took the call"
+        assert entry(*tensors, *options({}))[0] is None, f"tensor {index} needs grad, the entry took the call"
         assert stub.stub_last_entry() == 0
 
 
@@ -248,13 +190,13 @@ def test_entry_needs_a_remembered_plan(entry, stub, monkeypatch):
     """A valid call is taken only once the Python path has remembered its plan, and only for that key: another
     batch, capacity, split option or window answers None."""
     monkeypatch.setattr(native, "kvcache_decode", entry)
-    tensors = _call()
-    assert entry(*tensors, *_options({}))[0] is None
+    tensors = call()
+    assert entry(*tensors, *options({}))[0] is None
     _remember(tensors, {}, (1, 256, -1, -1))
-    assert entry(*tensors, *_options({}))[0] is not None
-    for other, opts in ((_call(batch=3), {}), (_call(length=512), {}), (tensors, dict(num_splits=2)),
-                        (tensors, dict(window=(8, -1))), (_call(dtype=torch.float16), {})):
-        assert entry(*other, *_options(opts))[0] is None
+    assert entry(*tensors, *options({}))[0] is not None
+    for other, opts in ((call(batch=3), {}), (call(length=512), {}), (tensors, dict(num_splits=2)),
+                        (tensors, dict(window=(8, -1))), (call(dtype=torch.float16), {})):
+        assert entry(*other, *options(opts))[0] is None
     assert torch.ops.cuda_fa_native.plan_count() == 1
 
 
@@ -273,7 +215,7 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
     cases = [dict(), dict(page=0, dtype=torch.float16), dict(kv_dtype=E4M3, dim=64), dict(dim=256, seqlen_q=3),
              dict(mla=True, heads_q=16), dict(q_strided=True)]
     for shape in cases:
-        q, k, v, lengths, table, k_descale, v_descale = _call(length=1024, device="cuda", **shape)
+        q, k, v, lengths, table, k_descale, v_descale = call(length=1024, device="cuda", **shape)
         q.copy_(torch.randn(q.shape, generator=gen, device="cuda"))
         for x in (k, v) if not shape.get("mla") else (k,):
             x.copy_(torch.randn(x.shape, generator=gen, device="cuda").to(x.dtype))

@@ -321,6 +321,9 @@ GPU_CASES = [
     KV(2, 32, 4, 2, (2000, 33), 256, page_size=128, causal=True),
     KV(2, 32, 8, 1, (4000, 2500), 128, page_size=64, kv_fmt="fp8"),
     KV(2, 16, 2, 3, (1200, 700), 128, causal=True, fmt="fp16", kv_fmt="fp8"),
+    KV(2, 32, 8, 1, (3000, 17), 128, page_size=64, fmt="fp32"),                    # fp32: its own tiles
+    KV(2, 8, 2, 2, (900, 5), 256, causal=True, fmt="fp32"),
+    KV(2, 16, 4, 1, (700, 64), 64, page_size=16, fmt="fp32"),
 ]
 
 

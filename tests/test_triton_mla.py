@@ -141,6 +141,7 @@ GPU_CASES = [
     KV(4, 128, 1, 1, (4096, 1000, 0, 777), page_size=64, fmt="bf16", scale=0.072, **MLA),
     KV(2, 16, 1, 2, (8193, 300), page_size=64, causal=True, fmt="bf16", hostile=True, scale=0.072, **MLA),
     KV(3, 64, 1, 1, (2048, 33, 5000), page_size=64, fmt="bf16", kv_fmt="fp8", scale=0.072, **MLA),
+    KV(2, 16, 1, 1, (1500, 40), page_size=16, fmt="fp32", scale=0.072, **MLA),
 ]
 
 

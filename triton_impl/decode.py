@@ -27,6 +27,7 @@ from typing import Optional
 
 import torch
 
+from triton_impl import native
 from triton_impl.frontend import _check_devices, _device_scope, _interpreting, _run, unavailable_reason
 from triton_impl.variants import VARIANTS
 
@@ -175,8 +176,12 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
                 _prepared.clear()
             _prepared[key] = prepared
     with _device_scope(q):
-        prepared.launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
-                        scale)
+        addresses = prepared.launch(q, k_cache, v_cache, out, lse, ws_o, ws_lse, cache_seqlens, block_table,
+                                    k_descale, v_descale, scale)
+    if config is None and cache_seqlens is not None and q.is_cuda and not torch.compiler.is_compiling():
+        # the compiled entry takes this key's later calls (triton_impl.native)
+        native.remember(prepared.launch.record(addresses), q, k_cache, v_cache, cache_seqlens, block_table, k_descale,
+                        v_descale, causal, num_splits, split_size, window_left, window_right, prepared)
     return out, lse
 
 

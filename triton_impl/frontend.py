@@ -18,6 +18,8 @@ from typing import Optional
 
 import torch
 
+from compare import native_build
+from triton_impl import native
 from triton_impl.variants import DECODE_MAX_SEQLEN_Q, DEFAULT_VARIANTS, VARIANTS
 
 _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -482,12 +484,24 @@ def attention_with_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table=No
     window=(left, right): local attention as attention() defines it, on each sequence's keys (query i of a
     sequence of L keys sees keys i + L - Sq - left .. i + L - Sq + right; -1: unbounded; causal sets right to 0);
     key tiles outside every row's window are not read."""
+    fast = native.kvcache_decode
+    # The compiled entry (triton_impl.native) for plain tensors outside torch's modes and tracers, with arguments
+    # its schema parses as given, while Triton launches as by default; it answers None where the Python path below
+    # has to run (a check fails, a tensor needs grad, or no call of this key has run yet).
+    if (fast is not None
+            and native_build.plain_call(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, k_descale,
+                                        v_descale, causal, scale, num_splits, split_size, window)
+            and native.plain_launches()):
+        out, lse = fast(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal, scale,
+                        num_splits, split_size, window[0], window[1])
+        if out is not None:
+            return (out, lse) if return_lse else out
     from compare import kvcache, oracle
     from triton_impl import decode
     window = oracle.as_window(window)
     layout = kvcache.check_inputs(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=block_table,
                                   k_new=k_new, v_new=v_new, k_descale=k_descale, v_descale=v_descale,
-                                  dtypes=(torch.bfloat16, torch.float16, torch.float32),
+                                  dtypes=native.KVCACHE_DTYPES,
                                   head_dims=VARIANTS["decode"]["head_dims"], backend="triton_impl",
                                   head_dim_pairs=VARIANTS["decode"]["head_dim_pairs"])
     kvcache.check_splits(num_splits, split_size)

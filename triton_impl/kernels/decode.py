@@ -60,6 +60,12 @@ CONFIGS = {
     (64, 1): (128, 4, 4),
     (128, 1): (64, 4, 4),
     (256, 1): (32, 4, 4),
+    # fp32 q and cache (ieee dots, no tensor cores; a correctness path, not tuned): the 16-bit tiles' shared memory,
+    # half their keys
+    (576, 4): (16, 8, 3),
+    (64, 4): (32, 4, 4),
+    (128, 4): (32, 4, 3),
+    (256, 4): (16, 4, 3),
 }
 # (BLOCK_N, num_warps, num_stages) by the query tile's BLOCK_M where it beats CONFIGS' (H200, graph replays, the
 # same call; all spill-free on sm_90): MLA bf16 16 rows (16 heads) on 4 warps: b1 h16 L64k 105 -> 101 us, b32 h16
@@ -419,7 +425,7 @@ class _Kernel:
     change.) Under the interpreter every launch goes through Triton."""
 
     __slots__ = ("kernel", "grid", "grid3", "ints", "constexprs", "constexpr_values", "options", "device",
-                 "interpreted", "compiled")
+                 "interpreted", "compiled", "records")
 
     def __init__(self, kernel, grid, ints: tuple, constexprs: dict, options: dict, device: int | None):
         self.kernel, self.grid, self.ints, self.constexprs, self.options = kernel, grid, ints, constexprs, options
@@ -428,14 +434,18 @@ class _Kernel:
         self.constexpr_values = None  # in the kernel's parameter order, once it has compiled
         self.interpreted = interpreting()
         self.compiled = {}
+        self.records = {}  # record()'s answers by the compiled kernels' key
+
+    def _key(self, addresses) -> tuple:
+        return (tuple([address % 16 == 0 for address in addresses]), triton.knobs.runtime.debug,
+                triton.knobs.compilation.instrumentation_mode)
 
     def __call__(self, pointers: tuple, addresses: list, floats: tuple) -> None:
         if self.interpreted:
             interpreter_compat.apply()
             self.kernel[self.grid](*pointers, *floats, *self.ints, **self.constexprs, **self.options)
             return
-        key = (tuple([address % 16 == 0 for address in addresses]), triton.knobs.runtime.debug,
-               triton.knobs.compilation.instrumentation_mode)
+        key = self._key(addresses)
         compiled = self.compiled.get(key)
         if compiled is None:
             compiled = self.kernel[self.grid](*pointers, *floats, *self.ints, **self.constexprs, **self.options)
@@ -454,27 +464,85 @@ class _Kernel:
                      runtime.launch_exit_hook, *args)
 
 
+    def record(self, slots: tuple, addresses: list) -> list | None:
+        """This kernel's compiled launch for pointers at `addresses` (the tensors `slots` of Launch.SLOTS), as
+        triton_impl/csrc/kvcache_launch.cpp takes it: [CUfunction, grid x, y, z, threads, shared bytes, parameter
+        count, (kind, value) per parameter]; the parameters are the kernel's in order but the constexprs (and the
+        ints Triton specialised on as 1), which the launcher skips too. None where this launch has not compiled,
+        runs under the interpreter, or needs what the op does not do (scratch memory, clusters, programmatic or
+        cooperative launch)."""
+        if self.interpreted:
+            return None
+        key = self._key(addresses)
+        if key in self.records:
+            return self.records[key]
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            return None
+        meta = compiled.metadata
+        if (meta.num_ctas != 1 or meta.launch_pdl or meta.launch_cooperative_grid or meta.global_scratch_size
+                or meta.profile_scratch_size or getattr(meta, "tensordesc_meta", None)):
+            return None
+        kinds = {"fp32": RECORD_SCALE, "i32": RECORD_I32, "i64": RECORD_I64}
+        values = (*slots, *([0] * (len(compiled.src.signature) - len(slots) - len(self.ints)
+                                - len(self.constexpr_values))), *self.ints, *self.constexpr_values)
+        params = []
+        for ty, value in zip(compiled.src.signature.values(), values):
+            if ty == "constexpr":
+                continue
+            if ty.startswith("*"):
+                params += (RECORD_POINTER, value)
+            elif ty in kinds:
+                params += (kinds[ty], value)
+            else:
+                return None
+        record = [compiled.function, *self.grid3, 32 * meta.num_warps, meta.shared, len(params) // 2, *params]
+        self.records[key] = record
+        return record
+
+
+# Parameter kinds of a record (triton_impl/csrc/kvcache_launch.cpp's Kind): a tensor's address, the float scale
+# the call gives, an int32 or int64 value.
+RECORD_POINTER, RECORD_SCALE, RECORD_I32, RECORD_I64 = range(4)
+
+
 class Launch:
     """The split kernel's (and with several splits the merge's) launches of one call shape, everything read off
     the tensors but their addresses and the scale (`prepare`); called with the tensors of each call, which must
     have the shapes, strides and dtypes of those it was prepared with (and V must be K's view or not as then)."""
 
-    __slots__ = ("split", "merge", "paged", "fp8")
+    # The tensors a launch takes, in __call__'s order (triton_impl/csrc/kvcache_launch.cpp's Slot); the kernels'
+    # pointer arguments are these tensors, an absent one's pointing at lse (never dereferenced).
+    SLOTS = ("q", "k_cache", "v_cache", "out", "lse", "ws_o", "ws_lse", "cache_seqlens", "block_table", "k_descale",
+             "v_descale")
 
-    def __init__(self, split: _Kernel, merge: _Kernel | None, paged: bool, fp8: bool):
-        self.split, self.merge, self.paged, self.fp8 = split, merge, paged, fp8
+    __slots__ = ("split", "merge", "slots", "merge_slots")
 
-    def __call__(self, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
-                 scale) -> None:
-        dummy = lse  # (what an absent tensor's pointer points at: never dereferenced)
-        merge = self.merge
-        pointers = (q, k_cache, v_cache, out, lse, ws_o if merge else dummy, ws_lse if merge else dummy,
-                    dummy if cache_seqlens is None else cache_seqlens, block_table if self.paged else dummy,
-                    k_descale if self.fp8 else dummy, v_descale if self.fp8 else dummy)
+    def __init__(self, split: _Kernel, merge: _Kernel | None, has_seqlens: bool, paged: bool, fp8: bool):
+        self.split, self.merge = split, merge
+        present = (True, True, True, True, True, merge is not None, merge is not None, has_seqlens, paged, fp8, fp8)
+        self.slots = tuple(i if there else self.SLOTS.index("lse") for i, there in enumerate(present))
+        self.merge_slots = tuple(self.slots[i] for i in _MERGE_POINTERS)
+
+    def __call__(self, q, k_cache, v_cache, out, lse, ws_o, ws_lse, cache_seqlens, block_table, k_descale, v_descale,
+                 scale) -> list:
+        """Launches; returns the pointer arguments' addresses (what record() takes)."""
+        tensors = (q, k_cache, v_cache, out, lse, ws_o, ws_lse, cache_seqlens, block_table, k_descale, v_descale)
+        pointers = tuple([tensors[i] for i in self.slots])
         addresses = [t.data_ptr() for t in pointers]
         self.split(pointers, addresses, (scale * LOG2E,))
-        if merge is not None:  # ws_o, ws_lse, out, lse, seqlens, v descale
-            merge(tuple(pointers[i] for i in _MERGE_POINTERS), [addresses[i] for i in _MERGE_POINTERS], ())
+        if self.merge is not None:  # ws_o, ws_lse, out, lse, seqlens, v descale
+            self.merge(tuple([pointers[i] for i in _MERGE_POINTERS]), [addresses[i] for i in _MERGE_POINTERS], ())
+        return addresses
+
+    def record(self, addresses: list) -> list | None:
+        """Both kernels' records (_Kernel.record) one after the other, for the call whose launches returned
+        `addresses`; None where either has none."""
+        split = self.split.record(self.slots, addresses)
+        if split is None or self.merge is None:
+            return split
+        merge = self.merge.record(self.merge_slots, [addresses[i] for i in _MERGE_POINTERS])
+        return None if merge is None else split + merge
 
 
 _MERGE_POINTERS = (5, 6, 3, 4, 7, 10)  # the merge's pointer arguments among the split kernel's
@@ -526,7 +594,7 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descal
             dict(HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
                  HAS_SEQLENS=cache_seqlens is not None, FP8=fp8, KEY_BLOCK=block_n),
             dict(num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1), device)
-    return Launch(split_kernel, merge_kernel, paged, fp8)
+    return Launch(split_kernel, merge_kernel, cache_seqlens is not None, paged, fp8)
 
 
 def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse,
@@ -537,5 +605,5 @@ def launch(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale
     window (left, right): each row sees keys row + L - Sq - left .. + right (-1: unbounded; causal: right 0).
     (triton_impl.decode keeps the prepared Launch of each call shape instead.)"""
     prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, out, lse, ws_o, ws_lse, causal,
-            split_keys, n_splits, tile, window)(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
-                                                out, lse, ws_o, ws_lse, scale)
+            split_keys, n_splits, tile, window)(q, k_cache, v_cache, out, lse, ws_o, ws_lse, cache_seqlens, block_table,
+                                                k_descale, v_descale, scale)

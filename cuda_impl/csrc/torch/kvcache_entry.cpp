@@ -1,5 +1,5 @@
 // The decode call as one compiled torch op, "cuda_fa_native::kvcache_decode": the per-call checks of
-// compare/kvcache.py, the split plan's lookup, the allocations and the launch (csrc/fwd_decode.cu,
+// compare/kvcache.py (compare/csrc/kvcache_checks.h), the split plan's lookup, the allocations and the launch (csrc/fwd_decode.cu,
 // fwd_mla_decode.cu through their C entries), without the Python layers that cost a decode step most of its host
 // time. It takes a call only when every check passes and the call's plan was computed before by the Python path
 // (cuda_impl/decode.py, which remembers it here); otherwise it returns undefined tensors (None in Python) and
@@ -27,22 +27,19 @@
 #include <vector>
 
 #include "../decode/params_abi.h"
+#include "kvcache_checks.h"
 
 namespace {
 
 using DecodeEntry = int (*)(const DecodeParams*, void* stream, char* err, int err_len);
 constexpr int ERR_LEN = 512;
 constexpr int32_t E4M3_CODE = 2;  // FA_DTYPE_E4M3, cuda_impl._lib.E4M3_CODE
-constexpr int64_t ALIGN_BYTES = 16;
 
-// What the Python side declares (cuda_impl/native.py configure): the head dims and (Q/K, V) pairs the decode
-// kernels take, the page sizes, the longest query block, split_size's multiple, the two C entries, and the device
-// type whose tensors are taken (CUDA; CPU in the tests, with stub entries and no stream).
+// What the Python side declares (cuda_impl/native.py configure): what the decode kernels take (the rules of the
+// checks) and the two C entries.
 struct Config {
-  std::vector<int64_t> head_dims, head_dim_pairs, page_sizes;  // pairs flattened (d, dv, d, dv, ...)
-  int64_t max_seqlen_q = 0, split_multiple = 0;
+  kvcache_checks::Rules rules;
   DecodeEntry decode = nullptr, mla = nullptr;
-  c10::DeviceType device_type = c10::DeviceType::CUDA;
 };
 std::atomic<const Config*> config{nullptr};
 
@@ -69,26 +66,6 @@ int32_t dtype_code(at::ScalarType t) {
   return t == at::kBFloat16 ? 0 : t == at::kHalf ? 1 : -1;
 }
 
-bool contains(const std::vector<int64_t>& values, int64_t x) {
-  return std::find(values.begin(), values.end(), x) != values.end();
-}
-
-// compare/kvcache.py _check_rows: last dimension contiguous, every other stride of more than one element and
-// the start 16-byte aligned.
-bool rows_ok(const at::Tensor& x) {
-  const auto shape = x.sizes();
-  const auto stride = x.strides();
-  if (stride[3] != 1 && shape[3] != 1) return false;
-  const int64_t per_chunk = ALIGN_BYTES / int64_t(x.element_size());
-  for (int d = 0; d < 3; d++)
-    if (stride[d] % per_chunk && shape[d] > 1) return false;
-  return reinterpret_cast<uintptr_t>(x.const_data_ptr()) % ALIGN_BYTES == 0;
-}
-
-bool on(const at::Tensor& x, int64_t dims, const c10::Device& device) {
-  return x.dim() == dims && x.device() == device;
-}
-
 using Result = std::tuple<at::Tensor, at::Tensor>;
 const Result NOT_TAKEN{};
 
@@ -98,75 +75,23 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
                       std::optional<int64_t> num_splits, std::optional<int64_t> split_size, int64_t window_left,
                       int64_t window_right) {
   const Config* cfg = config.load(std::memory_order_acquire);
-  if (cfg == nullptr || q.dim() != 4 || q.device().type() != cfg->device_type) return NOT_TAKEN;
+  if (cfg == nullptr) return NOT_TAKEN;
+  const auto checked = kvcache_checks::check(cfg->rules, q, k, v, seqlens, table, k_descale, v_descale, scale_arg,
+                                             num_splits, split_size, window_left, window_right);
+  if (!checked) return NOT_TAKEN;
+  const kvcache_checks::Call& c = *checked;
+  // MLA's latent cache: V the first columns of K's rows (cuda_impl._check_latent), 16-bit, no window.
+  if (c.mla && (c.fp8 || v.const_data_ptr() != k.const_data_ptr() || v.strides() != k.strides() ||
+                window_left != -1 || window_right != -1))
+    return NOT_TAKEN;
   const int32_t dtype = dtype_code(q.scalar_type());
   const c10::Device device = q.device();
-  const int64_t batch = q.size(0), seqlen_q = q.size(1), heads_q = q.size(2), head_dim = q.size(3);
-  if (dtype < 0 || seqlen_q < 1 || seqlen_q > cfg->max_seqlen_q || batch < 1 || heads_q < 1) return NOT_TAKEN;
-  if (!on(k, 4, device) || !on(v, 4, device)) return NOT_TAKEN;
-  // A tensor that needs grad goes through the Python path's torch.library op (cuda_impl/ops.py), as there.
-  for (const at::Tensor* t : {&q, &k, &v, &seqlens})
-    if (t->requires_grad()) return NOT_TAKEN;
-  for (const auto* t : {&table, &k_descale, &v_descale})
-    if (t->has_value() && (*t)->requires_grad()) return NOT_TAKEN;
-  const int64_t blocks = k.size(0), rows = k.size(1), heads_kv = k.size(2), head_dim_v = v.size(3);
-  const bool mla = head_dim_v != head_dim;
-  if (mla) {
-    bool pair = false;
-    for (size_t i = 0; i + 1 < cfg->head_dim_pairs.size(); i += 2)
-      pair |= cfg->head_dim_pairs[i] == head_dim && cfg->head_dim_pairs[i + 1] == head_dim_v;
-    if (!pair) return NOT_TAKEN;
-  } else if (!contains(cfg->head_dims, head_dim)) {
-    return NOT_TAKEN;
-  }
-  if (v.size(0) != blocks || v.size(1) != rows || v.size(2) != heads_kv || k.size(3) != head_dim) return NOT_TAKEN;
-  const at::ScalarType kv_type = k.scalar_type();
-  const bool fp8 = kv_type == at::kFloat8_e4m3fn;
-  if (v.scalar_type() != kv_type || (!fp8 && kv_type != q.scalar_type())) return NOT_TAKEN;
-  if (heads_kv < 1 || heads_q % heads_kv) return NOT_TAKEN;
-  if (!rows_ok(q) || !rows_ok(k) || !rows_ok(v)) return NOT_TAKEN;
-  // MLA's latent cache: V the first columns of K's rows (cuda_impl._check_latent), 16-bit, no window.
-  if (mla && (fp8 || v.const_data_ptr() != k.const_data_ptr() || v.strides() != k.strides() || window_left != -1 ||
-              window_right != -1))
-    return NOT_TAKEN;
-  if (fp8) {
-    for (const auto* d : {&k_descale, &v_descale}) {
-      if (!d->has_value()) return NOT_TAKEN;
-      const at::Tensor& t = **d;
-      if (!on(t, 2, device) || t.size(0) != batch || t.size(1) != heads_kv || t.scalar_type() != at::kFloat ||
-          !t.is_contiguous())
-        return NOT_TAKEN;
-    }
-  } else if (k_descale.has_value() || v_descale.has_value()) {
-    return NOT_TAKEN;
-  }
-  int64_t capacity = rows, max_pages = 1;
-  if (table.has_value()) {
-    const at::Tensor& t = *table;
-    if (!on(t, 2, device) || t.scalar_type() != at::kInt || t.size(0) != batch || t.size(1) < 1 || t.stride(1) != 1 ||
-        !contains(cfg->page_sizes, rows))
-      return NOT_TAKEN;
-    max_pages = t.size(1);
-    capacity = max_pages * rows;
-  } else if (blocks != batch) {
-    return NOT_TAKEN;
-  }
-  if (!on(seqlens, 1, device) || seqlens.scalar_type() != at::kInt || seqlens.size(0) != batch ||
-      !seqlens.is_contiguous())
-    return NOT_TAKEN;
-  // compare/kvcache.py check_splits, resolve_scale; compare/oracle.py check_window.
-  if (num_splits.has_value() && split_size.has_value()) return NOT_TAKEN;
-  if (num_splits.has_value() && *num_splits < 1) return NOT_TAKEN;
-  if (split_size.has_value() && (*split_size < cfg->split_multiple || *split_size % cfg->split_multiple))
-    return NOT_TAKEN;
-  if (window_left < -1 || window_right < -1) return NOT_TAKEN;
-  // pow, as Python's head_dim ** -0.5: the same double, so the same float32 in the block.
-  const double scale = scale_arg.has_value() ? *scale_arg : std::pow(double(head_dim), -0.5);
-  if (!(scale > 0) || std::isinf(scale)) return NOT_TAKEN;
+  const int64_t batch = c.batch, seqlen_q = c.seqlen_q, heads_q = c.heads_q, head_dim_v = c.head_dim_v;
+  const bool fp8 = c.fp8;
 
   // The plan: remembered by the Python path after a call of this key passed all of its checks (the device's
   // architecture, the kernels' shape table) and was planned.
-  const PlanKey key{batch, seqlen_q, heads_q, head_dim, dtype, device.index(), heads_kv, head_dim_v, capacity,
+  const PlanKey key{batch, seqlen_q, heads_q, c.head_dim, dtype, device.index(), c.heads_kv, head_dim_v, c.capacity,
                     fp8, num_splits.value_or(-1), split_size.value_or(-1), window_left, window_right};
   Plan plan;
   {
@@ -205,15 +130,15 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.batch = int32_t(batch);
   p.seqlen_q = int32_t(seqlen_q);
   p.heads_q = int32_t(heads_q);
-  p.heads_kv = int32_t(heads_kv);
-  p.head_dim = int32_t(head_dim);
+  p.heads_kv = int32_t(c.heads_kv);
+  p.head_dim = int32_t(c.head_dim);
   p.head_dim_v = int32_t(head_dim_v);
-  p.page_size = int32_t(std::max<int64_t>(1, rows));
-  p.num_pages = int32_t(blocks);
-  p.max_pages = int32_t(table.has_value() ? max_pages : int64_t(rows > 0));
+  p.page_size = int32_t(std::max<int64_t>(1, c.rows));
+  p.num_pages = int32_t(c.blocks);
+  p.max_pages = int32_t(c.paged ? c.max_pages : int64_t(c.rows > 0));
   p.num_splits = plan.splits;
   p.split_keys = plan.split_keys;
-  p.scale = float(scale);
+  p.scale = float(c.scale);
   p.causal = causal;
   p.dtype = dtype;
   p.kv_dtype = fp8 ? E4M3_CODE : dtype;
@@ -226,23 +151,29 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     stream = impl->getStreamNativeHandle(impl->getStream(device));
   }
   char err[ERR_LEN] = {0};
-  const int rc = (mla ? cfg->mla : cfg->decode)(&p, stream, err, ERR_LEN);
+  const int rc = (c.mla ? cfg->mla : cfg->decode)(&p, stream, err, ERR_LEN);
   TORCH_CHECK(rc == 0, "cuda_impl decode: ", err);
   taken.fetch_add(1, std::memory_order_relaxed);
   return {out, lse};
 }
 
-void configure(std::vector<int64_t> head_dims, std::vector<int64_t> head_dim_pairs, std::vector<int64_t> page_sizes,
-               int64_t max_seqlen_q, int64_t split_multiple, int64_t decode_entry, int64_t mla_entry,
-               c10::string_view device_type) {
+void configure(std::vector<std::string> dtypes, std::vector<int64_t> head_dims, std::vector<int64_t> head_dim_pairs,
+               std::vector<int64_t> page_sizes, int64_t max_seqlen_q, int64_t split_multiple, int64_t decode_entry,
+               int64_t mla_entry, c10::string_view device_type) {
   TORCH_CHECK(head_dim_pairs.size() % 2 == 0, "head_dim_pairs: (d, dv) pairs, flattened");
   TORCH_CHECK(decode_entry != 0 && mla_entry != 0, "the decode entries' addresses");
+  kvcache_checks::Rules rules{{}, std::move(head_dims), std::move(head_dim_pairs), std::move(page_sizes),
+                              max_seqlen_q, split_multiple, c10::Device(std::string(device_type)).type()};
+  for (const std::string& name : dtypes) {
+    const auto dtype = kvcache_checks::dtype_named(name);
+    TORCH_CHECK(dtype && dtype_code(*dtype) >= 0, "configure: the decode kernels do not take dtype ", name);
+    rules.dtypes.push_back(*dtype);
+  }
   static std::mutex once;
   std::lock_guard<std::mutex> lock(once);
   // Kept for the process's life: a call in flight may hold the previous one.
-  config.store(new Config{std::move(head_dims), std::move(head_dim_pairs), std::move(page_sizes), max_seqlen_q,
-                          split_multiple, reinterpret_cast<DecodeEntry>(decode_entry),
-                          reinterpret_cast<DecodeEntry>(mla_entry), c10::Device(std::string(device_type)).type()},
+  config.store(new Config{std::move(rules), reinterpret_cast<DecodeEntry>(decode_entry),
+                          reinterpret_cast<DecodeEntry>(mla_entry)},
                std::memory_order_release);
 }
 
@@ -276,8 +207,8 @@ TORCH_LIBRARY(cuda_fa_native, m) {
   // CompositeImplicitAutograd: the kernel runs at the first dispatch key, whatever the device; callers keep
   // tensors that need grad, tensor subclasses and torch modes on the Python path (cuda_impl/native.py).
   m.impl("kvcache_decode", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(kvcache_decode));
-  m.def("configure(int[] head_dims, int[] head_dim_pairs, int[] page_sizes, int max_seqlen_q, int split_multiple, "
-        "int decode_entry, int mla_entry, str device_type) -> ()", TORCH_FN(configure));
+  m.def("configure(str[] dtypes, int[] head_dims, int[] head_dim_pairs, int[] page_sizes, int max_seqlen_q, "
+        "int split_multiple, int decode_entry, int mla_entry, str device_type) -> ()", TORCH_FN(configure));
   m.def("remember_plan(int[] key, int splits, int split_keys, int left, int right) -> ()", TORCH_FN(remember_plan));
   m.def("plan_count() -> int", TORCH_FN(plan_count));
   m.def("forget_plans() -> ()", TORCH_FN(forget_plans));
