@@ -327,3 +327,31 @@ def test_entry_matches_the_python_path_on_the_gpu(monkeypatch):
             m.setattr(native, "kvcache_decode", None)
             ref_out, ref_lse = triton_impl.attention_with_kvcache(q, k, v, **kwargs)
         assert torch.equal(out, ref_out) and torch.equal(lse, ref_lse), (shape, opts)
+
+
+def test_only_default_launches_take_the_entry(monkeypatch):
+    """plain_launches: the entry is offered calls only while Triton launches as by default; a profiler's hook in the
+    chain, a function or None set in the chain's place, debug or instrumented kernels are Triton's to see."""
+    triton = pytest.importorskip("triton")
+    monkeypatch.setattr(native, "_knobs", triton.knobs)
+    runtime = triton.knobs.runtime
+    assert native.plain_launches()
+
+    def hook(metadata):
+        return None
+
+    runtime.launch_enter_hook.add(hook)
+    try:
+        assert not native.plain_launches()
+    finally:
+        runtime.launch_enter_hook.remove(hook)
+    assert native.plain_launches()
+    with monkeypatch.context() as m:
+        m.setattr(runtime, "launch_exit_hook", hook)
+        assert not native.plain_launches()
+        m.setattr(runtime, "launch_exit_hook", None)
+        assert native.plain_launches()
+    for knob, name, value in ((runtime, "debug", True), (triton.knobs.compilation, "instrumentation_mode", "fpsan")):
+        with monkeypatch.context() as m:
+            m.setattr(knob, name, value)
+            assert not native.plain_launches(), name

@@ -93,12 +93,18 @@ def unavailable_reason() -> str | None:
     return _state["reason"]
 
 
+def _quiet(hook) -> bool:
+    """A launch hook that calls nothing: None, or an empty chain (Triton's default; a profiler adds to it)."""
+    return hook is None or (type(hook) is _knobs.HookChain and not hook.calls)
+
+
 def plain_launches() -> bool:
-    """Whether Triton launches as by default: no launch hooks (a profiler's), no debug or instrumented kernels. The
-    op records and replays only such launches; otherwise the Python path, through Triton, takes every call."""
+    """Whether Triton launches as by default: no launch hooks (a profiler's, or a function set in their place), no
+    debug or instrumented kernels. The op records and replays only such launches; otherwise the Python path,
+    through Triton, takes every call."""
     runtime = _knobs.runtime
-    return not (runtime.debug or _knobs.compilation.instrumentation_mode or runtime.launch_enter_hook.calls
-                or runtime.launch_exit_hook.calls)
+    return not (runtime.debug or _knobs.compilation.instrumentation_mode) and _quiet(runtime.launch_enter_hook) \
+        and _quiet(runtime.launch_exit_hook)
 
 
 def remember(record: list | None, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal,
