@@ -189,8 +189,7 @@ def _record_triton_call(q, k_cache, v_cache, lengths, table) -> None:
     ws_o = torch.empty(prepared.ws_o_shape, **f32) if split else None
     ws_lse = torch.empty(prepared.ws_lse_shape, **f32) if split else None
     addresses = prepared.launch(q, k_cache, v_cache, out, lse, ws_o, ws_lse, lengths, table, None, None, 1.0)
-    native.remember(prepared.launch.record(addresses), q, k_cache, v_cache, lengths, table, None, None, False, 0, 0,
-                    -1, -1, prepared)
+    native.remember(prepared, addresses, q, k_cache, v_cache, lengths, table, None, None, False, 0, 0, -1, -1)
 
 
 def calls():

@@ -180,8 +180,8 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
                                     k_descale, v_descale, scale)
     if config is None and cache_seqlens is not None and q.is_cuda and not torch.compiler.is_compiling():
         # the compiled entry takes this key's later calls (triton_impl.native)
-        native.remember(prepared.launch.record(addresses), q, k_cache, v_cache, cache_seqlens, block_table, k_descale,
-                        v_descale, causal, num_splits, split_size, window_left, window_right, prepared)
+        native.remember(prepared, addresses, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
+                        causal, num_splits, split_size, window_left, window_right)
     return out, lse
 
 

@@ -107,12 +107,16 @@ def plain_launches() -> bool:
         and _quiet(runtime.launch_exit_hook)
 
 
-def remember(record: list | None, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale, causal,
-             num_splits, split_size, window_left, window_right, prepared) -> None:
-    """Let the op take the later calls of this call's key: `record` its kernels' launches (Launch.record), the
-    other arguments as triton_impl.decode._decode_impl launched them (num_splits / split_size 0 for None, the
-    window normalised), `prepared` its allocations' shapes. Loads the op on first use; nothing without a record."""
-    if record is None or (kvcache_decode is None and load() is None) or not plain_launches():
+def remember(prepared, addresses: list, q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale,
+             causal, num_splits, split_size, window_left, window_right) -> None:
+    """Let the op take the later calls of this call's key: `prepared` the call's prepared launch and allocations
+    (triton_impl.decode._Prepared), `addresses` what its Launch returned, the other arguments as
+    triton_impl.decode._decode_impl launched them (num_splits / split_size 0 for None, the window normalised).
+    Loads the op on first use; nothing where it is unavailable or the launches have no record (Launch.record)."""
+    if (kvcache_decode is None and load() is None) or not plain_launches():
+        return
+    record = prepared.launch.record(addresses)
+    if record is None:
         return
     shapes = []
     for shape in (prepared.out_shape, prepared.lse_shape, prepared.ws_o_shape or (), prepared.ws_lse_shape or ()):
