@@ -11,12 +11,15 @@ include path as "kvcache_checks.h".
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import hashlib
 import re
 import shutil
 import subprocess
 import sys
+import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,3 +135,28 @@ def plain_call(q, k_cache, v_cache, cache_seqlens, block_table, k_new, v_new, k_
             and type(window) is tuple and len(window) == 2 and type(window[0]) is int and type(window[1]) is int
             and not (torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled()
                      or torch._C._is_tracing() or torch.compiler.is_compiling()))
+
+
+def function_address(function) -> int:
+    """The address of a ctypes function (a library's entry point) as the int an op's configure() takes."""
+    return ctypes.cast(function, ctypes.c_void_p).value
+
+
+def load_once(state: dict, lock: threading.Lock, backend: str, attempt):
+    """attempt() (build, load and configure an entry; returns its op) once per process: later calls return what
+    the first did. Where it fails (OSError / RuntimeError: no compiler, a failed build or load), None, the reason in
+    state["reason"] and one RuntimeWarning naming `backend`; its attention_with_kvcache then takes the Python
+    path."""
+    with lock:
+        if state["tried"]:
+            return state.get("op")
+        state["tried"] = True
+        try:
+            state["op"] = attempt()
+        except (OSError, RuntimeError) as exc:  # (BuildError among them)
+            state["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
+            warnings.warn(f"{backend}: the compiled decode entry is unavailable ({state['reason']}); "
+                          "attention_with_kvcache runs its Python path (same results, more host time per call)",
+                          RuntimeWarning, stacklevel=4)
+            return None
+        return state["op"]

@@ -17,9 +17,7 @@ RuntimeWarning says so once, and every call stays on the Python path (same resul
 
 from __future__ import annotations
 
-import ctypes
 import threading
-import warnings
 from pathlib import Path
 
 import torch
@@ -43,10 +41,6 @@ def build(build: TorchBuild | None = None):
     return OP.build(build, label="cuda_impl: the compiled decode entry")
 
 
-def _entry_address(lib: ctypes.CDLL, name: str) -> int:
-    return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value
-
-
 def configure(decode_entry: int, mla_entry: int, device_type: str = "cuda") -> None:
     """Tell the op what the Python path takes (one definition: cuda_impl.VARIANTS["decode"], compare.kvcache) and
     which C entries launch (addresses in the kernels' library; the tests give stubs and "cpu")."""
@@ -61,27 +55,24 @@ def load(path: Path | None = None, *, entries: tuple[int, int] | None = None, de
     one RuntimeWarning). `path` / `entries` / `device_type`: the tests' stand-ins for the build and the kernels'
     library."""
     global kvcache_decode
-    with _lock:
-        if _state["tried"]:
-            return kvcache_decode
-        _state["tried"] = True
-        try:
-            torch.ops.load_library(str(path or build()))
-            if entries is None:
-                from cuda_impl import _lib
-
-                lib = _lib.load()
-                entries = (_entry_address(lib, "cuda_fa_decode"), _entry_address(lib, "cuda_fa_mla_decode"))
-            configure(*entries, device_type)
-            _state["entries"] = entries
-        except (OSError, RuntimeError) as exc:  # (native_build.BuildError and toolchain.BuildError among them)
-            _state["reason"] = f"{type(exc).__name__}: {exc}".splitlines()[0][:300]
-            warnings.warn(f"cuda_impl: the compiled decode entry is unavailable ({_state['reason']}); "
-                          "attention_with_kvcache runs its Python path (same results, more host time per call)",
-                          RuntimeWarning, stacklevel=3)
-            return None
-        kvcache_decode = torch.ops.cuda_fa_native.kvcache_decode.default
+    if _state["tried"]:  # (what a first call left; the tests set it aside at times)
         return kvcache_decode
+
+    def attempt():
+        nonlocal entries
+        torch.ops.load_library(str(path or build()))
+        if entries is None:
+            from cuda_impl import _lib
+
+            lib = _lib.load()
+            entries = tuple(native_build.function_address(getattr(lib, name))
+                            for name in ("cuda_fa_decode", "cuda_fa_mla_decode"))
+        configure(*entries, device_type)
+        _state["entries"] = entries
+        return torch.ops.cuda_fa_native.kvcache_decode.default
+
+    kvcache_decode = native_build.load_once(_state, _lock, "cuda_impl", attempt)
+    return kvcache_decode
 
 
 def unavailable_reason() -> str | None:

@@ -111,6 +111,7 @@ def install_fakes(workdir: Path) -> None:
     import triton
     from triton.runtime.jit import JITFunction
 
+    from compare import native_build
     from cuda_impl import _lib, native, validate
     from cuda_impl import decode as cuda_decode
     from triton_impl import decode as triton_decode
@@ -127,9 +128,10 @@ def install_fakes(workdir: Path) -> None:
     cuda_decode._sm_counts[0] = SMS
     # The compiled entry, taking CPU tensors, its launches the stub's.
     lib = _lib.load()
-    native.load(entries=tuple(native._entry_address(lib, name) for name in ("cuda_fa_decode", "cuda_fa_mla_decode")),
+    native.load(entries=tuple(native_build.function_address(getattr(lib, name))
+                              for name in ("cuda_fa_decode", "cuda_fa_mla_decode")),
                 device_type="cpu")
-    triton_native.load(launch_entry=native._entry_address(ctypes.CDLL(str(stub)), "no_launch"), device_type="cpu")
+    triton_native.load(launch_entry=native_build.function_address(ctypes.CDLL(str(stub)).no_launch), device_type="cpu")
 
     cuda_device = torch.device("cuda", 0)
     real_check = validate.check_device_and_arch

@@ -2,6 +2,10 @@
 triton_impl's): one attention_with_kvcache call's tensors, and calls that each break one check of the Python
 path that both backends share (compare.kvcache.check_inputs, check_splits, resolve_scale, oracle.check_window)."""
 
+import ctypes
+import subprocess
+
+import pytest
 import torch
 
 E4M3 = torch.float8_e4m3fn
@@ -88,3 +92,27 @@ def python_path_rejects(tensors, opts, dtypes, spec) -> bool:
     except (ValueError, TypeError, NotImplementedError):
         return True
     return False
+
+
+def compiled_stub(directory, source: str) -> ctypes.CDLL:
+    """A C library compiled here from `source` (the tests' stand-ins for the kernels' library or the driver)."""
+    path = directory / "stub.c"
+    path.write_text(source)
+    library = directory / "libstub.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(library), str(path)], check=True)
+    return ctypes.CDLL(str(library))
+
+
+def loaded_entry(native, namespace: str):
+    """torch.ops.<namespace> with a backend's compiled entry (its module `native`) built here and loaded; a failed
+    build fails the test."""
+    from compare import native_build
+
+    try:
+        path = native.build()
+    except native_build.BuildError as exc:
+        pytest.fail(f"the compiled entry does not build here: {exc}")
+    ops = getattr(torch.ops, namespace)
+    if not hasattr(ops, "kvcache_decode"):
+        torch.ops.load_library(str(path))
+    return ops

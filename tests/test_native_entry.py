@@ -14,13 +14,13 @@ given (nothing launches).
 from __future__ import annotations
 
 import ctypes
-import subprocess
 
 import pytest
 import torch
 
 import kvcache_calls
-from cuda_impl import _lib, native, toolchain
+from compare import native_build
+from cuda_impl import _lib, native
 from kvcache_calls import E4M3, call, options
 
 SIZE = ctypes.sizeof(_lib.DecodeParams)
@@ -31,10 +31,8 @@ ALLOCATED = ("out", "lse", "workspace")
 @pytest.fixture(scope="module")
 def stub(tmp_path_factory):
     """A library with the decode entries as recorders (and the size queries of _lib's mirrors)."""
-    directory = tmp_path_factory.mktemp("native_stub")
     sizes = "\n".join(f"int {fn}(void) {{ return {ctypes.sizeof(struct)}; }}" for fn, struct, _ in _lib._STRUCTS)
-    source = directory / "stub.c"
-    source.write_text(f"""#include <string.h>
+    lib = kvcache_calls.compiled_stub(tmp_path_factory.mktemp("native_stub"), f"""#include <string.h>
 {sizes}
 static unsigned char last[{SIZE}];
 static int last_entry;
@@ -44,9 +42,6 @@ int cuda_fa_mla_decode(const void *p, void *stream, char *err, int n) {{ return 
 const unsigned char *stub_last(void) {{ return last; }}
 int stub_last_entry(void) {{ int e = last_entry; last_entry = 0; return e; }}
 """)
-    path = directory / "libstub.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(path), str(source)], check=True)
-    lib = ctypes.CDLL(str(path))
     lib.stub_last.restype = ctypes.POINTER(ctypes.c_ubyte * SIZE)
     return lib
 
@@ -55,15 +50,10 @@ int stub_last_entry(void) {{ int e = last_entry; last_entry = 0; return e; }}
 def entry(stub, monkeypatch):
     """The op configured for CPU tensors and the stub's entries, with no plan remembered; _lib's launches go to the
     stub too. Restores the configuration a real load made (if one did)."""
-    try:
-        path = native.build()
-    except toolchain.BuildError as exc:
-        pytest.fail(f"the compiled entry does not build here: {exc}")
-    if not hasattr(torch.ops.cuda_fa_native, "kvcache_decode"):
-        torch.ops.load_library(str(path))
-    addresses = tuple(native._entry_address(stub, name) for name in ("cuda_fa_decode", "cuda_fa_mla_decode"))
-    native.configure(*addresses, "cpu")
-    torch.ops.cuda_fa_native.forget_plans()
+    ops = kvcache_calls.loaded_entry(native, "cuda_fa_native")
+    native.configure(*(native_build.function_address(getattr(stub, name))
+                       for name in ("cuda_fa_decode", "cuda_fa_mla_decode")), "cpu")
+    ops.forget_plans()
     stub.stub_last_entry()  # (reads and clears what an earlier test left)
     monkeypatch.setitem(_lib._loaded, (), _lib._checked(stub._name))
     monkeypatch.setattr(_lib, "_decode_entries", {})

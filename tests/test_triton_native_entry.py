@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import struct
-import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -35,9 +34,7 @@ MAX_PARAMS = 96
 def stub(tmp_path_factory):
     """A library with cuLaunchKernel's signature that records up to two launches (the parameter count of each is
     told first: the op keeps every parameter in an 8-byte slot, so 8 bytes are read from each)."""
-    directory = tmp_path_factory.mktemp("triton_native_stub")
-    source = directory / "stub.c"
-    source.write_text(f"""#include <stdint.h>
+    lib = kvcache_calls.compiled_stub(tmp_path_factory.mktemp("triton_native_stub"), f"""#include <stdint.h>
 #include <string.h>
 typedef struct {{ uint64_t function, grid[3], block[3], shared, stream, params[{MAX_PARAMS + 2}]; }} Launch;
 static Launch launches[2];
@@ -56,9 +53,6 @@ int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
   return 0;
 }}
 """)
-    path = directory / "libstub.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-O2", "-o", str(path), str(source)], check=True)
-    lib = ctypes.CDLL(str(path))
 
     class Launch(ctypes.Structure):
         _fields_ = [("function", ctypes.c_uint64), ("grid", ctypes.c_uint64 * 3), ("block", ctypes.c_uint64 * 3),
@@ -73,14 +67,9 @@ int stub_launch(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, uns
 def entry(stub, monkeypatch):
     """The op configured for CPU tensors and the stub launch, nothing recorded. Restores a real load's
     configuration (if one was made)."""
-    try:
-        path = native.build()
-    except native_build.BuildError as exc:
-        pytest.fail(f"the compiled entry does not build here: {exc}")
-    if not hasattr(torch.ops.triton_fa_native, "kvcache_decode"):
-        torch.ops.load_library(str(path))
-    native.configure(ctypes.cast(stub.stub_launch, ctypes.c_void_p).value, "cpu")
-    torch.ops.triton_fa_native.forget_launches()
+    ops = kvcache_calls.loaded_entry(native, "triton_fa_native")
+    native.configure(native_build.function_address(stub.stub_launch), "cpu")
+    ops.forget_launches()
     stub.stub_expect(0, 0)
     yield torch.ops.triton_fa_native.kvcache_decode.default
     torch.ops.triton_fa_native.forget_launches()

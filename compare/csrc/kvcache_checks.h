@@ -5,12 +5,15 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/Exception.h>
+#include <c10/util/string_view.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace kvcache_checks {
@@ -32,6 +35,21 @@ inline std::optional<at::ScalarType> dtype_named(const std::string& name) {
   if (name == "float16") return at::kHalf;
   if (name == "float32") return at::kFloat;
   return std::nullopt;
+}
+
+// The rules from the entries' configure() arguments (compare/native_build.py rules()), dtypes by name.
+inline Rules make_rules(const std::vector<std::string>& dtypes, std::vector<int64_t> head_dims,
+                        std::vector<int64_t> head_dim_pairs, std::vector<int64_t> page_sizes, int64_t max_seqlen_q,
+                        int64_t split_multiple, c10::string_view device_type) {
+  TORCH_CHECK(head_dim_pairs.size() % 2 == 0, "head_dim_pairs: (d, dv) pairs, flattened");
+  Rules rules{{}, std::move(head_dims), std::move(head_dim_pairs), std::move(page_sizes), max_seqlen_q,
+              split_multiple, c10::Device(std::string(device_type)).type()};
+  for (const std::string& name : dtypes) {
+    const auto dtype = dtype_named(name);
+    TORCH_CHECK(dtype, "configure: unknown dtype ", name);
+    rules.dtypes.push_back(*dtype);
+  }
+  return rules;
 }
 
 // A call that passed every check, read off its tensors' shapes.

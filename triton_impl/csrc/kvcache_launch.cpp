@@ -14,7 +14,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <array>
@@ -22,13 +21,13 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <memory>
 #include <optional>
 #include <tuple>
-#include <memory>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
+#include "decode_entry.h"
 #include "kvcache_checks.h"
 
 namespace {
@@ -71,16 +70,8 @@ struct Launches {
 };
 
 using Key = std::vector<int64_t>;
-struct KeyHash {
-  size_t operator()(const Key& key) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : key) h = (h ^ uint64_t(x)) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-constexpr size_t CACHE_SIZE = 4096;  // cleared when full, as triton_impl/decode.py's prepared calls
-std::mutex launches_mutex;
-std::unordered_map<Key, std::shared_ptr<const Launches>, KeyHash> launches;
+constexpr size_t CACHE_SIZE = 4096;  // as triton_impl/decode.py's prepared calls
+decode_entry::PreparedCalls<Key, std::shared_ptr<const Launches>> launches(CACHE_SIZE);
 std::atomic<int64_t> taken{0};  // calls launched here (the tests and benchmarks ask which path ran)
 
 void add_tensor(Key& key, const at::Tensor& t) {
@@ -141,15 +132,10 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   const auto checked = kvcache_checks::check(cfg->rules, q, k, v, seqlens, table, k_descale, v_descale, scale_arg,
                                              num_splits, split_size, window_left, window_right);
   if (!checked) return NOT_TAKEN;
-  std::shared_ptr<const Launches> recorded;
-  {
-    const Key key =
-        key_of(q, k, v, seqlens, table, k_descale, v_descale, causal, num_splits, split_size, window_left, window_right);
-    std::lock_guard<std::mutex> lock(launches_mutex);
-    auto found = launches.find(key);
-    if (found == launches.end()) return NOT_TAKEN;
-    recorded = found->second;
-  }
+  const auto found = launches.find(
+      key_of(q, k, v, seqlens, table, k_descale, v_descale, causal, num_splits, split_size, window_left, window_right));
+  if (!found) return NOT_TAKEN;
+  const std::shared_ptr<const Launches>& recorded = *found;
 
   const c10::DeviceGuard guard(q.device());
   const auto f32 = q.options().dtype(at::kFloat);
@@ -178,11 +164,7 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
     if (reinterpret_cast<uintptr_t>(address[s]) % kvcache_checks::ALIGN_BYTES) return NOT_TAKEN;
   const float scale_log2 = float(checked->scale * cfg->log2e);
 
-  void* stream = nullptr;
-  if (q.device().is_cuda()) {
-    const auto* impl = c10::impl::getDeviceGuardImpl(q.device().type());
-    stream = impl->getStreamNativeHandle(impl->getStream(q.device()));
-  }
+  void* stream = decode_entry::current_stream(q.device());
   // Each parameter's value in its own 8-byte slot (the driver reads its size from the kernel's parameter list).
   std::array<uint64_t, MAX_PARAMS + SCRATCH_PARAMS> values{};
   std::array<void*, MAX_PARAMS + SCRATCH_PARAMS> params{};
@@ -219,15 +201,10 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 void configure(std::vector<std::string> dtypes, std::vector<int64_t> head_dims, std::vector<int64_t> head_dim_pairs,
                std::vector<int64_t> page_sizes, int64_t max_seqlen_q, int64_t split_multiple, int64_t launch_entry,
                double log2e, c10::string_view device_type) {
-  TORCH_CHECK(head_dim_pairs.size() % 2 == 0, "head_dim_pairs: (d, dv) pairs, flattened");
   TORCH_CHECK(launch_entry != 0, "cuLaunchKernel's address");
-  kvcache_checks::Rules rules{{}, std::move(head_dims), std::move(head_dim_pairs), std::move(page_sizes),
-                              max_seqlen_q, split_multiple, c10::Device(std::string(device_type)).type()};
-  for (const std::string& name : dtypes) {
-    const auto dtype = kvcache_checks::dtype_named(name);
-    TORCH_CHECK(dtype, "configure: unknown dtype ", name);
-    rules.dtypes.push_back(*dtype);
-  }
+  kvcache_checks::Rules rules = kvcache_checks::make_rules(dtypes, std::move(head_dims), std::move(head_dim_pairs),
+                                                           std::move(page_sizes), max_seqlen_q, split_multiple,
+                                                           device_type);
   static std::mutex once;
   std::lock_guard<std::mutex> lock(once);
   // Kept for the process's life: a call in flight may hold the previous one.
@@ -270,31 +247,21 @@ void remember_launch(const at::Tensor& q, const at::Tensor& k, const at::Tensor&
     recorded->kernels.push_back(std::move(kernel));
   }
   TORCH_CHECK(!recorded->kernels.empty(), "remember_launch: no kernel");
-  Key key =
-      key_of(q, k, v, seqlens, table, k_descale, v_descale, causal, num_splits, split_size, window_left, window_right);
-  std::lock_guard<std::mutex> lock(launches_mutex);
-  if (launches.size() >= CACHE_SIZE) launches.clear();
-  launches[std::move(key)] = std::move(recorded);
+  launches.put(
+      key_of(q, k, v, seqlens, table, k_descale, v_descale, causal, num_splits, split_size, window_left, window_right),
+      std::move(recorded));
 }
 
-int64_t launch_count() {
-  std::lock_guard<std::mutex> lock(launches_mutex);
-  return int64_t(launches.size());
-}
+int64_t launch_count() { return launches.size(); }
 
 int64_t taken_count() { return taken.load(std::memory_order_relaxed); }
 
-void forget_launches() {
-  std::lock_guard<std::mutex> lock(launches_mutex);
-  launches.clear();
-}
+void forget_launches() { launches.clear(); }
 
 }  // namespace
 
 TORCH_LIBRARY(triton_fa_native, m) {
-  m.def("kvcache_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor? block_table, "
-        "Tensor? k_descale, Tensor? v_descale, bool causal, float? scale, int? num_splits, int? split_size, "
-        "int window_left, int window_right) -> (Tensor, Tensor)");
+  m.def(decode_entry::KVCACHE_DECODE_SCHEMA);
   // CompositeImplicitAutograd: the kernel runs at the first dispatch key, whatever the device; callers keep
   // tensors that need grad, tensor subclasses and torch modes on the Python path (triton_impl/native.py).
   m.impl("kvcache_decode", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(kvcache_decode));

@@ -1,32 +1,31 @@
 // The decode call as one compiled torch op, "cuda_fa_native::kvcache_decode": the per-call checks of
-// compare/kvcache.py (compare/csrc/kvcache_checks.h), the split plan's lookup, the allocations and the launch (csrc/fwd_decode.cu,
-// fwd_mla_decode.cu through their C entries), without the Python layers that cost a decode step most of its host
-// time. It takes a call only when every check passes and the call's plan was computed before by the Python path
-// (cuda_impl/decode.py, which remembers it here); otherwise it returns undefined tensors (None in Python) and
-// cuda_impl.attention_with_kvcache runs the Python path, which raises the precise error or computes the plan.
+// compare/kvcache.py (compare/csrc/kvcache_checks.h), the split plan's lookup, the allocations and the launch
+// (csrc/fwd_decode.cu, fwd_mla_decode.cu through their C entries), without the Python layers that cost a decode
+// step most of its host time. It takes a call only when every check passes and the call's plan was computed before
+// by the Python path (cuda_impl/decode.py, which remembers it here); otherwise it returns undefined tensors (None
+// in Python) and cuda_impl.attention_with_kvcache runs the Python path, which raises the precise error or
+// computes the plan.
 // So the Python path stays the one definition of what is accepted: this file accepts a subset of it.
 //
 // Built against the running torch's headers (cuda_impl/native.py); torch's C++ ABI is not stable across
-// versions, unlike the ctypes surface of the kernels' library. Only libc10 and libtorch_cpu are linked: the
-// current CUDA stream and device come through c10's device-guard registry, which torch's CUDA library fills.
+// versions, unlike the ctypes surface of the kernels' library. Only libc10 and libtorch_cpu are linked (the current
+// stream: compare/csrc/decode_entry.h).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <cmath>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "../decode/params_abi.h"
+#include "decode_entry.h"
 #include "kvcache_checks.h"
 
 namespace {
@@ -50,16 +49,8 @@ using PlanKey = std::array<int64_t, KEY_FIELDS>;
 struct Plan {
   int32_t splits, split_keys, left, right;
 };
-struct KeyHash {
-  size_t operator()(const PlanKey& key) const {
-    uint64_t h = 1469598103934665603ull;
-    for (int64_t x : key) h = (h ^ uint64_t(x)) * 1099511628211ull;
-    return size_t(h);
-  }
-};
-constexpr size_t PLAN_CACHE_SIZE = 4096;  // cleared when full, as decode.py's
-std::mutex plans_mutex;
-std::unordered_map<PlanKey, Plan, KeyHash> plans;
+constexpr size_t PLAN_CACHE_SIZE = 4096;  // as decode.py's
+decode_entry::PreparedCalls<PlanKey, Plan> plans(PLAN_CACHE_SIZE);
 std::atomic<int64_t> taken{0};  // calls launched here (the tests and benchmarks ask which path ran)
 
 int32_t dtype_code(at::ScalarType t) {
@@ -93,13 +84,9 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   // architecture, the kernels' shape table) and was planned.
   const PlanKey key{batch, seqlen_q, heads_q, c.head_dim, dtype, device.index(), c.heads_kv, head_dim_v, c.capacity,
                     fp8, num_splits.value_or(-1), split_size.value_or(-1), window_left, window_right};
-  Plan plan;
-  {
-    std::lock_guard<std::mutex> lock(plans_mutex);
-    auto found = plans.find(key);
-    if (found == plans.end()) return NOT_TAKEN;
-    plan = found->second;
-  }
+  const std::optional<Plan> found = plans.find(key);
+  if (!found) return NOT_TAKEN;
+  const Plan plan = *found;
 
   const c10::DeviceGuard guard(device);
   at::Tensor out = at::empty({batch, seqlen_q, heads_q, head_dim_v}, q.options());
@@ -145,13 +132,8 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
   p.window_left = plan.left;
   p.window_right = plan.right;
 
-  void* stream = nullptr;
-  if (device.is_cuda()) {
-    const auto* impl = c10::impl::getDeviceGuardImpl(device.type());
-    stream = impl->getStreamNativeHandle(impl->getStream(device));
-  }
   char err[ERR_LEN] = {0};
-  const int rc = (c.mla ? cfg->mla : cfg->decode)(&p, stream, err, ERR_LEN);
+  const int rc = (c.mla ? cfg->mla : cfg->decode)(&p, decode_entry::current_stream(device), err, ERR_LEN);
   TORCH_CHECK(rc == 0, "cuda_impl decode: ", err);
   taken.fetch_add(1, std::memory_order_relaxed);
   return {out, lse};
@@ -160,15 +142,12 @@ Result kvcache_decode(const at::Tensor& q, const at::Tensor& k, const at::Tensor
 void configure(std::vector<std::string> dtypes, std::vector<int64_t> head_dims, std::vector<int64_t> head_dim_pairs,
                std::vector<int64_t> page_sizes, int64_t max_seqlen_q, int64_t split_multiple, int64_t decode_entry,
                int64_t mla_entry, c10::string_view device_type) {
-  TORCH_CHECK(head_dim_pairs.size() % 2 == 0, "head_dim_pairs: (d, dv) pairs, flattened");
   TORCH_CHECK(decode_entry != 0 && mla_entry != 0, "the decode entries' addresses");
-  kvcache_checks::Rules rules{{}, std::move(head_dims), std::move(head_dim_pairs), std::move(page_sizes),
-                              max_seqlen_q, split_multiple, c10::Device(std::string(device_type)).type()};
-  for (const std::string& name : dtypes) {
-    const auto dtype = kvcache_checks::dtype_named(name);
-    TORCH_CHECK(dtype && dtype_code(*dtype) >= 0, "configure: the decode kernels do not take dtype ", name);
-    rules.dtypes.push_back(*dtype);
-  }
+  kvcache_checks::Rules rules = kvcache_checks::make_rules(dtypes, std::move(head_dims), std::move(head_dim_pairs),
+                                                           std::move(page_sizes), max_seqlen_q, split_multiple,
+                                                           device_type);
+  for (at::ScalarType dtype : rules.dtypes)
+    TORCH_CHECK(dtype_code(dtype) >= 0, "configure: the decode kernels do not take dtype ", dtype);
   static std::mutex once;
   std::lock_guard<std::mutex> lock(once);
   // Kept for the process's life: a call in flight may hold the previous one.
@@ -181,29 +160,19 @@ void remember_plan(std::vector<int64_t> key, int64_t splits, int64_t split_keys,
   TORCH_CHECK(key.size() == KEY_FIELDS, "remember_plan: a key of ", KEY_FIELDS, " fields, got ", key.size());
   PlanKey k;
   std::copy(key.begin(), key.end(), k.begin());
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  if (plans.size() >= PLAN_CACHE_SIZE) plans.clear();
-  plans[k] = Plan{int32_t(splits), int32_t(split_keys), int32_t(left), int32_t(right)};
+  plans.put(k, Plan{int32_t(splits), int32_t(split_keys), int32_t(left), int32_t(right)});
 }
 
-int64_t plan_count() {
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  return int64_t(plans.size());
-}
+int64_t plan_count() { return plans.size(); }
 
 int64_t taken_count() { return taken.load(std::memory_order_relaxed); }
 
-void forget_plans() {
-  std::lock_guard<std::mutex> lock(plans_mutex);
-  plans.clear();
-}
+void forget_plans() { plans.clear(); }
 
 }  // namespace
 
 TORCH_LIBRARY(cuda_fa_native, m) {
-  m.def("kvcache_decode(Tensor q, Tensor k_cache, Tensor v_cache, Tensor cache_seqlens, Tensor? block_table, "
-        "Tensor? k_descale, Tensor? v_descale, bool causal, float? scale, int? num_splits, int? split_size, "
-        "int window_left, int window_right) -> (Tensor, Tensor)");
+  m.def(decode_entry::KVCACHE_DECODE_SCHEMA);
   // CompositeImplicitAutograd: the kernel runs at the first dispatch key, whatever the device; callers keep
   // tensors that need grad, tensor subclasses and torch modes on the Python path (cuda_impl/native.py).
   m.impl("kvcache_decode", c10::DispatchKey::CompositeImplicitAutograd, TORCH_FN(kvcache_decode));
