@@ -88,6 +88,9 @@ def test_decode_kernel_uses_intended_instructions(decode_sass, fmt, head_dim, kv
         assert not any(op.startswith(("LDL", "STL")) for op in ops), f"{arch}: local memory"
         if kv == "fp8" and arch == "sm_90":  # e4m3 -> f16 in hardware on sm_90 (cuobjdump names sm_90a sm_90)
             assert any("E4M3" in op for op in ops), f"{arch}: no e4m3 unpack"
+            # each register's high pair unpacked from its half in place (R.H1), not after a shift
+            unpacks = [i for i in instructions if sass.opcode(i) == "F2FP.F16.E4M3.UNPACK_B"]
+            assert unpacks and 2 * sum(".H1" in i for i in unpacks) == len(unpacks), f"{arch}: e4m3 high pairs"
             # straight from the ring into registers: no widened copy stored to shared memory per key tile (the
             # few STS are the Q tile's conversion and the warps' merge)
             stores = sum(n for op, n in ops.items() if op.startswith("STS"))

@@ -81,12 +81,20 @@ __device__ __forceinline__ uint32_t ring_offset(int row, int chunk) {
 }
 
 // Four e4m3 bytes -> fp16 pairs (byte 0, byte 1) and (byte 2, byte 3), low half first (exact: e4m3 has 3 mantissa
-// bits and an exponent range inside fp16's).
+// bits and an exponent range inside fp16's). The register's halves split in PTX, so that on sm_90 the high pair's
+// unpack reads its half in place (F2FP ... R.H1) instead of after a shift: two instructions per four bytes, not three
+// (x >> 16 through __nv_cvt_fp8x2_to_halfraw2 compiled to SHF + F2FP).
 __device__ __forceinline__ void e4m3x4_to_half2x2(uint32_t x, uint32_t& lo, uint32_t& hi) {
+#if __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(x));
+#else
   const __half2_raw a = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x & 0xffff), __NV_E4M3);
   const __half2_raw b = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(x >> 16), __NV_E4M3);
   lo = uint32_t(a.x) | (uint32_t(a.y) << 16);
   hi = uint32_t(b.x) | (uint32_t(b.y) << 16);
+#endif
 }
 
 // e4m3 K/V: the CTA's Q tile (16-bit T, swizzled) rewritten in place as fp16 times q_mul, a power of two that puts
