@@ -3,9 +3,8 @@
 # in a cluster, each TMA panel's rows split between them and multicast to both), FA_MLA_TWO_CTAS (the 16-row
 # mma.sync kernel two CTAs an SM on two-stage rings), FA_MLA_EARLY_S (group 0 issues the next pair's S on its own
 # panels before waiting out P_B V_B), FA_MLA_PV_B_FIRST (group 1 issues P_B V_B before it meets group 0); Nsight
-# Compute profiles (profile_cases.py) in between, and the GPU tests device_next.sh of journal 2026-12-07
-# entry-and-tma had to run (triton_impl's compiled entry, the fp32 decode cases, the CUDA entry), while the call's
-# time lasts (LIMIT, default 540).
+# Compute profiles (profile_cases.py) in between, while the call's time lasts (LIMIT, default 540). (The GPU tests of
+# journal 2026-12-07 entry-and-tma's device_next.sh run in call B, which runs that script.)
 # From a checkout of branch wip/mla-experiments (the flags; its default build's SASS is main's), carrying .devcarry
 # with mla_experiments.tar.xz (its default and four flag builds, tar -C cuda_impl/_build, and the compiled entry) and
 # triton_build.tar.xz; rebuild them if the sources change (commands in the entry-and-tma device_next.sh header).
@@ -36,9 +35,6 @@ profile() {  # CASE
 }
 paired MULTICAST wgmma
 profile mla128
-timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_triton_native_entry.py tests/test_native_entry.py \
-  tests/test_triton_decode.py tests/test_triton_mla.py -k "native or fp32 or matches" > $OUT/pytest.log 2>&1
-echo "pytest rc=$?"; tail -2 $OUT/pytest.log; grep -E "^(FAILED|ERROR)|^E " $OUT/pytest.log | head -8
 paired TWO_CTAS 16
 paired EARLY_S wgmma
 paired PV_B_FIRST wgmma
