@@ -128,6 +128,21 @@ def test_the_mla_tiles_compile_for_sm90_without_spills(fp8, rows):
     usage = offline.report(offline.compile_decode(576, config, head_dim_v=512, fp8=fp8))
     assert usage["stack"] == 0 and usage["STL"] == 0, (config, usage)
     assert usage["smem"] <= offline.SM90_SMEM_LIMIT, (config, usage)
+    # fewer than 64 rows: mma.sync, not wgmma (docs/design/decode.md, "Where Triton falls short")
+    assert usage["HMMA"] > 0 and usage["HGMMA"] == 0, (config, usage)
+
+
+@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@pytest.mark.parametrize("warps, block_n", [(8, 64), (4, 32)])
+def test_a_wgmma_mla_tile_spills_in_triton(warps, block_n):
+    """The design doc's account of Triton's MLA tiles: at 64 rows Triton takes wgmma, and the program (one tile of
+    O's 64 x 512 fp32 over all its warps, K's 576 columns) no longer fits the register file. If a Triton release
+    makes it fit, this fails and the doc's paragraph is out of date."""
+    from triton_impl.kernels import offline
+    config = dict(BLOCK_M=64, BLOCK_N=block_n, num_warps=warps, num_stages=2)
+    usage = offline.report(offline.compile_decode(576, config, head_dim_v=512, fp8=False))
+    assert usage["HGMMA"] > 0 and usage["HMMA"] == 0, usage
+    assert usage["stack"] > 0 and usage["STL"] > 0, usage
 
 
 def test_the_registry_declares_the_pair():
