@@ -70,7 +70,9 @@ VARIANTS["hopper"] = {
     # shared); every other multiple of 8 runs on the next of them, the columns past it zero-filled by TMA
     # (hopper/config.cuh hopper_kernel_dim): d112 costs what d128 costs, d160 what d192 costs.
     "head_dims": tuple(range(32, 257, 8)),
-    "head_dim_pairs": ((192, 128),),  # DeepSeek-style prefill, on the d192 kernel (V's map 128 columns wide)
+    # DeepSeek-style prefill: dense launches on kernels of their own (P V at V's 128 columns, 128-key tiles), local
+    # and varlen ones on the d192 kernels (V's map 128 columns wide, P V at 192)
+    "head_dim_pairs": ((192, 128),),
     "min_cc": (9, 0),
     "max_cc": (9, 0),  # wgmma / setmaxnreg: sm_90a cubin only (H100, H200)
     "ceiling": "wgmma",  # judged against the wgmma rate (compare.ceilings), not mma.sync

@@ -410,6 +410,10 @@ WINDOW_CASES = [
     dict(batch=2, heads_q=16, heads_kv=4, seqlen_q=2, cache_seqlens=(3000, 129), head_dim=256, page_size=64,
          window=(600, -1)),
     dict(batch=2, heads_q=32, heads_kv=8, cache_seqlens=(4000, 2500), kv_fmt="fp8", page_size=16, window=(2000, -1)),
+    # tiles off page boundaries: e4m3 d128's 128-key tiles over pages of 64 (three pages where the window starts
+    # inside a page: the per-row copies; two on page boundaries: the per-tile ones), bf16 d128's 64 over pages of 32
+    dict(batch=2, heads_q=32, heads_kv=8, cache_seqlens=(4000, 2500), kv_fmt="fp8", page_size=64, window=(1500, -1)),
+    dict(batch=2, heads_q=16, heads_kv=4, seqlen_q=2, cache_seqlens=(3000, 1000), page_size=32, window=(777, -1)),
     dict(batch=2, heads_q=16, heads_kv=2, seqlen_q=3, cache_seqlens=(1200, 700), fmt="fp16", kv_fmt="fp8",
          head_dim=64, page_size=None, causal=True, window=(129, -1)),
 ]

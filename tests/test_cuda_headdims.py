@@ -1,8 +1,10 @@
 """Every head_dim in cuda_impl's "hopper" variant (issue 32): every multiple of 8 from 32 to 256 runs on the kernel of
 the next of 64 / 80 / 96 / 128 / 192 / 256 (hopper/config.cuh hopper_kernel_dim; d80 and d96 in panels of 32- and
 64-byte rows), Q, K and V loaded through TMA maps of their own head_dim, which fill the columns past it with zeros, and
-the epilogue writing head_dim columns. Q/K 192 with V 128 runs on the d192 kernel, V's map 128 columns wide. Dense, local (window, softcap) and varlen
-launches, held to compare.oracle on an sm_90 GPU; the refusals and the output shapes run on the CPU."""
+the epilogue writing head_dim columns. Q/K 192 with V 128 runs dense launches on kernels of its own (P V at 128
+columns, 128-key tiles), local and varlen ones on the d192 kernels, V's map 128 columns wide. Dense, local (window,
+softcap) and varlen launches, held to compare.oracle on an sm_90 GPU; the refusals and the output shapes run on the
+CPU."""
 import dataclasses
 
 import pytest
@@ -38,7 +40,8 @@ CASES = [
     oracle.Case(1, 2, 2, 250, 250, 248),
     oracle.Case(1, 4, 2, 900, 1300, 208, causal=True, fmt="fp16"),
     oracle.Case(2, 4, 4, 400, 1009, 176),                                 # 112-key tiles: a 1-key last tile
-    oracle.Case(2, 8, 2, 700, 900, 192, head_dim_v=128),                  # Q/K 192 with V 128
+    oracle.Case(2, 8, 2, 700, 900, 192, head_dim_v=128),                  # Q/K 192 with V 128: cluster pairs
+    oracle.Case(1, 4, 1, 333, 1000, 192, fmt="fp16", head_dim_v=128),     # ... one CTA (three query tiles)
     oracle.Case(1, 4, 4, 600, 400, 192, causal=True, fmt="fp16", head_dim_v=128),
 ]
 LOCAL_CASES = [

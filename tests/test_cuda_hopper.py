@@ -218,6 +218,37 @@ def test_sm90a_machine_code(hopper_sass, fmt, head_dim, block_kv, cluster, consu
     assert ops["UCGABAR_ARV"] == 1 and ops["UCGABAR_WAIT"] == 1 and ops["CGAERRBAR"] == 1 + split
 
 
+# Q/K 192 with V 128 in dense launches (hopper_narrow_v): kernels of their own, P V at V's 128 columns on 128-key
+# tiles, causal and non-causal on one CTA, non-causal in clusters of two.
+NARROW_V = [(1, "causal or odd query tiles"), (2, "pairs of query tiles")]
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16"])
+@pytest.mark.parametrize("cluster, launches", NARROW_V)
+def test_narrow_v_kernels_multiply_v_at_its_own_width(hopper_sass, fa_library, fmt, cluster, launches):
+    """S at Q/K's 192 columns (12 k-steps of m64n128k16), P V at V's 128 (8 k-steps of m64n128k16, not d192's
+    m64n192k16 over 64 zero columns), V in two panels, O 64 registers stored through shared memory."""
+    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li192ELi128ELi{cluster}ELi0ELb0ELb0ELi128E"
+    (instructions,) = [ins for (arch, fn), ins in hopper_sass.items() if arch == "sm_90" and tag in fn]
+    ops = sass.opcode_counts(instructions)
+    suffix = HGMMA_SUFFIX[fmt]
+    # tile 0's S, the loop's S and P V, the last P V (one loop copy, as d192)
+    assert {op: n for op, n in ops.items() if op.startswith("HGMMA")} == {f"HGMMA.64x128x16.F32{suffix}": 24 + 16}
+    transposed_b = [i for i in instructions if i.startswith("HGMMA") and "tnspB" in i]
+    assert len(transposed_b) == 16 and all(", R" in i.split("gdesc")[0] for i in transposed_b)
+    assert sass.exps_under_pending_wgmma(instructions) == 128 // 2 + 2  # the wide kernels' retire at the top
+    assert ops.get("STSM.16.M88.4", 0) == 128 // 16  # O's 128 columns through the staging slots
+    assert ops.get("STL", 0) + ops.get("LDL", 0) == 0
+    if cluster == 1:  # Q, K: three 64-column panels each, V two
+        assert ops["UTMALDG.4D"] == 3 + 3 + 2 and "UTMALDG.4D.MULTICAST" not in ops
+    else:  # Q alone; this CTA's half of each K and V panel, multicast into both CTAs
+        assert ops["UTMALDG.4D"] == 3 and ops["UTMALDG.4D.MULTICAST"] == 3 + 2
+    highest = max(int(r) for i in instructions for r in re.findall(r"\bR(\d+)\b", i))
+    assert highest < 240, highest
+    name = f"fwd_hopper_kernel<{fmt},192,128" + (",cluster2" if cluster == 2 else "") + ",v128>"
+    assert name in {r["kernel"] for r in toolchain.ptxas_report(_lib.library_spec())}
+
+
 @pytest.mark.parametrize("head_dim, block_kv, least", [(192, 112, 180), (256, 80, 200)])
 def test_wide_tiles_fit_the_consumer_register_budget(hopper_sass, head_dim, block_kv, least):
     """O (96 / 128) + S (56 / 40) + P (28 / 20) per consumer thread at d192 / d256: the highest register the kernel

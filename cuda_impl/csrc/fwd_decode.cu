@@ -27,6 +27,8 @@
 //   sequence's rows NaN before any K/V byte is read; entries past the pages the length needs are never read.
 #include <cuda_fp8.h>
 
+#include <climits>
+
 #include "decode/merge.cuh"
 #include "decode/params.cuh"
 #include "ladder.cuh"
@@ -53,6 +55,9 @@ struct DecodeTiles : Tiles<DIM, DECODE_WARPS, 1, decode_keys_per_warp<DIM, KV>()
   static constexpr int BLOCK_N = DECODE_WARPS * KEYS_PER_WARP;  // keys of one ring stage
   static constexpr int STAGES = 3;
   static constexpr int CTAS_PER_SM = DIM == 256 ? 1 : 2;
+  // Tiles within at most two pages copied from per-tile page bases (load_kv), but at e4m3 d256, whose 255 registers
+  // spilled 20 bytes with it.
+  static constexpr bool TILE_PAGES = !(FP8 && DIM == 256);
   // d256: Q (64 registers) beside O (128) spills, so its fragments are re-read from shared memory every tile.
   static constexpr bool Q_FROM_SMEM = DIM == 256;
   // The ring (16-bit or e4m3 rows, swizzled for ldmatrix: ring_offset).
@@ -175,17 +180,56 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
   }
 
   // K/V of key tile `tile` into ring slot `stage`: each thread's rows are tid / KV_ROW_CHUNKS + i * ROWS_PER_PASS,
-  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table. Each row's
-  // page is looked up as it is copied (the MLA kernels' look-ahead, RowPages, gained nothing here: journal
-  // 2026-12-04 mla-wgmma, call 14).
+  // at its own 16-byte chunk; rows past the CTA's last key are zero-filled without touching the block table. Pages are
+  // looked up as the tile is copied, once per tile where it lies in one or two pages, else once per row (the MLA
+  // kernels' look-ahead, RowPages, gained nothing here: journal 2026-12-04 mla-wgmma, call 14).
   const KV* K_head = static_cast<const KV*>(p.k) + w.head_kv * p.k_stride[2];
   const KV* V_head = static_cast<const KV*>(p.v) + w.head_kv * p.v_stride[2];
   constexpr int ROWS_PER_PASS = C::THREADS / C::KV_ROW_CHUNKS;
   constexpr int PASSES = BLOCK_N / ROWS_PER_PASS;
   constexpr int KV_ELEMS_PER_CHUNK = 16 / int(sizeof(KV));
   const int load_row = tid / C::KV_ROW_CHUNKS, load_chunk = tid % C::KV_ROW_CHUNKS;
+  const int64_t ks1 = p.k_stride[1], vs1 = p.v_stride[1];
   auto load_kv = [&](int tile, uint32_t stage) {
     const int tile_start = w.cta_start + tile * BLOCK_N;
+    const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
+    // A tile whose keys lie in at most two pages (always in a contiguous cache; in a paged one with pages of BLOCK_N
+    // keys or more, or of BLOCK_N / 2 where the tile starts on a page): the pages looked up once per tile, each row at
+    // its page's base plus its key times the row stride (key `pos` of page entry `index` is row pos - index *
+    // page_size of that page), instead of a division, a table read and four 64-bit products per row.
+    const int tile_last = min(tile_start + BLOCK_N, w.cta_end) - 1;
+    const int first = table != nullptr ? page_div(tile_start) : 0;
+    const int second = table != nullptr ? page_div(tile_last) : 0;
+    if (C::TILE_PAGES && second - first <= 1) {  // (tile < n_tiles: the tile holds a key before cta_end)
+      int64_t k_base[2], v_base[2];
+      bool page_ok[2];
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        const int index = first + j;
+        const int page = table == nullptr ? w.batch : table[j == 0 || second > first ? index : first];
+        page_ok[j] = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
+        const int64_t origin = int64_t(index) * p.page_size;  // the entry's first key (0: contiguous)
+        k_base[j] = page * p.k_stride[0] - origin * ks1;
+        v_base[j] = page * p.v_stride[0] - origin * vs1;
+      }
+      const int boundary = table != nullptr ? (first + 1) * p.page_size : INT_MAX;
+      const int pos0 = tile_start + load_row;
+      int64_t k_row = pos0 * ks1, v_row = pos0 * vs1;  // key pos0 + i * ROWS_PER_PASS times the row strides
+#pragma unroll
+      for (int i = 0; i < PASSES; i++) {
+        const int r = load_row + i * ROWS_PER_PASS, pos = pos0 + i * ROWS_PER_PASS;
+        const bool later = pos >= boundary;
+        const bool valid = pos < w.cta_end && (later ? page_ok[1] : page_ok[0]);
+        const int64_t k_off = (later ? k_base[1] : k_base[0]) + k_row;
+        const int64_t v_off = (later ? v_base[1] : v_base[0]) + v_row;
+        const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
+        cp_async_16(dst, valid ? K_head + k_off + elem : K_head, valid ? 16 : 0);
+        cp_async_16(dst + C::KV_TILE_BYTES, valid ? V_head + v_off + elem : V_head, valid ? 16 : 0);
+        k_row += ROWS_PER_PASS * ks1;
+        v_row += ROWS_PER_PASS * vs1;
+      }
+      return;
+    }
 #pragma unroll
     for (int i = 0; i < PASSES; i++) {
       const int r = load_row + i * ROWS_PER_PASS, pos = tile_start + r;
@@ -199,10 +243,9 @@ __global__ void __launch_bounds__(DECODE_WARPS * 32, DecodeTiles<DIM, KV>::CTAS_
           in_page = pos - index * p.page_size;
           valid = page >= 0 && page < p.num_pages;  // checked above; kept so that no path reads outside
         }
-        k_off = page * p.k_stride[0] + in_page * p.k_stride[1];
-        v_off = page * p.v_stride[0] + in_page * p.v_stride[1];
+        k_off = page * p.k_stride[0] + in_page * ks1;
+        v_off = page * p.v_stride[0] + in_page * vs1;
       }
-      const int elem = load_chunk * KV_ELEMS_PER_CHUNK;
       const uint32_t dst = stage + ring_offset<C::KV_ROW_CHUNKS>(r, load_chunk);
       cp_async_16(dst, K_head + k_off + elem, valid ? 16 : 0);
       cp_async_16(dst + C::KV_TILE_BYTES, V_head + v_off + elem, valid ? 16 : 0);

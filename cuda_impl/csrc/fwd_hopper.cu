@@ -73,13 +73,13 @@
 
 namespace fa {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>
-__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>::THREADS, 1)
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN, int DIM_V>
+__global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>::THREADS, 1)
     fwd_hopper_kernel(const FwdParams p, const __grid_constant__ CUtensorMap map_q,
                       const __grid_constant__ CUtensorMap map_k,
                       const __grid_constant__ CUtensorMap map_v) {
 #if FA_SM90A
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   const uint32_t smem = (smem_u32(smem_raw) + 1023) & ~1023u;  // swizzle atoms: 1024-aligned
   const hopper::Barriers<C::STAGES> bars{smem + C::BARRIER_OFFSET};
@@ -263,10 +263,10 @@ __global__ void __launch_bounds__(HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS,
 
 namespace hopper_host {
 
-template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>
+template <typename T, int DIM, int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN, int DIM_V>
 struct HopperLaunch {
-  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
-  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
+  using C = HopperTiles<DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>;
+  static constexpr auto kernel = fwd_hopper_kernel<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>;
   inline static std::atomic<int> fit_on[64];  // clusters that fit, per device (CLUSTER > 1)
 
   // Persistent: one CTA per SM walks the items (its next item's loads overlap this one's epilogue). Causal
@@ -347,15 +347,20 @@ struct HopperLaunch {
   }
 };
 
-// Calls launcher.template operator()<T, DIM>() for p's dtype at the kernel head_dim of p's head dims
-// (hopper_kernel_dim; p itself keeps its own).
+// Calls launcher.template operator()<T, DIM, DIM_V>() for p's dtype at the kernel head dims of p's (hopper_kernel_dim;
+// DIM_V: 128 where hopper_narrow_v, else DIM; p itself keeps its own).
 template <typename Launcher>
 int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
   if (!hopper_takes_head_dim(p.head_dim) || (p.head_dim_v != 0 && !hopper_takes_head_dim(p.head_dim_v)))
     return report(err, err_len, "head_dim", "variant hopper takes multiples of 8 from 32 to 256");
   FwdParams kernel_dim = p;
   kernel_dim.head_dim = hopper_kernel_dim(p.head_dim, p.head_dim_v);
-  return fa::dispatch<HeadDims<64, 80, 96, 128, 192, 256>>(kernel_dim, err, err_len, launcher);
+  const bool narrow_v = hopper_narrow_v(p.head_dim, p.head_dim_v) && !hopper_local(p) && !hopper_varlen(p);
+  return fa::dispatch<HeadDims<64, 80, 96, 128, 192, 256>>(kernel_dim, err, err_len, [&]<typename T, int DIM>() {
+    if constexpr (DIM == 192)
+      if (narrow_v) return launcher.template operator()<T, DIM, 128>();
+    return launcher.template operator()<T, DIM, DIM>();
+  });
 }
 
 }  // namespace hopper_host
@@ -369,11 +374,11 @@ extern "C" int cuda_fa_hopper_dynamic_causal(int head_dim) {
 // (A local launch, a window or softcap, runs on its parameters as fa::hopper_local_params rewrites them.)
 extern "C" int cuda_fa_fwd_hopper(const FwdParams* params, cudaStream_t stream, char* err, int err_len) {
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
-  return fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM>() {
+  return fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM, int DIM_V>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
-      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>::launch(p, stream, err,
-                                                                                                      err_len);
+    return fa::hopper_tile_choice<DIM, DIM_V>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
+      return fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>::launch(
+          p, stream, err, err_len);
     });
   });
 }
@@ -385,10 +390,10 @@ extern "C" int64_t cuda_fa_hopper_split_workspace(const FwdParams* params, int64
   int64_t bytes = 0;
   *zeroed = 0;
   const FwdParams p = fa::hopper_local(*params) ? fa::hopper_local_params(*params) : *params;
-  const int rc = fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM>() {
+  const int rc = fa::hopper_host::dispatch(p, err, err_len, [&]<typename T, int DIM, int DIM_V>() {
     if (int rc = fa::check_sm90("variant hopper runs on sm_90 (H100/H200) only", err, err_len)) return rc;
-    return fa::hopper_tile_choice<DIM>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
-      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>;
+    return fa::hopper_tile_choice<DIM, DIM_V>(p, [&]<int BLOCK_KV, int CLUSTER, int CONSUMERS, bool LOCAL, bool VARLEN>() {
+      using L = fa::hopper_host::HopperLaunch<T, DIM, BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN, DIM_V>;
       return L::split_workspace(p, bytes, *zeroed, err, err_len);
     });
   });

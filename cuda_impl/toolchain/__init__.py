@@ -203,7 +203,7 @@ _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 _REGS = re.compile(r"Used (\d+) registers")
 _LADDER_NAME = re.compile(
     r"(fwd_(?:v\d+|hopper)_kernel)I(?:6__half|13__nv_bfloat16)Li(\d+)E(?:Li(\d+)E)?(?:Li(\d+)E)?(?:Li(\d+)E)?"
-    r"(?:Lb(\d)E)?(?:Lb(\d)E)?"
+    r"(?:Lb(\d)E)?(?:Lb(\d)E)?(?:Li(\d+)E)?"
 )
 _FP8_NAME = re.compile(r"(fwd_hopper_fp8_kernel)ILi(\d+)ELb(\d)ELi(\d)E")  # <DIM, FLAT_K, SCHEDULE>
 _FP8_SCHEDULES = ("", ",persistent", ",dynamic")  # hopper/config.cuh Fp8Schedule (1, 2)
@@ -223,7 +223,8 @@ def readable_kernel_name(mangled: str) -> str:
     (hopper's CTAs per cluster) when above 1: 'fwd_hopper_kernel<bf16,128,176,cluster2>', and a fourth (its consumer
     warpgroups where not the head_dim's own) when set: 'fwd_hopper_kernel<bf16,64,128,consumers2>', and a fifth
     (its local-launch kernel, a window or softcap) when true: 'fwd_hopper_kernel<bf16,128,128,local>', and a sixth
-    (the local kernel of packed sequences) when true: 'fwd_hopper_kernel<bf16,128,128,local,varlen>';
+    (the local kernel of packed sequences) when true: 'fwd_hopper_kernel<bf16,128,128,local,varlen>', and a seventh
+    (V's head_dim) where it differs from Q/K's: 'fwd_hopper_kernel<bf16,192,128,cluster2,v128>';
     the e4m3 kernel -> 'fwd_hopper_fp8_kernel<fp8,128,persistent>' (persistent CTAs) or '...,dynamic>' (fed by a
     counter), '<fp8,128,flat-k,...>' where K loads through the key-permuted 5-D map; the block-scaled
     one, named per variant, -> 'fwd_hopper_mxfp8_kernel<mxfp8,128>' / 'fwd_hopper_nvfp4_kernel<nvfp4,128>'; the
@@ -256,6 +257,8 @@ def readable_kernel_name(mangled: str) -> str:
         extra += ",local"
     if m.group(7) == "1":
         extra += ",varlen"
+    if m.group(8) and m.group(8) != m.group(2):
+        extra += f",v{m.group(8)}"
     return f"{m.group(1)}<{dtype},{m.group(2)}{extra}>"
 
 

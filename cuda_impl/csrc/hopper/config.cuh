@@ -75,6 +75,13 @@ constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 constexpr int hopper_block_kv(int head_dim) {
   return head_dim == 192 ? 112 : head_dim == 80 || head_dim == 96 ? 96 : by_head_dim(head_dim, 128, 176, 80);
 }
+// Whether a dense launch of these head dims takes a kernel whose P V runs at V's width: Q/K 192 with V 128 (O 64
+// registers and V tiles of two panels, so that 128-key tiles fit: S 64 + P 32 + O 64 registers, Q 48 KB + 2 x (K 48 KB
+// + V 32 KB) of shared memory). Local and varlen launches of the pair run on the d192 kernels, V's columns past 128
+// zero-filled by TMA and multiplied as d192's.
+constexpr bool hopper_narrow_v(int head_dim, int head_dim_v) {
+  return hopper_kernel_dim(head_dim, head_dim_v) == 192 && head_dim_v > 0 && head_dim_v <= 128;
+}
 // The wide head dims, 192 and 256, whose O takes most of the consumers' registers: lazy rescale, the retire at the
 // top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
 constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
@@ -97,10 +104,14 @@ constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
 // local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
 // packed variable-length batches (each item reads its sequence's offsets, fwd_common.cuh varlen_item), a twin of a
-// local kernel (windows, caps) or of a plain one.
-template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false>
+// local kernel (windows, caps) or of a plain one. DIM_V_: V's and O's width (hopper_kernel_dim_v), 0 for DIM's.
+template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false,
+          int DIM_V_ = 0>
 struct HopperTiles {
-  static constexpr int DIM = DIM_;
+  static constexpr int DIM = DIM_;  // Q's and K's
+  static constexpr int DIM_V = DIM_V_ > 0 ? DIM_V_ : DIM;
+  static_assert(DIM_V == DIM || (DIM == 192 && DIM_V == 128 && !LOCAL_ && !VARLEN_),
+                "V narrower than Q/K: the dense Q/K 192 with V 128 kernels only");
   static constexpr int TILE_DIM = hopper_tile_dim(DIM);  // whose choices below it takes
   static constexpr bool LOCAL = LOCAL_;
   static constexpr bool VARLEN = VARLEN_;
@@ -157,14 +168,17 @@ struct HopperTiles {
   static constexpr int PANELS = DIM / PANEL_COLS;
   static constexpr int Q_PANEL_BYTES = BLOCK_Q * SWIZZLE;
   static constexpr int KV_PANEL_BYTES = BLOCK_KV * SWIZZLE;
+  static constexpr int V_PANELS = DIM_V / PANEL_COLS;
   static constexpr int Q_BYTES = PANELS * Q_PANEL_BYTES;
-  static constexpr int KV_BYTES = PANELS * KV_PANEL_BYTES;  // one K or one V tile
+  static constexpr int K_BYTES = PANELS * KV_PANEL_BYTES;    // one K tile
+  static constexpr int V_BYTES = V_PANELS * KV_PANEL_BYTES;  // one V tile, after its K in the stage
+  static constexpr int STAGE_BYTES = K_BYTES + V_BYTES;
   // Rows of K/V one producer loads per tile: all of them, or its share of a multicast tile. A share
   // starts on a swizzle atom (8 rows), so TMA swizzles it as it would the whole tile.
   static constexpr int KV_BOX_ROWS = BLOCK_KV / CLUSTER;
   static_assert(KV_BOX_ROWS % 8 == 0, "a multicast share of a K/V tile starts on a swizzle atom");
-  static constexpr int K_OFFSET = Q_BYTES;                  // stage s: K at + s * 2 * KV_BYTES
-  static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * 2 * KV_BYTES;
+  static constexpr int K_OFFSET = Q_BYTES;  // stage s: K at + s * STAGE_BYTES
+  static constexpr int BARRIER_OFFSET = Q_BYTES + STAGES * STAGE_BYTES;
   // Whether non-causal launches split their last round: d64-d96 and the 176-key d128 kernels. At d256 the split's
   // state spills in the consumers (O alone is 128 registers there), and the 128-key d128 kernel runs causal
   // and short launches only.
@@ -181,12 +195,12 @@ struct HopperTiles {
   // the split tail's TailRange, after the barriers and the item slots, 16-byte aligned
   static constexpr int TAIL_RANGE_OFFSET = BARRIER_OFFSET + 8 * (RING_BARRIERS + RING_BARRIERS % 2);
   static_assert(!TAIL_IN_SMEM || TAIL_RANGE_OFFSET % 16 == 0, "the tail range is one 16-byte shared access");
-  // O leaves through shared memory, whole rows per store (epilogue.cuh): per consumer warp 8 rows of DIM
-  // 16-bit values, at d64 and d128 (the staging takes rows of a multiple of 128 bytes: not d80, d96). At d256 the
-  // tiles leave 3 KB of the 227.
-  static constexpr bool STAGED_STORE = DIM == 64 || DIM == 128;
-  static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
-  static constexpr int STAGE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0;
+  // O leaves through shared memory, whole rows per store (epilogue.cuh): per consumer warp 8 rows of DIM_V
+  // 16-bit values, at d64 and d128, and V 128 of Q/K 192 (the staging takes rows of a multiple of 128 bytes: not d80,
+  // d96; d192 and d256 tiles leave too little of the 227 KB).
+  static constexpr bool STAGED_STORE = DIM_V == 64 || DIM_V == 128;
+  static constexpr int STORE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
+  static constexpr int STORE_BYTES = STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM_V) : 0;
   // The consumers take their next item while the last P V runs, instead of after the stores: in the 128-key
   // kernels (d128 causal and up to 1k keys) and d64-d96's; the 176-key loops compiled slower with it.
   static constexpr bool EARLY_NEXT = (TILE_DIM == 128 && BLOCK_KV == 128) || TILE_DIM == 64;
@@ -197,7 +211,7 @@ struct HopperTiles {
   static constexpr int PINGPONG_BAR = 1;  // named barriers 1..CONSUMERS (0 is __syncthreads)
   static constexpr int PINGPONG_THREADS = 256;  // one turn's barrier: the waiting and the passing consumer
   // +1024: the dynamic shared base is rounded up to the 1024-byte swizzle-atom alignment.
-  static constexpr int SMEM_BYTES = STAGE_OFFSET + STAGE_BYTES + 1024;
+  static constexpr int SMEM_BYTES = STORE_OFFSET + STORE_BYTES + 1024;
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 = 64512 <= 65536 registers per SM (3 consumers: 128 x 32 + 384 x 160 = 65536, all
   // of the 128 per thread a 512-thread CTA launches with: the producer's walk of a split tail in shared memory,
@@ -208,7 +222,7 @@ struct HopperTiles {
   static constexpr int CONSUMER_REGS = CONSUMERS == 3 ? 160 : TAIL_IN_SMEM ? 232 : 240;
   static_assert(128 * PRODUCER_REGS + CONSUMER_THREADS * CONSUMER_REGS <= 65536, "register file");
   static constexpr int S_REGS = BLOCK_KV / 2;  // 64 x BLOCK_KV fp32 accumulator per warpgroup
-  static constexpr int O_REGS = DIM / 2;
+  static constexpr int O_REGS = DIM_V / 2;
   using Split = SplitSpace<CLUSTER, CONSUMERS, O_REGS>;  // the split workspace
 };
 
@@ -235,47 +249,54 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
 // hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64-d96 (three spilled: the
 // cap and the second mask bound do not fit 160 registers, at d80 / d96 on 96-key tiles too). Varlen launches take
 // the varlen twin of the kernel a dense launch of their longest lengths would take, but never a cluster (nor the
-// split round: SPLIT_TAIL).
-template <int DIM, typename F>
+// split round: SPLIT_TAIL). Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels, in clusters as d192's.
+template <int DIM, int DIM_V, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
-  constexpr int block_kv = hopper_block_kv(DIM);
-  constexpr int cluster = hopper_cluster(DIM);
-  constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : block_kv;
-  constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
-  if (hopper_local(p))
-    return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
-                            : f.template operator()<causal_kv, 1, local_consumers, true, false>();
-  if (hopper_varlen(p)) {
-    if constexpr (hopper_tile_dim(DIM) == 64) {
-      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
-        return f.template operator()<block_kv, 1, 2, false, true>();
-      return f.template operator()<block_kv, 1, 0, false, true>();
-    } else {
-      if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
-        return f.template operator()<causal_kv, 1, 0, false, true>();
-      return f.template operator()<block_kv, 1, 0, false, true>();
-    }
-  }
-  if constexpr (hopper_tile_dim(DIM) == 64) {
-    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
-      return f.template operator()<block_kv, 1, 2, false, false>();
-    return f.template operator()<block_kv, 1, 0, false, false>();
+  if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128, dense launches (hopper_narrow_v): 128-key tiles
+    constexpr int block_q = HopperTiles<DIM, 128, 1, 0, false, false, DIM_V>::BLOCK_Q;
+    if (!p.causal && ((p.seqlen_q + block_q - 1) / block_q) % hopper_cluster(DIM) == 0)
+      return f.template operator()<128, hopper_cluster(DIM), 0, false, false>();
+    return f.template operator()<128, 1, 0, false, false>();
   } else {
-    if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
-      return f.template operator()<causal_kv, 1, 0, false, false>();
-    constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
-    const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
-    if constexpr (hopper_tile_dim(DIM) == 128) {
-      if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
-        if constexpr (cluster > 1)
-          if (pairs) return f.template operator()<128, cluster, 0, false, false>();
-        return f.template operator()<128, 1, 0, false, false>();
+    constexpr int block_kv = hopper_block_kv(DIM);
+    constexpr int cluster = hopper_cluster(DIM);
+    constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : block_kv;
+    constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
+    if (hopper_local(p))
+      return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
+                              : f.template operator()<causal_kv, 1, local_consumers, true, false>();
+    if (hopper_varlen(p)) {
+      if constexpr (hopper_tile_dim(DIM) == 64) {
+        if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
+          return f.template operator()<block_kv, 1, 2, false, true>();
+        return f.template operator()<block_kv, 1, 0, false, true>();
+      } else {
+        if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+          return f.template operator()<causal_kv, 1, 0, false, true>();
+        return f.template operator()<block_kv, 1, 0, false, true>();
       }
     }
-    if constexpr (cluster > 1) {
-      if (pairs) return f.template operator()<block_kv, cluster, 0, false, false>();
+    if constexpr (hopper_tile_dim(DIM) == 64) {
+      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
+        return f.template operator()<block_kv, 1, 2, false, false>();
+      return f.template operator()<block_kv, 1, 0, false, false>();
+    } else {
+      if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+        return f.template operator()<causal_kv, 1, 0, false, false>();
+      constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
+      const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
+      if constexpr (hopper_tile_dim(DIM) == 128) {
+        if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
+          if constexpr (cluster > 1)
+            if (pairs) return f.template operator()<128, cluster, 0, false, false>();
+          return f.template operator()<128, 1, 0, false, false>();
+        }
+      }
+      if constexpr (cluster > 1) {
+        if (pairs) return f.template operator()<block_kv, cluster, 0, false, false>();
+      }
+      return f.template operator()<block_kv, 1, 0, false, false>();
     }
-    return f.template operator()<block_kv, 1, 0, false, false>();
   }
 }
 
@@ -324,9 +345,9 @@ struct Fp8Tiles {
   // the epilogue's staging slots, one per consumer warp, after the barriers
   // (d256: the three stages leave no room; O is stored from the registers)
   static constexpr bool STAGED_STORE = DIM <= 128;
-  static constexpr int STAGE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
+  static constexpr int STORE_OFFSET = staged_store_offset(BARRIER_OFFSET + 8 * BARRIERS);
   static constexpr int SMEM_BYTES =
-      STAGE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
+      STORE_OFFSET + (STAGED_STORE ? staged_store_bytes(CONSUMER_THREADS / 32, DIM) : 0) + 1024;  // +1024: alignment
   static_assert(SMEM_BYTES <= 227 * 1024, "more shared memory than one CTA may use on sm_90");
   // 128 x 24 + 256 x 240 (or 384 x 160: d64's S 64 + P 16 + O 32) <= 65536 registers.
   static constexpr int PRODUCER_REGS = 24;

@@ -62,15 +62,15 @@ __device__ __forceinline__ void issue_s(float (&S)[C::S_REGS], uint32_t q_smem, 
   sm90::wgmma_commit();
 }
 
-// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (16 rows of SWIZZLE bytes) further; the
-// head_dim (N) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
+// O += P V: key step kk is rows 16kk.. of V = two 8-row atoms (16 rows of SWIZZLE bytes) further; V's head_dim (N,
+// DIM_V columns) panels are KV_PANEL_BYTES apart (the MN-major descriptor's LBO).
 template <typename T, typename C>
 __device__ __forceinline__ void issue_pv(float (&O)[C::O_REGS], const uint32_t (&P)[C::BLOCK_KV / 16][4],
                                          uint32_t v_smem) {
   const uint64_t v_desc = sm90::desc_swizzled<C::SWIZZLE>(v_smem, C::KV_PANEL_BYTES, 8 * C::SWIZZLE);
 #pragma unroll
   for (int kk = 0; kk < C::BLOCK_KV / 16; kk++)
-    sm90::wgmma_rs<T, C::DIM>(O, P[kk], sm90::desc_advance(v_desc, kk * 16 * C::SWIZZLE));
+    sm90::wgmma_rs<T, C::DIM_V>(O, P[kk], sm90::desc_advance(v_desc, kk * 16 * C::SWIZZLE));
   sm90::wgmma_commit();
 }
 
@@ -92,7 +92,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   const float cap_in = C::LOCAL ? p.scale / p.softcap : 0.f;  // (used only where softcap > 0)
   // This warpgroup's 64 rows start 64 rows into every Q panel (8 swizzle atoms: aligned).
   const uint32_t q_smem = smem + consumer * 64 * C::SWIZZLE;
-  const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * 2 * C::KV_BYTES; };
+  const auto k_smem = [&](int s) { return smem + C::K_OFFSET + s * C::STAGE_BYTES; };
   // Stage and phase parity of the item's KV tile `tile` in the ring.
   const auto stage = [&](int tile) { return (done.kv_tiles + tile) % C::STAGES; };
   const auto parity = [&](int tile) { return uint32_t((done.kv_tiles + tile) / C::STAGES) & 1; };
@@ -139,7 +139,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
   // and d64 kernels compile with one compare's operands swapped, a schedule that was never measured.)
   const auto step = [&](int tile, auto tile_may_mask) {
     const uint32_t base = C::PIN_BASE ? sm90::shared_base_anew() : smem;
-    const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * 2 * C::KV_BYTES; };
+    const auto k_smem = [&](int s) { return base + C::K_OFFSET + s * C::STAGE_BYTES; };
     const uint32_t q_smem = base + consumer * 64 * C::SWIZZLE;
     const int s = stage(tile), prev = stage(tile - 1);
     sm90::mbar_wait(bars.k_full(s), parity(tile));
@@ -150,7 +150,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     turns.wait_turn();
     sm90::wgmma_fence();
     issue_s<T, C>(S, q_smem, k_smem(s));
-    issue_pv<T, C>(O, P, k_smem(prev) + C::KV_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
+    issue_pv<T, C>(O, P, k_smem(prev) + C::K_BYTES);  // O += P(t-1) V(t-1), queued behind S(t)
     turns.pass_turn();
     sm90::wgmma_wait<C::OVERLAP ? 1 : 0>();  // S(t) only: P V may still run (see retire)
     sm90::fence_regs(S);
@@ -166,7 +166,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
     sm90::mbar_wait(bars.v_full(s), parity(n - 1));
     if (C::RETIRE_AT_TOP) retire(n - 2);
     sm90::wgmma_fence();
-    issue_pv<T, C>(O, P, k_smem(s) + C::KV_BYTES);
+    issue_pv<T, C>(O, P, k_smem(s) + C::K_BYTES);
     next();
     sm90::wgmma_wait<0>();
     sm90::fence_regs(O);
@@ -222,7 +222,7 @@ __device__ void consume_item(const FwdParams& p, const CtaWork& w, uint32_t smem
 template <typename T, typename C>
 __device__ __forceinline__ void store_rows(const FwdParams& p, const CtaWork& w, int row0, float (&O)[C::O_REGS],
                                            const float (&row_max)[2], const float (&row_sum)[2], uint32_t smem) {
-  store_wgmma_rows_via<C::STAGED_STORE, T, true>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STAGE_OFFSET,
+  store_wgmma_rows_via<C::STAGED_STORE, T, true>(p, w, row0, O, row_max, row_sum, 1.f, smem + C::STORE_OFFSET,
                                                  [&p](float m, float l) { return m * score_scale<C>(p) + logf(l); });
 }
 

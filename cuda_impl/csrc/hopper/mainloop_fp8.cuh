@@ -158,7 +158,7 @@ __device__ void consume_item(const Fp8FwdParams& fp, const CtaWork& w, uint32_t 
   // LSE = score_scale * m + ln l: the natural log of the descaled, scaled scores.
   finish(O, row_max, row_sum, scale_log2, [&] {
     store_wgmma_rows_via<C::STAGED_STORE, __nv_bfloat16, false>(
-        p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv], smem + C::STAGE_OFFSET,
+        p, w, row0, O, row_max, row_sum, fp.v_descale[w.batch * p.heads_kv + w.head_kv], smem + C::STORE_OFFSET,
         [score_scale](float m, float l) { return m * score_scale + logf(l); });
   });
 }

@@ -15,11 +15,12 @@ namespace fa::hopper {
 
 // One K or V tile into the ring: the whole tile, or (cluster) this CTA's share of its rows,
 // multicast to the same place in every CTA of the cluster.
-template <typename C>
+// PANELS: K's (C::PANELS) or V's (C::V_PANELS).
+template <typename C, int PANELS>
 __device__ __forceinline__ void load_kv_tile(uint32_t dst, const CUtensorMap* map, uint32_t bar,
                                              int kv_start, const CtaWork& w, uint32_t rank) {
 #pragma unroll
-  for (int panel = 0; panel < C::PANELS; panel++) {
+  for (int panel = 0; panel < PANELS; panel++) {
     if constexpr (C::CLUSTER == 1)
       sm90::tma_load_4d(dst + panel * C::KV_PANEL_BYTES, map, bar, panel * C::PANEL_COLS, kv_start, w.head_kv,
                         w.batch);
@@ -47,18 +48,18 @@ __device__ void produce_item(const CtaWork& w, uint32_t smem, Barriers<C::STAGES
   for (int tile = 0; tile < w.n_kv_tiles; tile++) {
     const int s = (done.kv_tiles + tile) % C::STAGES;
     const uint32_t round_parity = ((done.kv_tiles + tile) / C::STAGES) & 1;
-    const uint32_t k_smem = smem + C::K_OFFSET + s * 2 * C::KV_BYTES;
+    const uint32_t k_smem = smem + C::K_OFFSET + s * C::STAGE_BYTES;
     // (varlen: rows of the packed K / V; a tile's rows past the sequence are the next one's, masked as keys past
     // seqlen_k)
     const int kv_start = (w.kv_tile0 + tile) * C::BLOCK_KV + (C::VARLEN ? w.k_row0 : 0);
     // (cluster: the whole tile's bytes land here, this producer's share and the other's)
     sm90::mbar_wait(bars.k_empty(s), round_parity ^ 1);
-    sm90::mbar_arrive_expect_tx(bars.k_full(s), C::KV_BYTES);
-    load_kv_tile<C>(k_smem, map_k, bars.k_full(s), kv_start, w, rank);
+    sm90::mbar_arrive_expect_tx(bars.k_full(s), C::K_BYTES);
+    load_kv_tile<C, C::PANELS>(k_smem, map_k, bars.k_full(s), kv_start, w, rank);
     if (tile == 0) trace::mark(0, done.q_loads, trace::K0_ISSUED);
     sm90::mbar_wait(bars.v_empty(s), round_parity ^ 1);
-    sm90::mbar_arrive_expect_tx(bars.v_full(s), C::KV_BYTES);
-    load_kv_tile<C>(k_smem + C::KV_BYTES, map_v, bars.v_full(s), kv_start, w, rank);
+    sm90::mbar_arrive_expect_tx(bars.v_full(s), C::V_BYTES);
+    load_kv_tile<C, C::V_PANELS>(k_smem + C::K_BYTES, map_v, bars.v_full(s), kv_start, w, rank);
   }
   trace::mark(0, done.q_loads, trace::LAST_V_ISSUED);
   done.kv_tiles += w.n_kv_tiles;
