@@ -71,15 +71,19 @@ def test_the_mla_kernel_uses_intended_instructions(fa_library, fmt, mangled):
 def test_the_wgmma_kernel_uses_intended_instructions(fa_library, fmt, mangled):
     if sass.find_cuobjdump() is None:
         pytest.skip("cuobjdump not found")
-    kernels = {arch: sass.opcode_counts(ins) for (arch, fn), ins in sass.dump_sass(fa_library).items()
-               if f"fwd_mla_decode_wgmma_kernel{mangled}" in fn}
+    code = {arch: ins for (arch, fn), ins in sass.dump_sass(fa_library).items()
+            if f"fwd_mla_decode_wgmma_kernel{mangled}" in fn}
+    kernels = {arch: sass.opcode_counts(ins) for arch, ins in code.items()}
     assert set(kernels) == {"sm_80", "sm_90"}  # (cuobjdump names the 90a cubin sm_90)
     suffix = ".BF16" if fmt == "bf16" else ""
     ops = kernels["sm_90"]
     # Each group's code is its own: S over 576 columns at N = 64 (36 k-steps), and two P V products of 64 keys (four
     # k-steps of N = 256, its half of O), its own block's P and the other's.
     assert ops[f"HGMMA.64x64x16.F32{suffix}"] == 2 * 36 and ops[f"HGMMA.64x256x16.F32{suffix}"] == 2 * 2 * 4, ops
-    assert not any(op.startswith("HGMMA") and "x64x16" not in op and "x256x16" not in op for op in ops), ops
+    # besides them only the empty, predicated-off wgmma (!UPT) that closes the commit group group 0 cuts after S's
+    # own and rope panels, to wait for the last pair's P_B V_B there (FlashMLA's order)
+    others = [i for i in code["sm_90"] if i.startswith("HGMMA") and "x64x16" not in i and "x256x16" not in i]
+    assert len(others) == 1 and "RZ, gdesc[URZ], RZ, !UPT" in others[0], others
     # whole blocks by TMA, the tail block (and other page sizes) by cp.async arriving on the same panels'
     # mbarriers, waited for per panel; no local memory
     assert any(op.startswith("UTMALDG.4D") for op in ops), ops

@@ -254,8 +254,10 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
     const uint64_t v_desc[2] = {
         sm90::desc_sw128(K_smem + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024),
         sm90::desc_sw128(K_smem + C::BLOCK_BYTES + G * C::V_PANELS * C::PANEL_BYTES, C::PANEL_BYTES, 1024)};
-    // S of this group's block: its own panels first (copied earlier), the other group's V half last.
-    const auto s_product = [&](uint32_t parity, bool fence) {
+    // S of this group's block: its own panels first (copied earlier), the other group's V half last. pv_pending
+    // (group 0): the last pair's P_B V_B is still in flight; it is waited for once this group's own panels and the
+    // rope panel are issued, and block `deferred` (if any) then takes over block B's left half.
+    const auto s_product = [&](uint32_t parity, bool fence, bool pv_pending, int deferred) {
       sm90::wgmma_fence();
 #pragma unroll
       for (int i = 0; i < C::PANELS; i++) {
@@ -266,6 +268,12 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
         for (int kk = 0; kk < 4; kk++)
           sm90::wgmma_ss<T, C::BLOCK_N>(S, sm90::desc_advance(q_desc, panel * C::PANEL_BYTES + 32 * kk),
                                         sm90::desc_advance(k_desc, panel * C::PANEL_BYTES + 32 * kk), i + kk > 0);
+        if (i == C::V_PANELS && pv_pending) {
+          sm90::wgmma_commit();
+          sm90::wgmma_wait<1>();
+          sm90::fence_regs(O);
+          if (deferred >= 0) load_block(deferred, 1, false);
+        }
       }
       sm90::wgmma_commit();
       sm90::wgmma_wait<0>();
@@ -286,13 +294,16 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
                                                        [&](int j, int c) -> float& { return S[4 * j + 2 * h + c]; });
     };
     const int n_pairs = (n_blocks + 1) / 2;
+    bool pv_pending = false;  // (group 0) the last pair's P_B V_B not yet waited for
+    int deferred = -1;        // (group 0) the block whose copy into buffer 1 waits for it
     for (int pair = 0; pair < n_pairs; pair++) {
       const uint32_t parity = pair & 1;
       const int blk_a = 2 * pair, blk_b = blk_a + 1;
       const bool has_b = blk_b < n_blocks, next = pair + 1 < n_pairs;
       float alpha[2], beta[2];
       if constexpr (G == 0) {
-        s_product(parity, !by_tma(blk_a));
+        s_product(parity, !by_tma(blk_a), pv_pending, deferred);
+        pv_pending = false;
         mask(blk_a);
         softmax(alpha);  // to S_A's maximum: P_A in S; alpha, O's factor from the last pair's maximum
         rescale_o(alpha);
@@ -314,13 +325,18 @@ __global__ void __launch_bounds__(MlaWgmmaTiles::THREADS, 1)
 #pragma unroll
           for (int v = 0; v < C::V_PANELS; v++) wait_panel(1, v, parity, !by_tma(blk_b));  // (this group's copies; group 1 saw them)
           pv_product(P_other, 1);
+          if (next) {  // FlashMLA's order: the next pair's S is issued before P_B V_B is waited for
+            pv_pending = true;
+            deferred = blk_b + 2 < n_blocks ? blk_b + 2 : -1;
+            continue;
+          }
           sm90::wgmma_wait<0>();
           sm90::fence_regs(O);
           if (blk_b + 2 < n_blocks) load_block(blk_b + 2, 1, false);
         }
       } else {
         if (has_b) {
-          s_product(parity, !by_tma(blk_b));
+          s_product(parity, !by_tma(blk_b), false, -1);
           mask(blk_b);
         }
         sm90::named_barrier_sync(MAX_A, C::THREADS);  // group 0: S_A's maximum, its factor and P_A
