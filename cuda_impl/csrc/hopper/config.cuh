@@ -82,6 +82,10 @@ constexpr int hopper_block_kv(int head_dim) {
 constexpr bool hopper_narrow_v(int head_dim, int head_dim_v) {
   return hopper_kernel_dim(head_dim, head_dim_v) == 192 && head_dim_v > 0 && head_dim_v <= 128;
 }
+// Whether a launch's query tiles of block_q rows pair up, as a cluster of `cluster` CTAs takes them (two of one head).
+inline bool hopper_tiles_pair(const FwdParams& p, int block_q, int cluster) {
+  return ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
+}
 // The wide head dims, 192 and 256, whose O takes most of the consumers' registers: lazy rescale, the retire at the
 // top of the step, the pinned shared base (HopperTiles), their one tile size in causal launches.
 constexpr bool hopper_wide(int head_dim) { return head_dim >= 192; }
@@ -104,7 +108,7 @@ constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
 // local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
 // packed variable-length batches (each item reads its sequence's offsets, fwd_common.cuh varlen_item), a twin of a
-// local kernel (windows, caps) or of a plain one. DIM_V_: V's and O's width (hopper_kernel_dim_v), 0 for DIM's.
+// local kernel (windows, caps) or of a plain one. DIM_V_: V's and O's width (128 where hopper_narrow_v), 0 for DIM's.
 template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LOCAL_ = false, bool VARLEN_ = false,
           int DIM_V_ = 0>
 struct HopperTiles {
@@ -254,7 +258,7 @@ template <int DIM, int DIM_V, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128, dense launches (hopper_narrow_v): 128-key tiles
     constexpr int block_q = HopperTiles<DIM, 128, 1, 0, false, false, DIM_V>::BLOCK_Q;
-    if (!p.causal && ((p.seqlen_q + block_q - 1) / block_q) % hopper_cluster(DIM) == 0)
+    if (!p.causal && hopper_tiles_pair(p, block_q, hopper_cluster(DIM)))
       return f.template operator()<128, hopper_cluster(DIM), 0, false, false>();
     return f.template operator()<128, 1, 0, false, false>();
   } else {
@@ -284,7 +288,7 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
       if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
         return f.template operator()<causal_kv, 1, 0, false, false>();
       constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
-      const bool pairs = ((p.seqlen_q + block_q - 1) / block_q) % cluster == 0;
+      const bool pairs = hopper_tiles_pair(p, block_q, cluster);
       if constexpr (hopper_tile_dim(DIM) == 128) {
         if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
           if constexpr (cluster > 1)
