@@ -1,0 +1,42 @@
+# One script, two calls, from main at 4f80bac's kernels (the library carried in .devcarry/cuda_build.tar.xz, with
+# Triton's compiled entry):
+# PART=mla: the MLA and decode GPU suites of both backends on main's own build (ce9c937's FlashMLA order had only
+#   run as the FA_MLA_EARLY_S experiment build), compute-sanitizer memcheck / racecheck / synccheck on small wgmma
+#   MLA launches (block B's left-half refill moved later), then the mla sweep (issue 34's published run).
+# PART=dims: the head-dim GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96 tiles),
+#   then the headdims and decode sweeps (issue 32's and 31's published runs).
+# device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
+set -u
+export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
+nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
+python3 -c "
+import tarfile
+tarfile.open('.devcarry/cuda_build.tar.xz').extractall('cuda_impl/_build')
+tarfile.open('.devcarry/triton_build.tar.xz').extractall('triton_impl/_build')"
+mkdir -p runs
+gpu_tests() {  # LIMIT TESTS...
+  local limit=$1; shift
+  timeout $limit python3 -m pytest -q -p no:cacheprovider -m gpu "$@" > $OUT/${PART}_pytest.log 2>&1
+  echo "GPU tests rc=$? at ${SECONDS}s"; tail -1 $OUT/${PART}_pytest.log; grep -E "^(FAILED|ERROR)" $OUT/${PART}_pytest.log | head
+}
+sweep() {  # NAME LIMIT
+  timeout $2 python3 -m compare run --sweep $1 --out runs/$1.csv --no-progress > $OUT/sweep_$1.log 2>&1 \
+    || echo "$1 sweep stopped: $?"
+  cp runs/$1.csv $OUT/$1.csv; echo "$1 sweep done at ${SECONDS}s, $(grep -c ERROR $OUT/sweep_$1.log) errors"
+}
+if [ "$PART" = mla ]; then
+  gpu_tests 200 tests/test_cuda_mla.py tests/test_triton_mla.py tests/test_cuda_decode.py tests/test_triton_decode.py \
+    tests/test_native_entry.py
+  for tool in memcheck racecheck synccheck; do
+    PYTHONPATH=. timeout 90 compute-sanitizer --tool $tool --print-limit 20 python3 \
+      docs/journal/2026-12-06_mla-seesaw/sanitize_mla.py > $OUT/mla_$tool.log 2>&1
+    echo "$tool rc=$? at ${SECONDS}s"; grep -E "SUMMARY|FAIL|Race reported" $OUT/mla_$tool.log | head -5
+  done
+  sweep mla 240
+  tail -40 $OUT/sweep_mla.log | head -34
+else
+  gpu_tests 120 tests/test_cuda_headdims.py tests/test_triton_headdims.py
+  sweep headdims 240
+  sweep decode 150
+  tail -24 $OUT/sweep_headdims.log
+fi
