@@ -294,9 +294,14 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
     return f.template operator()<128, 1, 0, false, false>();
   } else {
     constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : hopper_block_kv(DIM);
-    constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
+    constexpr int varlen_local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
+#ifdef FA_LOCAL_D64_THREE  // experiment: dense local d64 on its three consumers (spills outside the KV loop only)
+    constexpr int local_consumers = DIM == 64 ? 0 : varlen_local_consumers;
+#else
+    constexpr int local_consumers = varlen_local_consumers;
+#endif
     if (hopper_local(p))
-      return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
+      return hopper_varlen(p) ? f.template operator()<causal_kv, 1, varlen_local_consumers, true, true>()
                               : f.template operator()<causal_kv, 1, local_consumers, true, false>();
     return hopper_varlen(p) ? hopper_plain_choice<DIM, true>(p, f) : hopper_plain_choice<DIM, false>(p, f);
   }
