@@ -104,6 +104,11 @@ constexpr int HOPPER_D128_KV128_KEYS = 4096;
 // Causal d64 with at most this many query rows runs two consumers (128-row items) instead of three:
 // a 192-row item's tail and diagonal tiles are a third or more of its work there.
 constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
+// Local d64 launches (not varlen) whose window spans at most this many keys run two consumers, the others (wider
+// windows, a cap alone) three: a row tile reads its window plus its own rows' span of keys, so at short windows a
+// 192-row tile reads more keys per row than a 128-row one (docs/design/hopper.md's table has the measurements). The
+// three-consumer local kernel spills a few words, outside its KV loop.
+constexpr int HOPPER_D64_SHORT_WINDOW = 2048;
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
 // local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
@@ -236,6 +241,11 @@ inline bool hopper_varlen(const FwdParams& p) { return p.cu_seqlens_q != nullptr
 // Whether a launch runs a local kernel: a window or softcap.
 inline bool hopper_local(const FwdParams& p) { return p.local != 0; }
 
+// Whether a local launch (p from hopper_local_params) has a window of at most HOPPER_D64_SHORT_WINDOW keys.
+inline bool hopper_short_window(const FwdParams& p) {
+  return p.window_left >= 0 && p.window_left + p.window_right <= HOPPER_D64_SHORT_WINDOW;
+}
+
 // A local launch's parameters as its kernel takes them: scheduled as causal, with the right bound window_right >= 0
 // keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row: in a varlen launch
 // seqlen_q is the longest sequence's).
@@ -282,9 +292,9 @@ int hopper_plain_choice(const FwdParams& p, F&& f) {
 
 // The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>()
 // (CONSUMERS 0: the head_dim's own). Local launches (p from hopper_local_params) take the causal tiles in their own
-// kernel, on two consumers at d64-d96 (three spilled: the cap and the second mask bound do not fit 160 registers, at
-// d80 / d96 on 96-key tiles too); the others hopper_plain_choice's. Q/K 192 with V 128 (DIM_V 128) takes its own
-// 128-key kernels, in clusters as d192's.
+// kernel, on two consumers at d80 / d96 and in varlen launches (three spilled more there: the cap and the second mask
+// bound do not fit 160 registers), and at d64 where the window is short (hopper_short_window); the others
+// hopper_plain_choice's. Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels, in clusters as d192's.
 template <int DIM, int DIM_V, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128, dense launches (hopper_narrow_v): 128-key tiles
@@ -294,15 +304,13 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
     return f.template operator()<128, 1, 0, false, false>();
   } else {
     constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : hopper_block_kv(DIM);
-    constexpr int varlen_local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
-#ifdef FA_LOCAL_D64_THREE  // experiment: dense local d64 on its three consumers (spills outside the KV loop only)
-    constexpr int local_consumers = DIM == 64 ? 0 : varlen_local_consumers;
-#else
-    constexpr int local_consumers = varlen_local_consumers;
-#endif
-    if (hopper_local(p))
-      return hopper_varlen(p) ? f.template operator()<causal_kv, 1, varlen_local_consumers, true, true>()
-                              : f.template operator()<causal_kv, 1, local_consumers, true, false>();
+    constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
+    if (hopper_local(p)) {
+      if (hopper_varlen(p)) return f.template operator()<causal_kv, 1, local_consumers, true, true>();
+      if constexpr (DIM == 64)
+        if (!hopper_short_window(p)) return f.template operator()<causal_kv, 1, 0, true, false>();
+      return f.template operator()<causal_kv, 1, local_consumers, true, false>();
+    }
     return hopper_varlen(p) ? hopper_plain_choice<DIM, true>(p, f) : hopper_plain_choice<DIM, false>(p, f);
   }
 }
