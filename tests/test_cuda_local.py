@@ -21,6 +21,7 @@ CASES = [
     oracle.Case(1, 2, 2, 4096, 4096, 256, causal=True, fmt="fp16", window=(1000, 0), softcap=20.0),
     oracle.Case(3, 6, 3, 257, 4000, 128, window=(3000, -1), softcap=50.0),               # Sq < Sk, GQA 2:1
     oracle.Case(1, 2, 2, 64, 9000, 64, window=(8000, 0), causal=True),                   # most of a long row
+    oracle.Case(1, 4, 2, 3000, 3000, 64, causal=True, window=(2049, 0)),                 # d64: past the short window
 ]
 
 
@@ -50,8 +51,9 @@ def test_other_variants_inputs_and_bad_arguments_are_refused():
 
 # --- machine code (CPU) ---------------------------------------------------------------------------
 
-# (head_dim, BLOCK_KV, consumers) of the local kernels: the causal launches' tiles, two consumers at d64-d96.
-LOCAL_KERNELS = [(64, 128, 2), (80, 96, 2), (96, 96, 2), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
+# (head_dim, BLOCK_KV, consumers) of the local kernels: the causal launches' tiles, two consumers at d80 / d96 and
+# for d64's short windows, the head_dim's own count (0) elsewhere.
+LOCAL_KERNELS = [(64, 128, 2), (64, 128, 0), (80, 96, 2), (96, 96, 2), (128, 128, 0), (192, 112, 0), (256, 80, 0)]
 
 
 @pytest.fixture(scope="module")
@@ -65,17 +67,16 @@ def local_loops(fa_library) -> dict:
             for local in (0, 1):
                 tag = f"fwd_hopper_kernelI{mangled}Li{head_dim}ELi{block_kv}ELi1ELi{consumers}ELb{local}ELb0E"
                 (found,) = [ins for (arch, fn), ins in functions.items() if arch == "sm_90" and tag in fn]
-                loops[fmt, head_dim, local] = sass.steady_loop(found)
+                loops[fmt, head_dim, consumers, local] = sass.steady_loop(found)
     return loops
 
 
 @pytest.mark.parametrize("fmt", ["bf16", "fp16"])
-@pytest.mark.parametrize("head_dim", [64, 80, 96, 128, 192, 256])
-def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, head_dim):
+@pytest.mark.parametrize("head_dim,block_kv,consumers", LOCAL_KERNELS)
+def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, head_dim, block_kv, consumers):
     """The local kernel's KV loop issues S(t) and P(t-1) V(t-1) as the plain kernel's does, and computes the cap
     (one SFU tanh per score, beside the softmax's exp2) where the plain one has none."""
-    plain, local = (sass.opcode_counts(local_loops[fmt, head_dim, flag]) for flag in (0, 1))
-    (block_kv,) = [kv for d, kv, _ in LOCAL_KERNELS if d == head_dim]
+    plain, local = (sass.opcode_counts(local_loops[fmt, head_dim, consumers, flag]) for flag in (0, 1))
     gemms = {loop: sum(n for op, n in ops.items() if op.startswith("HGMMA")) for loop, ops in (("plain", plain),
                                                                                                ("local", local))}
     assert gemms["local"] == gemms["plain"] == head_dim // 16 + block_kv // 16, (plain, local)
@@ -83,6 +84,7 @@ def test_local_loop_keeps_the_overlap_and_caps_every_score(local_loops, fmt, hea
     mufu = lambda ops, fn: sum(n for op, n in ops.items() if op.startswith(f"MUFU.{fn}"))  # noqa: E731
     assert mufu(plain, "TANH") == 0 and mufu(local, "TANH") == scores_per_thread, (plain, local)
     assert mufu(local, "EX2") == mufu(plain, "EX2"), (plain, local)  # the softmax's, unchanged
+    assert not [op for op in local if op.startswith(("LDL", "STL"))], local  # spills (d64's three) stay outside
 
 
 # --- the oracle on the GPU (skipped without an sm_90 one) ------------------------------------------

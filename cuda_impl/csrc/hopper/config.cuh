@@ -104,6 +104,11 @@ constexpr int HOPPER_D128_KV128_KEYS = 4096;
 // Causal d64 with at most this many query rows runs two consumers (128-row items) instead of three:
 // a 192-row item's tail and diagonal tiles are a third or more of its work there.
 constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
+// Local d64 launches (not varlen) whose window spans at most this many keys run two consumers, the others (wider
+// windows, a cap alone) three: a row tile reads its window plus its own rows' span of keys, so at short windows a
+// 192-row tile reads more keys per row than a 128-row one (docs/design/hopper.md's table has the measurements). The
+// three-consumer local kernel spills a few words, outside its KV loop.
+constexpr int HOPPER_D64_SHORT_WINDOW = 2048;
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
 // local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
@@ -236,6 +241,11 @@ inline bool hopper_varlen(const FwdParams& p) { return p.cu_seqlens_q != nullptr
 // Whether a launch runs a local kernel: a window or softcap.
 inline bool hopper_local(const FwdParams& p) { return p.local != 0; }
 
+// Whether a local launch (p from hopper_local_params) has a window of at most HOPPER_D64_SHORT_WINDOW keys.
+inline bool hopper_short_window(const FwdParams& p) {
+  return p.window_left >= 0 && p.window_left + p.window_right <= HOPPER_D64_SHORT_WINDOW;
+}
+
 // A local launch's parameters as its kernel takes them: scheduled as causal, with the right bound window_right >= 0
 // keys past the diagonal (0 under causal; seqlen_q when unbounded, past every key of every row: in a varlen launch
 // seqlen_q is the longest sequence's).
@@ -246,14 +256,45 @@ inline FwdParams hopper_local_params(const FwdParams& p) {
   return local;
 }
 
+// The instantiation of a dense (or, VARLEN, packed) 16-bit launch without a window or cap. Non-causal d128 / d256
+// in clusters when the query tiles of a head pair up; non-causal d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS
+// (without clusters up to HOPPER_D128_SHORT_KEYS), on 176 above; causal d64-d96 on two consumers up to
+// HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Varlen launches (p's lengths the longest ones) take the varlen twin of the
+// kernel a dense launch would take, but never a cluster (nor the split round: SPLIT_TAIL), and no 128-key tiles
+// between HOPPER_D128_SHORT_KEYS and HOPPER_D128_KV128_KEYS (the clusters' range; 176 there).
+template <int DIM, bool VARLEN, typename F>
+int hopper_plain_choice(const FwdParams& p, F&& f) {
+  constexpr int block_kv = hopper_block_kv(DIM);
+  constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : block_kv;
+  if constexpr (hopper_tile_dim(DIM) == 64) {
+    if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
+      return f.template operator()<block_kv, 1, 2, false, VARLEN>();
+    return f.template operator()<block_kv, 1, 0, false, VARLEN>();
+  } else {
+    if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
+      return f.template operator()<causal_kv, 1, 0, false, VARLEN>();
+    if constexpr (!VARLEN) {
+      constexpr int cluster = hopper_cluster(DIM);
+      const bool pairs = hopper_tiles_pair(p, HopperTiles<DIM, block_kv>::BLOCK_Q, cluster);
+      if constexpr (hopper_tile_dim(DIM) == 128) {
+        if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
+          if constexpr (cluster > 1)
+            if (pairs) return f.template operator()<128, cluster, 0, false, false>();
+          return f.template operator()<128, 1, 0, false, false>();
+        }
+      }
+      if constexpr (cluster > 1)
+        if (pairs) return f.template operator()<block_kv, cluster, 0, false, false>();
+    }
+    return f.template operator()<block_kv, 1, 0, false, VARLEN>();
+  }
+}
+
 // The instantiation a 16-bit launch takes: f.template operator()<BLOCK_KV, CLUSTER, CONSUMERS, LOCAL, VARLEN>()
-// (CONSUMERS 0: the head_dim's own). Non-causal d128 / d256 in clusters when the query tiles of a head pair up;
-// non-causal d128 on 128-key tiles up to HOPPER_D128_KV128_KEYS (without clusters up to HOPPER_D128_SHORT_KEYS), on
-// 176 above; causal d64-d96 on two consumers up to HOPPER_D64_SHORT_CAUSAL_ROWS query rows. Local launches (p from
-// hopper_local_params) take the causal tiles in their own kernel, on two consumers at d64-d96 (three spilled: the
-// cap and the second mask bound do not fit 160 registers, at d80 / d96 on 96-key tiles too). Varlen launches take
-// the varlen twin of the kernel a dense launch of their longest lengths would take, but never a cluster (nor the
-// split round: SPLIT_TAIL). Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels, in clusters as d192's.
+// (CONSUMERS 0: the head_dim's own). Local launches (p from hopper_local_params) take the causal tiles in their own
+// kernel, on two consumers at d80 / d96 and in varlen launches (three spilled more there: the cap and the second mask
+// bound do not fit 160 registers), and at d64 where the window is short (hopper_short_window); the others
+// hopper_plain_choice's. Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels, in clusters as d192's.
 template <int DIM, int DIM_V, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
   if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128, dense launches (hopper_narrow_v): 128-key tiles
@@ -262,45 +303,15 @@ int hopper_tile_choice(const FwdParams& p, F&& f) {
       return f.template operator()<128, hopper_cluster(DIM), 0, false, false>();
     return f.template operator()<128, 1, 0, false, false>();
   } else {
-    constexpr int block_kv = hopper_block_kv(DIM);
-    constexpr int cluster = hopper_cluster(DIM);
-    constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : block_kv;
+    constexpr int causal_kv = hopper_tile_dim(DIM) == 128 ? 128 : hopper_block_kv(DIM);
     constexpr int local_consumers = hopper_tile_dim(DIM) == 64 ? 2 : 0;
-    if (hopper_local(p))
-      return hopper_varlen(p) ? f.template operator()<causal_kv, 1, local_consumers, true, true>()
-                              : f.template operator()<causal_kv, 1, local_consumers, true, false>();
-    if (hopper_varlen(p)) {
-      if constexpr (hopper_tile_dim(DIM) == 64) {
-        if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
-          return f.template operator()<block_kv, 1, 2, false, true>();
-        return f.template operator()<block_kv, 1, 0, false, true>();
-      } else {
-        if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
-          return f.template operator()<causal_kv, 1, 0, false, true>();
-        return f.template operator()<block_kv, 1, 0, false, true>();
-      }
+    if (hopper_local(p)) {
+      if (hopper_varlen(p)) return f.template operator()<causal_kv, 1, local_consumers, true, true>();
+      if constexpr (DIM == 64)
+        if (!hopper_short_window(p)) return f.template operator()<causal_kv, 1, 0, true, false>();
+      return f.template operator()<causal_kv, 1, local_consumers, true, false>();
     }
-    if constexpr (hopper_tile_dim(DIM) == 64) {
-      if (p.causal && p.seqlen_q <= HOPPER_D64_SHORT_CAUSAL_ROWS)
-        return f.template operator()<block_kv, 1, 2, false, false>();
-      return f.template operator()<block_kv, 1, 0, false, false>();
-    } else {
-      if (p.causal || (hopper_tile_dim(DIM) == 128 && p.seqlen_k <= HOPPER_D128_SHORT_KEYS))
-        return f.template operator()<causal_kv, 1, 0, false, false>();
-      constexpr int block_q = HopperTiles<DIM, block_kv>::BLOCK_Q;
-      const bool pairs = hopper_tiles_pair(p, block_q, cluster);
-      if constexpr (hopper_tile_dim(DIM) == 128) {
-        if (p.seqlen_k <= HOPPER_D128_KV128_KEYS) {
-          if constexpr (cluster > 1)
-            if (pairs) return f.template operator()<128, cluster, 0, false, false>();
-          return f.template operator()<128, 1, 0, false, false>();
-        }
-      }
-      if constexpr (cluster > 1) {
-        if (pairs) return f.template operator()<block_kv, cluster, 0, false, false>();
-      }
-      return f.template operator()<block_kv, 1, 0, false, false>();
-    }
+    return hopper_varlen(p) ? hopper_plain_choice<DIM, true>(p, f) : hopper_plain_choice<DIM, false>(p, f);
   }
 }
 
