@@ -1,10 +1,10 @@
-# One script, two calls, from main at 4f80bac's kernels (the library carried in .devcarry/cuda_build.tar.xz, with
-# Triton's compiled entry):
+# One script, two calls, from main (the library carried in .devcarry/cuda_build.tar.xz, with Triton's compiled
+# entry):
 # PART=mla: the MLA and decode GPU suites of both backends on main's own build (ce9c937's FlashMLA order had only
 #   run as the FA_MLA_EARLY_S experiment build), compute-sanitizer memcheck / racecheck / synccheck on small wgmma
 #   MLA launches (block B's left-half refill moved later), then the mla sweep (issue 34's published run).
-# PART=dims: the head-dim GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96 tiles),
-#   then the headdims and decode sweeps (issue 32's and 31's published runs).
+# PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
+#   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
@@ -35,7 +35,7 @@ if [ "$PART" = mla ]; then
   sweep mla 240
   tail -40 $OUT/sweep_mla.log | head -34
 else
-  gpu_tests 120 tests/test_cuda_headdims.py tests/test_triton_headdims.py
+  gpu_tests 150 tests/test_cuda_headdims.py tests/test_triton_headdims.py tests/test_cuda_local.py
   sweep headdims 240
   sweep decode 150
   tail -24 $OUT/sweep_headdims.log
