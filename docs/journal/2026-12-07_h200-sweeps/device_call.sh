@@ -5,6 +5,7 @@
 #   MLA launches (block B's left-half refill moved later), then the mla sweep (issue 34's published run).
 # PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
+# PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 2k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
@@ -34,9 +35,12 @@ if [ "$PART" = mla ]; then
   done
   sweep mla 240
   tail -40 $OUT/sweep_mla.log | head -34
-else
+elif [ "$PART" = dims ]; then
   gpu_tests 150 tests/test_cuda_headdims.py tests/test_triton_headdims.py tests/test_cuda_local.py
   sweep headdims 240
   sweep decode 150
   tail -24 $OUT/sweep_headdims.log
+else  # PART=local
+  sweep local 280
+  tail -24 $OUT/sweep_local.log
 fi
