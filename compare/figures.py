@@ -920,8 +920,6 @@ def _gpu_slug(gpu: str) -> str:
 
 
 KERNEL_HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
-KERNEL_PAIRS = ("192/128",)  # Q/K / V pairs cuda:hopper has kernels of their own for (P V at V's width)
-OWN_KERNEL_DIMS = frozenset(map(str, KERNEL_HEAD_DIMS)) | frozenset(KERNEL_PAIRS)  # figure 11's `dims` with a kernel of their own
 
 
 def headdims_data(df: pd.DataFrame) -> pd.DataFrame:
@@ -951,7 +949,7 @@ def fig_headdims(df: pd.DataFrame) -> Figure:
             xs = sorted(line.index, key=position.get)
             ax.plot([position[x] for x in xs], [line[x] for x in xs], color=style.color[label],
                     marker=style.marker[label], linewidth=1.2, markersize=4)
-        ax.set_xticks(range(len(order)), [d + ("*" if d in OWN_KERNEL_DIMS else "") for d in order])
+        ax.set_xticks(range(len(order)), [d + ("*" if d in map(str, KERNEL_HEAD_DIMS) else "") for d in order])
         shape = panel.iloc[0]
         ax.set_title(f"{'causal' if causal else 'non-causal'}, b{int(shape['batch'])} h{int(shape['heads_q'])}, "
                      f"{_seqlen_tick(shape['seqlen_q'])} tokens each", fontsize=9)
