@@ -5,6 +5,7 @@
 #   MLA launches (block B's left-half refill moved later), then the mla sweep (issue 34's published run).
 # PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
+# PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 2k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
@@ -40,6 +41,12 @@ elif [ "$PART" = dims ]; then
   sweep headdims 240
   sweep decode 150
   tail -24 $OUT/sweep_headdims.log
+elif [ "$PART" = all ]; then  # the three sweeps in one call (their GPU suites passed on an H100 the same day)
+  gpu_tests 60 tests/test_cuda_mla.py tests/test_triton_mla.py
+  sweep mla 220
+  sweep headdims 200
+  sweep decode 120
+  tail -12 $OUT/sweep_mla.log
 else  # PART=local
   sweep local 280
   tail -24 $OUT/sweep_local.log
