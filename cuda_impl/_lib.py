@@ -342,6 +342,7 @@ def _run_16bit(variant: str, params: FwdParams, causal: bool, window, softcap: f
 def launch_varlen(
     variant: str, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q: int, max_seqlen_k: int, *,
     causal: bool, scale: float, window: tuple[int, int] = (-1, -1), softcap: float = 0.0,
+    extra_flags: tuple[str, ...] = (),
 ) -> None:
     """Packed sequences (compare.varlen layouts: q / out (total_q, Hq, D), k / v (total_k, Hkv, D), lse (Hq, total_q),
     offsets (B + 1,) int32 on the device) on a varlen launch (FwdParams::cu_seqlens_q: the packed tensors as one
@@ -354,7 +355,7 @@ def launch_varlen(
     params.total_q, params.total_k = q.shape[0], k.shape[0]
     params.cu_seqlens_q, params.cu_seqlens_k = cu_seqlens_q.data_ptr(), cu_seqlens_k.data_ptr()
     params.head_dim_v = v.shape[2] if v.shape[2] != q.shape[2] else 0
-    _run_16bit(variant, params, causal, window, softcap, q.shape[2], q.device)
+    _run_16bit(variant, params, causal, window, softcap, q.shape[2], q.device, extra_flags)
 
 
 def launch_forward_fp8(

@@ -77,6 +77,9 @@ KNOWN_SPILLS = {
                             ("256,80", (8, 4, 16)), ("64,128,consumers2,local", (16, 20, 28)),
                             ("128,128,local", (8, 4, 12)), ("128,128", (8, 4, 12)), ("192,112", (8, 4, 8)),
                             ("192,112,local", (24, 32, 44)), ("256,80,local", (56, 68, 116)))},
+    # the varlen twins of the Q/K 192 with V 128 kernels (the producer's walk, as above)
+    **{("sm_90a", f"fwd_hopper_kernel<{t},192,128,{local}varlen,v128>"): (8, 4, 8)
+       for t in ("bf16", "fp16") for local in ("", "local,")},
     # the d64 local kernel on three consumers (wide windows, a cap alone): outside its KV loop
     **{("sm_90a", f"fwd_hopper_kernel<{t},64,128,local>"): (8, 8, 56) for t in ("bf16", "fp16")},
     # the d80 local kernel (two consumers on 96-key tiles; three spilled more, 28-80 bytes at d80 / d96)

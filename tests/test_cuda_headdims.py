@@ -49,12 +49,15 @@ LOCAL_CASES = [
     oracle.Case(1, 4, 4, 513, 1025, 80, causal=True, dist="large", softcap=5.0, window=(200, 0)),
     oracle.Case(2, 2, 2, 400, 900, 192, fmt="fp16", window=(300, -1), softcap=30.0),
     oracle.Case(1, 4, 2, 500, 500, 192, causal=True, head_dim_v=128, window=(128, 0), softcap=15.0),
+    oracle.Case(2, 4, 2, 700, 900, 192, fmt="fp16", head_dim_v=128, window=(200, 100)),   # non-causal, two sides
 ]
 VARLEN_CASES = [
     oracle.VarlenCase((5, 300, 1, 129), (9, 300, 700, 128), 4, 2, 96),
     oracle.VarlenCase((700, 0, 33), (700, 20, 900), 2, 1, 192, causal=True, fmt="fp16"),   # an empty query set
     oracle.VarlenCase((333, 512), (333, 777), 2, 2, 40, window=(64, 32), softcap=20.0),
     oracle.VarlenCase((17, 400, 9), (30, 600, 9), 4, 2, 192, causal=True, head_dim_v=128),
+    oracle.VarlenCase((300, 1, 129), (500, 7, 129), 4, 4, 192, head_dim_v=128),           # non-causal
+    oracle.VarlenCase((257, 64), (700, 64), 2, 1, 192, head_dim_v=128, window=(100, -1)),  # varlen and local
 ]
 
 

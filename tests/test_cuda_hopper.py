@@ -249,6 +249,17 @@ def test_narrow_v_kernels_multiply_v_at_its_own_width(hopper_sass, fa_library, f
     assert name in {r["kernel"] for r in toolchain.ptxas_report(_lib.library_spec())}
 
 
+@pytest.mark.parametrize("fmt", SPEC["formats"])
+@pytest.mark.parametrize("local, varlen", [(1, 0), (0, 1), (1, 1)])
+def test_narrow_v_local_and_varlen_kernels_multiply_v_at_its_own_width(hopper_sass, fmt, local, varlen):
+    """Local and varlen launches of Q/K 192 with V 128 take 128-key narrow-V kernels of their own too: every wgmma
+    m64n128k16 (S over Q/K's 192 columns, P V over V's 128), none over d192's 192 columns of V."""
+    tag = f"fwd_hopper_kernel{MANGLED_DTYPE[fmt]}Li192ELi128ELi1ELi0ELb{local}ELb{varlen}ELi128E"
+    (instructions,) = [ins for (arch, fn), ins in hopper_sass.items() if arch == "sm_90" and tag in fn]
+    gemms = {op for op in sass.opcode_counts(instructions) if op.startswith("HGMMA")}
+    assert gemms == {f"HGMMA.64x128x16.F32{HGMMA_SUFFIX[fmt]}"}, gemms
+
+
 @pytest.mark.parametrize("head_dim, block_kv, least", [(192, 112, 180), (256, 80, 200)])
 def test_wide_tiles_fit_the_consumer_register_budget(hopper_sass, head_dim, block_kv, least):
     """O (96 / 128) + S (56 / 40) + P (28 / 20) per consumer thread at d192 / d256: the highest register the kernel

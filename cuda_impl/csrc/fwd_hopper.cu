@@ -355,7 +355,7 @@ int dispatch(const FwdParams& p, char* err, int err_len, Launcher&& launcher) {
     return report(err, err_len, "head_dim", "variant hopper takes multiples of 8 from 32 to 256");
   FwdParams kernel_dim = p;
   kernel_dim.head_dim = hopper_kernel_dim(p.head_dim, p.head_dim_v);
-  const bool narrow_v = hopper_narrow_v(p.head_dim, p.head_dim_v) && !hopper_local(p) && !hopper_varlen(p);
+  const bool narrow_v = hopper_narrow_v(p.head_dim, p.head_dim_v);
   return fa::dispatch<HeadDims<64, 80, 96, 128, 192, 256>>(kernel_dim, err, err_len, [&]<typename T, int DIM>() {
     if constexpr (DIM == 192)
       if (narrow_v) return launcher.template operator()<T, DIM, 128>();

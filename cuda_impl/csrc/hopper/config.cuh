@@ -75,10 +75,9 @@ constexpr bool hopper_dynamic_causal(int head_dim) { return head_dim != 256; }
 constexpr int hopper_block_kv(int head_dim) {
   return head_dim == 192 ? 112 : head_dim == 80 || head_dim == 96 ? 96 : by_head_dim(head_dim, 128, 176, 80);
 }
-// Whether a dense launch of these head dims takes a kernel whose P V runs at V's width: Q/K 192 with V 128 (O 64
-// registers and V tiles of two panels, so that 128-key tiles fit: S 64 + P 32 + O 64 registers, Q 48 KB + 2 x (K 48 KB
-// + V 32 KB) of shared memory). Local and varlen launches of the pair run on the d192 kernels, V's columns past 128
-// zero-filled by TMA and multiplied as d192's.
+// Whether a launch of these head dims (dense, local or varlen) takes kernels whose P V runs at V's width: Q/K 192 with
+// V up to 128 (O 64 registers and V tiles of two panels, so that 128-key tiles fit: S 64 + P 32 + O 64 registers,
+// Q 48 KB + 2 x (K 48 KB + V 32 KB) of shared memory).
 constexpr bool hopper_narrow_v(int head_dim, int head_dim_v) {
   return hopper_kernel_dim(head_dim, head_dim_v) == 192 && head_dim_v > 0 && head_dim_v <= 128;
 }
@@ -119,8 +118,7 @@ template <int DIM_, int BLOCK_KV_, int CLUSTER_ = 1, int CONSUMERS_ = 0, bool LO
 struct HopperTiles {
   static constexpr int DIM = DIM_;  // Q's and K's
   static constexpr int DIM_V = DIM_V_ > 0 ? DIM_V_ : DIM;
-  static_assert(DIM_V == DIM || (DIM == 192 && DIM_V == 128 && !LOCAL_ && !VARLEN_),
-                "V narrower than Q/K: the dense Q/K 192 with V 128 kernels only");
+  static_assert(DIM_V == DIM || (DIM == 192 && DIM_V == 128), "V narrower than Q/K: the Q/K 192 with V 128 kernels only");
   static constexpr int TILE_DIM = hopper_tile_dim(DIM);  // whose choices below it takes
   static constexpr bool LOCAL = LOCAL_;
   static constexpr bool VARLEN = VARLEN_;
@@ -294,10 +292,15 @@ int hopper_plain_choice(const FwdParams& p, F&& f) {
 // (CONSUMERS 0: the head_dim's own). Local launches (p from hopper_local_params) take the causal tiles in their own
 // kernel, on two consumers at d80 / d96 and in varlen launches (three spilled more there: the cap and the second mask
 // bound do not fit 160 registers), and at d64 where the window is short (hopper_short_window); the others
-// hopper_plain_choice's. Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels, in clusters as d192's.
+// hopper_plain_choice's. Q/K 192 with V 128 (DIM_V 128) takes its own 128-key kernels: dense ones in clusters as
+// d192's, local and varlen ones on one CTA.
 template <int DIM, int DIM_V, typename F>
 int hopper_tile_choice(const FwdParams& p, F&& f) {
-  if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128, dense launches (hopper_narrow_v): 128-key tiles
+  if constexpr (DIM_V != DIM) {  // Q/K 192 with V 128 (hopper_narrow_v): 128-key tiles
+    if (hopper_local(p))
+      return hopper_varlen(p) ? f.template operator()<128, 1, 0, true, true>()
+                              : f.template operator()<128, 1, 0, true, false>();
+    if (hopper_varlen(p)) return f.template operator()<128, 1, 0, false, true>();
     constexpr int block_q = HopperTiles<DIM, 128, 1, 0, false, false, DIM_V>::BLOCK_Q;
     if (!p.causal && hopper_tiles_pair(p, block_q, hopper_cluster(DIM)))
       return f.template operator()<128, hopper_cluster(DIM), 0, false, false>();
