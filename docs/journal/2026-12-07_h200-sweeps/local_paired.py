@@ -38,10 +38,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--new", default="default")
     parser.add_argument("--old", default="default")
+    parser.add_argument("--windows", type=int, nargs="+", help="d64 causal windows only (left keys), no control rows")
     args = parser.parse_args()
+    cases = CASES if args.windows is None else [(64, w, 0.0) for w in args.windows]
     flags = {name: () if name == "default" else (name,) for name in (args.new, args.old)}
     rows = []
-    for head_dim, window_left, softcap in CASES:
+    for head_dim, window_left, softcap in cases:
         heads = 2048 // head_dim
         torch.manual_seed(0)
         q, k, v = (torch.randn(1, heads, SEQLEN, head_dim, device="cuda", dtype=torch.bfloat16) for _ in range(3))
