@@ -6,6 +6,7 @@
 # PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
+# PART=suites: every GPU test (pytest -m gpu) on this GPU, then the local sweep.
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 2k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
@@ -13,8 +14,16 @@ export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
 nvidia-smi --query-gpu=name,clocks.sm,power.draw --format=csv,noheader
 python3 -c "
 import tarfile
-tarfile.open('.devcarry/cuda_build.tar.xz').extractall('cuda_impl/_build')
-tarfile.open('.devcarry/triton_build.tar.xz').extractall('triton_impl/_build')"
+tarfile.open('.devcarry/cuda_build.tar.xz').extractall('cuda_impl/_build')"
+# the two compiled decode entries (torch ABI): carried when built here from the GPU machine's torch wheel, else
+# built there for the running torch, before any timing
+if [ -f .devcarry/triton_build.tar.xz ]; then
+  python3 -c "import tarfile; tarfile.open('.devcarry/triton_build.tar.xz').extractall('triton_impl/_build')"
+else
+  python3 -m triton_impl.native > $OUT/native_builds.log 2>&1; echo "triton entry rc=$?"
+fi
+ls cuda_impl/_build | grep -q cuda_fa_native || \
+  { python3 -m cuda_impl.toolchain --native >> $OUT/native_builds.log 2>&1; echo "cuda entry rc=$?"; }
 mkdir -p runs
 gpu_tests() {  # LIMIT TESTS...
   local limit=$1; shift
@@ -47,6 +56,10 @@ elif [ "$PART" = all ]; then  # the three sweeps in one call (their GPU suites p
   [ "${HEADDIMS_LIMIT:-200}" -gt 0 ] && sweep headdims ${HEADDIMS_LIMIT:-200}
   [ "${DECODE_LIMIT:-120}" -gt 0 ] && sweep decode ${DECODE_LIMIT:-120}
   tail -12 $OUT/sweep_mla.log
+elif [ "$PART" = suites ]; then  # every GPU test of both backends (the oracle matrices on this GPU), then local
+  gpu_tests ${SUITES_LIMIT:-280} tests
+  sweep local ${LOCAL_LIMIT:-270}
+  tail -24 $OUT/sweep_local.log
 else  # PART=local
   sweep local 280
   tail -24 $OUT/sweep_local.log
