@@ -107,7 +107,7 @@ constexpr int HOPPER_D64_SHORT_CAUSAL_ROWS = 1024;
 // windows, a cap alone) three: a row tile reads its window plus its own rows' span of keys, so at short windows a
 // 192-row tile reads more keys per row than a 128-row one (docs/design/hopper.md's table has the measurements). The
 // three-consumer local kernel spills a few words, outside its KV loop.
-constexpr int HOPPER_D64_SHORT_WINDOW = 2048;
+constexpr int HOPPER_D64_SHORT_WINDOW = 1024;
 
 // CONSUMERS_: consumer warpgroups, 0 for the head_dim's own count (3 at d64, else 2). LOCAL_: the kernel of
 // local launches (a window or softcap; scheduled as causal ones, fwd_common.cuh local_work). VARLEN_: the kernel of
