@@ -6,6 +6,7 @@
 # PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
+# PART=every: the mla, headdims, decode and local sweeps, then every GPU test in the time left.
 # PART=suites: every GPU test (pytest -m gpu) on this GPU, then the local sweep.
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 2k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
@@ -55,6 +56,14 @@ elif [ "$PART" = all ]; then  # the three sweeps in one call (their GPU suites p
   sweep mla ${MLA_LIMIT:-220}
   [ "${HEADDIMS_LIMIT:-200}" -gt 0 ] && sweep headdims ${HEADDIMS_LIMIT:-200}
   [ "${DECODE_LIMIT:-120}" -gt 0 ] && sweep decode ${DECODE_LIMIT:-120}
+  tail -12 $OUT/sweep_mla.log
+elif [ "$PART" = every ]; then  # the four sweeps (earlier H200 runs of each took 1-3 min), then GPU tests to the end
+  sweep mla ${MLA_LIMIT:-200}
+  sweep headdims ${HEADDIMS_LIMIT:-160}
+  sweep decode ${DECODE_LIMIT:-110}
+  sweep local ${LOCAL_LIMIT:-80}
+  left=$((575 - SECONDS))
+  [ $left -gt 30 ] && gpu_tests $left tests
   tail -12 $OUT/sweep_mla.log
 elif [ "$PART" = suites ]; then  # every GPU test of both backends (the oracle matrices on this GPU), then local
   gpu_tests ${SUITES_LIMIT:-280} tests
