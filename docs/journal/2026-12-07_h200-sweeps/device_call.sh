@@ -62,7 +62,7 @@ elif [ "$PART" = every ]; then  # the four sweeps (earlier H200 runs of each too
   sweep headdims ${HEADDIMS_LIMIT:-160}
   sweep decode ${DECODE_LIMIT:-110}
   sweep local ${LOCAL_LIMIT:-80}
-  left=$((575 - SECONDS))
+  left=$((${TOTAL:-575} - SECONDS))
   [ $left -gt 30 ] && gpu_tests $left tests
   tail -12 $OUT/sweep_mla.log
 elif [ "$PART" = suites ]; then  # every GPU test of both backends (the oracle matrices on this GPU), then local
