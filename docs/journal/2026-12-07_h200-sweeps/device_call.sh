@@ -7,8 +7,7 @@
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
 # PART=every: the mla, headdims, decode and local sweeps, then every GPU test in the time left.
-# PART=suites: every GPU test (pytest -m gpu) on this GPU, then the local sweep.
-# PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 2k keys).
+# PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 1k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
 export PYTHONUNBUFFERED=1 PYTHONWARNINGS=ignore::UserWarning
@@ -65,10 +64,6 @@ elif [ "$PART" = every ]; then  # the four sweeps (earlier H200 runs of each too
   left=$((${TOTAL:-575} - SECONDS))
   [ $left -gt 30 ] && gpu_tests $left tests
   tail -12 $OUT/sweep_mla.log
-elif [ "$PART" = suites ]; then  # every GPU test of both backends (the oracle matrices on this GPU), then local
-  gpu_tests ${SUITES_LIMIT:-280} tests
-  sweep local ${LOCAL_LIMIT:-270}
-  tail -24 $OUT/sweep_local.log
 else  # PART=local
   sweep local 280
   tail -24 $OUT/sweep_local.log
