@@ -12,6 +12,28 @@ from cuda_impl import _lib, toolchain
 
 REPO = Path(__file__).resolve().parents[1]
 
+# True in the TRITON_INTERPRET=1 subprocess that run_interpreter_subprocess starts: a Triton test file runs its
+# CPU tests there and its GPU tests and compiles outside.
+INSIDE_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
+interpreted = pytest.mark.skipif(not INSIDE_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 subprocess")
+sm90_compile = pytest.mark.skipif(INSIDE_INTERPRETER, reason="compiles for sm_90a outside the interpreter")
+
+
+def skip_inside_interpreter() -> None:
+    """For the test that starts the interpreter's subprocess: it skips itself there."""
+    if INSIDE_INTERPRETER:
+        pytest.skip("this is the subprocess")
+
+
+def triton_gpu_or_skip() -> None:
+    """For a Triton GPU test: skip inside the interpreter's subprocess and where there is no CUDA GPU."""
+    if INSIDE_INTERPRETER:
+        pytest.skip("GPU tests do not run under the interpreter")
+    import torch
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    pytest.importorskip("triton")
+
 
 def run_interpreter_subprocess(test_file, *pytest_args: str, timeout: int = 900) -> str:
     """`test_file` run again by pytest in a subprocess with TRITON_INTERPRET=1 (it must be set before any

@@ -1,24 +1,19 @@
 """The dram.read ceiling's streaming-read kernel (compare.ceilings.stream_read) must read every element it is
 timed on: its partial sums, run under TRITON_INTERPRET=1 on the CPU (in a subprocess: the variable must be set
 before any @triton.jit runs), add up to torch's sum, with and without a ragged tail."""
-import os
-
 import pytest
 import torch
 
-from conftest import run_interpreter_subprocess
-
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
+from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter
 
 
 def test_stream_read_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     pytest.importorskip("triton")
     assert " passed" in run_interpreter_subprocess(__file__, timeout=300)
 
 
-@pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+@interpreted
 @pytest.mark.parametrize("n", [64 * 4 * 3, 64 * 4 * 3 + 37, 5])
 def test_partial_sums_add_up_to_the_buffer(n):
     from compare.ceilings.stream_read import partial_sums

@@ -7,21 +7,17 @@ rows and 3 splits by default, so these shapes span several tiles, splits and pag
 sizes) are marked `gpu` and skip cleanly without one.
 """
 import math
-import os
 
 import pytest
 import torch
 
 from compare import oracle
-from conftest import run_interpreter_subprocess
-
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+from conftest import (INSIDE_INTERPRETER, interpreted, run_interpreter_subprocess, skip_inside_interpreter,
+                      sm90_compile, triton_gpu_or_skip)
 
 
 def test_decode_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     pytest.importorskip("triton")
     stdout = run_interpreter_subprocess(__file__, "-m", "not gpu", timeout=600)
     assert " passed" in stdout  # the inner tests really ran
@@ -155,7 +151,7 @@ def test_plan_covers_the_window_span():
     assert plan(1, 1, 4, 100, 64, window_keys=500)[1:] == plan(1, 1, 4, 100, 64)[1:]  # wider than the cache
 
 
-@pytest.mark.skipif(INSIDE, reason="the GPU's tiles: outside the interpreter")
+@pytest.mark.skipif(INSIDE_INTERPRETER, reason="the GPU's tiles: outside the interpreter")
 def test_gpu_plan_follows_the_window_not_the_capacity():
     """The split plan for an H200 (132 SMs; pure Python): b1 Hkv8 Sq1 bf16 d128 with window 4096 on 32k keys is
     planned as a cache of its span (4096 + 1 + one 64-key tile), so its grid is the one of a 4097-key cache, and
@@ -304,14 +300,6 @@ def test_bad_arguments_are_refused():
 gpu = pytest.mark.gpu
 
 
-def _needs_gpu():
-    if INSIDE:
-        pytest.skip("GPU tests do not run under the interpreter")
-    if not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU")
-    pytest.importorskip("triton")
-
-
 GPU_CASES = [
     KV(4, 32, 8, 1, (4096, 1, 2777, 0), 128, page_size=64),
     KV(3, 32, 8, 1, (3001, 517, 4096), 128),
@@ -330,7 +318,7 @@ GPU_CASES = [
 @gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
 def test_gpu_matches_the_oracle(case):
-    _needs_gpu()
+    triton_gpu_or_skip()
     _check(case, "cuda")
 
 
@@ -338,11 +326,11 @@ def test_gpu_matches_the_oracle(case):
 @pytest.mark.parametrize("split", [dict(num_splits=1), dict(num_splits=7), dict(split_size=512)],
                          ids=["one", "seven", "size512"])
 def test_gpu_split_choices_match_the_oracle(split):
-    _needs_gpu()
+    triton_gpu_or_skip()
     _check(KV(2, 32, 8, 1, (6000, 2049), 128, page_size=64), "cuda", **split)
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_the_local_paths_compile_for_sm90(causal):
     """The window's masks and tile bounds go through Triton's front end and sm_90's backend (the interpreter
@@ -353,7 +341,7 @@ def test_the_local_paths_compile_for_sm90(causal):
     assert usage["HGMMA"] > 0, usage  # both products became wgmma: the whole kernel went through
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 def test_e4m3_tiles_meet_bf16_queries_in_fp16_mmas():
     """With bf16 queries an e4m3 cache's tiles become fp16 (one F2FP unpack per pair) and both products run as fp16
     wgmma: no e4m3 -> fp16 -> bf16 round trip (F2F.BF16.F16), no bf16 wgmma; the bf16 cache keeps bf16 wgmma."""
@@ -371,7 +359,7 @@ def test_e4m3_tiles_meet_bf16_queries_in_fp16_mmas():
                                   KV(1, 16, 2, 2, (5000,), 64, window=(700, 300))],
                          ids=lambda c: c.shape_str().replace(" ", "-"))
 def test_gpu_windows_match_the_oracle(case):
-    _needs_gpu()
+    triton_gpu_or_skip()
     _check(case, "cuda")
 
 
@@ -383,7 +371,7 @@ def test_gpu_windows_match_the_oracle(case):
                          ids=lambda c: c.shape_str().replace(" ", "-"))
 @pytest.mark.parametrize("split", [dict(), dict(num_splits=7), dict(split_size=256)], ids=["auto", "seven", "size256"])
 def test_gpu_more_windows_match_the_oracle(case, split):
-    _needs_gpu()
+    triton_gpu_or_skip()
     _check(case, "cuda", **split)
 
 
@@ -392,7 +380,7 @@ def test_gpu_more_windows_match_the_oracle(case, split):
 def test_gpu_a_window_keeps_split_size_batch_invariant_and_runs_deterministic(paged):
     """The chunks start at each sequence's window (from its own length, on the device): under split_size a sequence
     alone gives the same bits as inside the batch; repeated calls agree, with and without split_size."""
-    _needs_gpu()
+    triton_gpu_or_skip()
     from triton_impl.decode import forward
     window = (1500, -1)
     case = KV(4, 16, 4, 3, (3000, 10, 1777, 4096), 128, page_size=64 if paged else None, capacity=4096, causal=True,
@@ -415,7 +403,7 @@ def test_gpu_a_window_keeps_split_size_batch_invariant_and_runs_deterministic(pa
 
 @gpu
 def test_gpu_deterministic_batch_invariant_and_capturable():
-    _needs_gpu()
+    triton_gpu_or_skip()
     from triton_impl.decode import forward
     case = KV(4, 32, 8, 1, (8000, 100, 4097, 3000), 128, page_size=64)
     inputs = _inputs(case, "cuda")
@@ -435,7 +423,7 @@ def test_gpu_deterministic_batch_invariant_and_capturable():
 
 @gpu
 def test_gpu_bad_page_poisons_that_batch_only():
-    _needs_gpu()
+    triton_gpu_or_skip()
     case = KV(3, 32, 8, 1, (3000, 2000, 1000), 128, page_size=64, hostile=True)
     inputs = _inputs(case, "cuda")
     clean = _call(inputs, case)

@@ -8,23 +8,18 @@ small shapes; the interpreter's 32-row, 16-key tiles, so these shapes span sever
 choice and the refusals need no interpreter and run in both processes; the compile checks run outside it.
 """
 import dataclasses
-import os
 
 import pytest
 import torch
 
 from compare import backends, oracle
-from conftest import run_interpreter_subprocess
+from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
 
 pytest.importorskip("triton")
 
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
-
 
 def test_headdims_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     stdout = run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu")
     # inside: every test but this one and the compiles ran (the oracle cases, the strided and default-variant runs,
     # the checks)
@@ -184,7 +179,7 @@ COMPILES = [(40, 40, True, {}), (80, 80, False, {}), (192, 128, True, {}), (248,
             (96, 96, True, dict(VARLEN=True, LOCAL=True, SOFTCAP=True))]
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 @pytest.mark.parametrize("head_dim, head_dim_v, causal, options", COMPILES,
                          ids=[f"d{d}v{dv}{'c' * c}{''.join(o)}" for d, dv, c, o in COMPILES])
 def test_padded_head_dims_compile_for_sm90_without_spills(head_dim, head_dim_v, causal, options):
@@ -209,15 +204,10 @@ GPU_CASES = [c.replace(fmt="bf16") if c.fmt == "fp32" else c for c in CASES] + [
 GPU_VARLEN_CASES = [dataclasses.replace(c, fmt="bf16") if c.fmt == "fp32" else c for c in VARLEN_CASES]
 
 
-def _gpu_or_skip():
-    if INSIDE or not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU (or the interpreter)")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c.shape_str() for c in GPU_CASES])
 def test_gpu_fa2_head_dims_match_the_oracle(case):
-    _gpu_or_skip()
+    triton_gpu_or_skip()
     verdict = oracle.check(backends.get("triton:fa2"), case, device="cuda")
     assert verdict.passed, verdict.summary()
 
@@ -225,7 +215,7 @@ def test_gpu_fa2_head_dims_match_the_oracle(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_VARLEN_CASES, ids=[c.shape_str() for c in GPU_VARLEN_CASES])
 def test_gpu_fa2_varlen_head_dims_match_the_oracle(case):
-    _gpu_or_skip()
+    triton_gpu_or_skip()
     import triton_impl
     verdict = oracle.check_varlen(triton_impl.attention_varlen, case, device="cuda")
     assert verdict.passed, verdict.summary()

@@ -8,35 +8,23 @@ Triton 3.6's interpreter multiplies bf16 dots on raw bits.
 """
 import importlib.util
 import math
-import os
 import re
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-REPO = Path(__file__).resolve().parents[1]
-interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
+from conftest import INSIDE_INTERPRETER, interpreted, run_interpreter_subprocess, skip_inside_interpreter
 
 
 def test_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     pytest.importorskip("triton")
-    env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", __file__],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stdout[-12000:] + run.stderr[-4000:]
-    check_inner_summary(run.stdout, interpreted_count(), outer_count())
+    check_inner_summary(run_interpreter_subprocess(__file__, "-rs"), interpreted_count(), outer_count())
 
 
 # What the subprocess may skip: the tests that belong to the outer run (not marked `interpreted`).
 OUTER_ONLY = {"this is the subprocess", "checks the machine without the interpreter", "runs in the outer process"}
-outer_only = pytest.mark.skipif(INSIDE, reason="runs in the outer process")
+outer_only = pytest.mark.skipif(INSIDE_INTERPRETER, reason="runs in the outer process")
 
 
 def _items(reasons) -> int:
@@ -87,7 +75,7 @@ def test_inner_summary_check_catches_a_skipped_interpreted_test():
             check_inner_summary(bad, 85, 3)
 
 
-@pytest.mark.skipif(INSIDE, reason="checks the machine without the interpreter")
+@pytest.mark.skipif(INSIDE_INTERPRETER, reason="checks the machine without the interpreter")
 def test_without_gpu_or_interpreter_the_reason_is_given():
     import triton_impl
     if torch.cuda.is_available():
@@ -98,8 +86,6 @@ def test_without_gpu_or_interpreter_the_reason_is_given():
     q = torch.randn(1, 1, 8, 64, dtype=torch.float16)
     with pytest.raises(RuntimeError, match="no CUDA GPU"):
         triton_impl.attention(q, q, q, variant="fa2")
-
-
 
 
 # ---------------------------------------------------------------- reference
@@ -427,7 +413,6 @@ def test_blocked_dequant_fp16_tiles():
     assert (out16 - out32).abs().max() <= 2e-2 and (lse16 - lse32).abs().max() <= 1e-2
 
 
-
 @interpreted
 @pytest.mark.parametrize("variant", ["mxfp8-dequant", "nvfp4-dequant"])
 def test_blocked_dequant_passes_the_shared_oracle_with_several_blocks_per_tile(variant, monkeypatch):
@@ -444,7 +429,7 @@ def test_blocked_dequant_passes_the_shared_oracle_with_several_blocks_per_tile(v
         verdict = oracle.check(lambda q, k, v, **kw: attention(q, k, v, variant=variant, **kw), case)
         assert verdict.passed, verdict.summary()
 
-if INSIDE:
+if INSIDE_INTERPRETER:
     import triton
     import triton.language as tl
 

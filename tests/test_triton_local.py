@@ -7,23 +7,18 @@ small shapes; the interpreter's 16-row, 16-key tiles, so these shapes span sever
 The refusals and the compile check need no interpreter.
 """
 import dataclasses
-import os
 
 import pytest
 import torch
 
 from compare import backends, oracle
-from conftest import run_interpreter_subprocess
+from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
 
 pytest.importorskip("triton")
 
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
-
 
 def test_local_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     stdout = run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu")
     # inside: the oracle cases, the rows test and the refusals ran; the suite itself and the compiles skipped
     ran, skipped = len(CASES) + len(VARLEN_CASES) + 3, len(COMPILE_OPTIONS) + 1
@@ -114,7 +109,7 @@ COMPILE_OPTIONS = [dict(LOCAL=True), dict(SOFTCAP=True), dict(LOCAL=True, SOFTCA
                    dict(VARLEN=True, LOCAL=True, SOFTCAP=True)]
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 @pytest.mark.parametrize("options", COMPILE_OPTIONS)
 def test_the_options_compile_for_sm90_without_spills(options):
     from triton_impl.kernels import offline
@@ -129,15 +124,10 @@ GPU_CASES = [c.replace(fmt="bf16") if c.fmt == "fp32" else c for c in CASES]
 GPU_VARLEN_CASES = [dataclasses.replace(c, fmt="bf16") if c.fmt == "fp32" else c for c in VARLEN_CASES]
 
 
-def _gpu_or_skip():
-    if INSIDE or not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU (or the interpreter)")
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c.shape_str() for c in GPU_CASES])
 def test_gpu_fa2_window_and_softcap_match_the_oracle(case):
-    _gpu_or_skip()
+    triton_gpu_or_skip()
     verdict = oracle.check(backends.get("triton:fa2"), case, device="cuda")
     assert verdict.passed, verdict.summary()
 
@@ -145,7 +135,7 @@ def test_gpu_fa2_window_and_softcap_match_the_oracle(case):
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", GPU_VARLEN_CASES, ids=[c.shape_str() for c in GPU_VARLEN_CASES])
 def test_gpu_fa2_varlen_matches_the_oracle(case):
-    _gpu_or_skip()
+    triton_gpu_or_skip()
     import triton_impl
     verdict = oracle.check_varlen(triton_impl.attention_varlen, case, device="cuda")
     assert verdict.passed, verdict.summary()

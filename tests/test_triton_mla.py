@@ -5,24 +5,19 @@ compare.oracle.check_kvcache (KVCase.latent: v_cache a view of k_cache, the fp64
 Interpreter tests run in a TRITON_INTERPRET=1 subprocess (`test_mla_interpreter_suite`); the refusals need no
 interpreter; GPU tests (bf16, realistic sizes) are marked `gpu` and skip cleanly without one.
 """
-import os
-
 import pytest
 import torch
 
 from compare import backends, kvcache, oracle
-from conftest import run_interpreter_subprocess
+from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
 
 pytest.importorskip("triton")
 
-INSIDE = os.environ.get("TRITON_INTERPRET") == "1"
-interpreted = pytest.mark.skipif(not INSIDE, reason="runs in the TRITON_INTERPRET=1 subprocess")
 gpu = pytest.mark.gpu
 
 
 def test_mla_interpreter_suite():
-    if INSIDE:
-        pytest.skip("this is the subprocess")
+    skip_inside_interpreter()
     stdout = run_interpreter_subprocess(__file__, "-m", "not gpu")
     ran = len(CASES) + 3 + len(BAD_CALLS) + 1  # the oracle cases, the three checks below, the refusals, the registry
     assert f"{ran} passed" in stdout, stdout[-3000:]
@@ -117,7 +112,7 @@ def test_bad_mla_calls_are_refused_by_name(kind, bad, error, message):
                                              head_dim_v=bad.get("head_dim_v", 512))
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 @pytest.mark.parametrize("fp8", [False, True], ids=["bf16-cache", "e4m3-cache"])
 @pytest.mark.parametrize("rows", [16, 128], ids=["16-heads", "128-heads"])
 def test_the_mla_tiles_compile_for_sm90_without_spills(fp8, rows):
@@ -132,7 +127,7 @@ def test_the_mla_tiles_compile_for_sm90_without_spills(fp8, rows):
     assert usage["HMMA"] > 0 and usage["HGMMA"] == 0, (config, usage)
 
 
-@pytest.mark.skipif(INSIDE, reason="compiles for sm_90a outside the interpreter")
+@sm90_compile
 @pytest.mark.parametrize("warps, block_n", [(8, 64), (4, 32)])
 def test_a_wgmma_mla_tile_spills_in_triton(warps, block_n):
     """The design doc's account of Triton's MLA tiles: at 64 rows Triton takes wgmma, and the program (one tile of
@@ -163,7 +158,6 @@ GPU_CASES = [
 @gpu
 @pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c.shape_str().replace(" ", "-"))
 def test_gpu_mla_matches_the_oracle(case):
-    if INSIDE or not torch.cuda.is_available():
-        pytest.skip("no CUDA GPU (or the interpreter)")
+    triton_gpu_or_skip()
     verdict = oracle.check_kvcache(_mla, case, device="cuda")
     assert verdict.passed, verdict.summary()
