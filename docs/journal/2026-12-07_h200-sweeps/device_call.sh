@@ -6,7 +6,8 @@
 # PART=dims: the head-dim and local GPU suites of both backends (Q/K 192 with V 128 on its own kernels, the d80 / d96
 #   tiles, local d64 on three consumers), then the headdims and decode sweeps (issue 32's and 31's published runs).
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
-# PART=every: the mla, headdims, decode and local sweeps, then every GPU test in the time left.
+# PART=every: the mla, headdims, decode, varlen and local sweeps, each cut to the time left of TOTAL, then every
+#   GPU test in the time left.
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 1k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
@@ -30,8 +31,10 @@ gpu_tests() {  # LIMIT TESTS...
   timeout $limit python3 -m pytest -q -p no:cacheprovider -m gpu "$@" > $OUT/${PART}_pytest.log 2>&1
   echo "GPU tests rc=$? at ${SECONDS}s"; tail -1 $OUT/${PART}_pytest.log; grep -E "^(FAILED|ERROR)" $OUT/${PART}_pytest.log | head
 }
-sweep() {  # NAME LIMIT
-  timeout $2 python3 -m compare run --sweep $1 --out runs/$1.csv --no-progress > $OUT/sweep_$1.log 2>&1 \
+sweep() {  # NAME LIMIT (cut to what is left of TOTAL, less 20 s to copy back)
+  local limit=$(( $2 < ${TOTAL:-575} - SECONDS - 20 ? $2 : ${TOTAL:-575} - SECONDS - 20 ))
+  [ $limit -lt 20 ] && { echo "$1 sweep not run: ${SECONDS}s gone"; return; }
+  timeout $limit python3 -m compare run --sweep $1 --out runs/$1.csv --no-progress > $OUT/sweep_$1.log 2>&1 \
     || echo "$1 sweep stopped: $?"
   cp runs/$1.csv $OUT/$1.csv; echo "$1 sweep done at ${SECONDS}s, $(grep -c ERROR $OUT/sweep_$1.log) errors"
 }
@@ -56,10 +59,11 @@ elif [ "$PART" = all ]; then  # the three sweeps in one call (their GPU suites p
   [ "${HEADDIMS_LIMIT:-200}" -gt 0 ] && sweep headdims ${HEADDIMS_LIMIT:-200}
   [ "${DECODE_LIMIT:-120}" -gt 0 ] && sweep decode ${DECODE_LIMIT:-120}
   tail -12 $OUT/sweep_mla.log
-elif [ "$PART" = every ]; then  # the four sweeps (earlier H200 runs of each took 1-3 min), then GPU tests to the end
+elif [ "$PART" = every ]; then  # the five sweeps (earlier H200 runs: rows over 13-78 s each), then GPU tests to the end
   sweep mla ${MLA_LIMIT:-200}
   sweep headdims ${HEADDIMS_LIMIT:-160}
   sweep decode ${DECODE_LIMIT:-110}
+  sweep varlen ${VARLEN_LIMIT:-130}
   sweep local ${LOCAL_LIMIT:-80}
   left=$((${TOTAL:-575} - SECONDS))
   [ $left -gt 30 ] && gpu_tests $left tests
