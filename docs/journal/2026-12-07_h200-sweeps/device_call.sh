@@ -8,6 +8,7 @@
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
 # PART=every: the mla, headdims, decode, varlen and local sweeps, each cut to the time left of TOTAL, then every
 #   GPU test in the time left.
+# PART=tests: every GPU test, the decode, MLA, head-dim, local and varlen files first.
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 1k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
@@ -68,6 +69,11 @@ elif [ "$PART" = every ]; then  # the five sweeps (earlier H200 runs: rows over 
   left=$((${TOTAL:-575} - SECONDS))
   [ $left -gt 30 ] && gpu_tests $left tests
   tail -12 $OUT/sweep_mla.log
+elif [ "$PART" = tests ]; then  # the GPU tests, the issues' matrices first (decode, MLA, head dims, local, varlen)
+  gpu_tests $(( ${TOTAL:-575} - SECONDS - 10 )) tests/test_cuda_decode.py tests/test_triton_decode.py \
+    tests/test_cuda_mla.py tests/test_triton_mla.py tests/test_native_entry.py tests/test_triton_native_entry.py \
+    tests/test_cuda_headdims.py tests/test_triton_headdims.py tests/test_cuda_local.py tests/test_triton_local.py \
+    tests/test_cuda_varlen.py tests/test_gpu_oracle.py tests/test_fuzz_regressions.py tests
 else  # PART=local
   sweep local 280
   tail -24 $OUT/sweep_local.log
