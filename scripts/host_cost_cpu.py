@@ -115,7 +115,6 @@ def install_fakes(workdir: Path) -> None:
     from cuda_impl import _lib, native, validate
     from cuda_impl import decode as cuda_decode
     from triton_impl import decode as triton_decode
-    from triton_impl import frontend
     from triton_impl import native as triton_native
 
     torch.cuda.current_device = lambda: 0
@@ -154,7 +153,7 @@ def install_fakes(workdir: Path) -> None:
         return kernel
 
     JITFunction._do_compile = compile_nothing
-    real_devices = frontend._check_devices
+    real_devices = triton_decode.check_devices
 
     def check_devices(tensors):
         devices = {t.device for t in tensors}
@@ -162,7 +161,7 @@ def install_fakes(workdir: Path) -> None:
             return None
         return real_devices(tensors)
 
-    triton_decode._check_devices = check_devices
+    triton_decode.check_devices = check_devices
 
 
 def _python_path(module, call):

@@ -199,7 +199,7 @@ def triton_jit(monkeypatch):
     monkeypatch.setattr(triton.runtime.driver, "_active", _cpu_driver())
     monkeypatch.setattr(decode, "_prepared", {})
     monkeypatch.setattr(decode, "unavailable_reason", lambda variant: None)
-    monkeypatch.setattr(decode, "_check_devices", lambda tensors: None)
+    monkeypatch.setattr(decode, "check_devices", lambda tensors: None)
     return compiles, launches
 
 

@@ -1,5 +1,5 @@
 """Both backends skip torch's custom-op dispatch only in plain eager calls (cuda_impl.ops._eager and
-triton_impl.frontend._eager, the same rule kept in two places because the backends do not import each
+triton_impl.runtime.eager, the same rule kept in two places because the backends do not import each
 other); everything that must see the op still gets it. CPU only: the rule reads tensors and torch state."""
 
 import pytest
@@ -9,9 +9,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from cuda_impl import ops
-from triton_impl import frontend
+from triton_impl import runtime
 
-RULES = {"cuda_impl": ops._eager, "triton_impl": frontend._eager}
+RULES = {"cuda_impl": ops._eager, "triton_impl": runtime.eager}
 
 
 class PassThroughFunctionMode(TorchFunctionMode):

@@ -23,7 +23,7 @@ def _inputs(fmt, head_dim, seqlen):
     ((8, 0), "bf16", 128, 1024, "fa2"), ((8, 9), "fp16", 256, 1024, "fa2"), ((8, 0), "fp8", 128, 1024, None),
 ])
 def test_default_variant_follows_the_table(monkeypatch, cc, fmt, head_dim, seqlen, expected):
-    monkeypatch.setattr(frontend, "_interpreting", lambda: False)
+    monkeypatch.setattr(frontend, "interpreting", lambda: False)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
     q, k = _inputs(fmt, head_dim, seqlen)
     monkeypatch.setattr(frontend, "_device_type", lambda t: "cuda")
@@ -35,7 +35,7 @@ def test_default_variant_follows_the_table(monkeypatch, cc, fmt, head_dim, seqle
 
 
 def test_default_variant_under_the_interpreter_skips_gluon(monkeypatch):
-    monkeypatch.setattr(frontend, "_interpreting", lambda: True)
+    monkeypatch.setattr(frontend, "interpreting", lambda: True)
     q, k = _inputs("fp16", 128, 256)
     assert triton_impl.select_variant(q, k) == "fa2-tma"
     q, k = _inputs("fp8", 128, 256)
@@ -52,7 +52,7 @@ def test_default_variant_under_the_interpreter_skips_gluon(monkeypatch):
 ])
 def test_default_variant_sends_short_query_blocks_to_decode(monkeypatch, interpreting, cc, seqlen_q, head_dim,
                                                             expected):
-    monkeypatch.setattr(frontend, "_interpreting", lambda: interpreting)
+    monkeypatch.setattr(frontend, "interpreting", lambda: interpreting)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
     monkeypatch.setattr(frontend, "_device_type", lambda t: "cuda")
     q = torch.randn(2, 8, seqlen_q, head_dim, dtype=torch.float16)

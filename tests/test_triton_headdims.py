@@ -102,7 +102,7 @@ def test_default_variant_for_the_new_head_dims(monkeypatch, interpreting, cc, he
                                                expected):
     import triton_impl
     from triton_impl import frontend
-    monkeypatch.setattr(frontend, "_interpreting", lambda: interpreting)
+    monkeypatch.setattr(frontend, "interpreting", lambda: interpreting)
     monkeypatch.setattr(frontend, "_device_type", lambda t: "cpu" if interpreting else "cuda")
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: cc)
     q, k, v = _qkv(head_dim, head_dim_v, seqlen_q=seqlen_q)

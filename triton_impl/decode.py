@@ -4,7 +4,7 @@
 num_splits=None, split_size=None) -> (out, lse)`; the caller has validated shapes, dtypes and devices
 (the decode contract). q (B, Sq, Hq, D), out (B, Sq, Hq, D) in q's dtype, lse (B, Hq, Sq) fp32, natural log.
 Kernels: triton_impl/kernels/decode.py. The work runs behind the custom op `triton_fa::decode` (with a fake
-implementation for torch.compile), called directly in plain eager use (frontend._eager).
+implementation for torch.compile), called directly in plain eager use (runtime.eager).
 
 Split-KV: the key range [0, capacity) is cut into chunks of `split_keys` keys (a multiple of the key tile)
 processed by different programs, merged through their LSE in split order (deterministic). With a left window
@@ -28,7 +28,7 @@ from typing import Optional
 import torch
 
 from triton_impl import native
-from triton_impl.frontend import _check_devices, _device_scope, _interpreting, _run, unavailable_reason
+from triton_impl.runtime import check_devices, device_scope, interpreting, run_op, unavailable_reason
 from triton_impl.variants import VARIANTS
 
 # split heuristic (num_splits=None) on a GPU
@@ -54,7 +54,7 @@ def plan(batch, heads_kv, rows, capacity, head_dim, num_splits=None, split_size=
     with window_keys (window_left + Sq: how wide the union of a sequence's rows' windows is, ending at its length)
     of the window's span, min(capacity, window_keys + BLOCK_N) keys from the kernel's chunk start. (Asked once per
     call shape: _decode_impl keeps its answer.)"""
-    on_gpu = not _interpreting() and device is not None and device.type == "cuda"
+    on_gpu = not interpreting() and device is not None and device.type == "cuda"
     sms = _sm_count(device.index or 0) if on_gpu else 0
     return _plan(int(batch), int(heads_kv), int(rows), max(int(capacity), 1), int(head_dim), num_splits, split_size,
                  sms, kv_element_size, window_keys, config)
@@ -143,7 +143,7 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
     reason = unavailable_reason("decode" if "decode" in VARIANTS else "fa2")
     if reason is not None:
         raise RuntimeError(reason)
-    _check_devices(tensors)
+    check_devices(tensors)
     kernels = _kernels()
     q_shape, k_shape = q.shape, k_cache.shape
     capacity = block_table.shape[1] * k_shape[1] if block_table is not None else k_shape[1]
@@ -175,7 +175,7 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
             if len(_prepared) >= PLAN_CACHE_SIZE:
                 _prepared.clear()
             _prepared[key] = prepared
-    with _device_scope(q):
+    with device_scope(q):
         addresses = prepared.launch(q, k_cache, v_cache, out, lse, ws_o, ws_lse, cache_seqlens, block_table,
                                     k_descale, v_descale, scale)
     if config is None and cache_seqlens is not None and q.is_cuda and not torch.compiler.is_compiling():
@@ -247,6 +247,6 @@ def forward(q, k_cache, v_cache, cache_seqlens, block_table, *, causal: bool, sc
         k_descale = v_descale = None
     else:
         k_descale, v_descale = k_descale.float().contiguous(), v_descale.float().contiguous()
-    return _run(_decode_op, _decode, (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale),
+    return run_op(_decode_op, _decode, (q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descale),
                 bool(causal), scale, _split_arg("num_splits", num_splits), _split_arg("split_size", split_size),
                 *_window(window, causal))

@@ -3,16 +3,13 @@
 Ops: `triton_fa::fwd` (16-bit), `triton_fa::fwd_fp8` (fp8 with descales) and `triton_fa::fwd_blocked`
 (MXFP8 / NVFP4 data and block scales; nvfp4's tensor scales as 0-dim tensors, None for mxfp8).
 `attention` runs their implementations directly in plain eager use and through the ops wherever a torch
-machinery (compile, export, tracing, fake tensors, modes, autograd) has to see them (`_eager`).
+machinery (compile, export, tracing, fake tensors, modes, autograd) has to see them (`eager`).
 Kernels (and Triton itself) are imported only when a kernel runs, so `import triton_impl` works on a
 machine without Triton or a GPU. Both ops always produce the LSE (B*H*Sq floats, negligible next
 to the output); `attention` drops it unless asked.
 """
-import contextlib
-import functools
 import importlib
 import math
-import os
 import sys
 from typing import Optional
 
@@ -20,15 +17,12 @@ import torch
 
 from compare import native_build
 from triton_impl import native
+from triton_impl.runtime import check_devices, device_scope, interpreting, run_op, unavailable_reason
 from triton_impl.variants import DECODE_MAX_SEQLEN_Q, DEFAULT_VARIANTS, VARIANTS
 
 _TORCH_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 # block-scaled formats: (element dtype of data, dtype of the block scales, elements per byte, block)
 _BLOCKED = {"mxfp8": (torch.float8_e4m3fn, torch.uint8, 1, 32), "nvfp4": (torch.uint8, torch.float8_e4m3fn, 2, 16)}
-
-
-def _interpreting():
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
 def last_config(variant):
@@ -42,44 +36,8 @@ def last_config(variant):
     return None if tuning is None else tuning.last_config(variant)
 
 
-def unavailable_reason(variant):
-    """None when `variant` can run here now, else why not."""
-    if variant not in VARIANTS:
-        raise ValueError(f"unknown triton variant {variant!r}; known: {sorted(VARIANTS)}")
-    interpreting = _interpreting()
-    device = None if interpreting or not torch.cuda.is_available() else torch.cuda.current_device()
-    return _reason(variant, interpreting, device)
-
-
-@functools.lru_cache(maxsize=None)
-def _reason(variant, interpreting, device):
-    """Cached: the answer is fixed per process, and attention() asks on every call."""
-    try:
-        importlib.import_module("triton")
-    except ImportError as err:
-        return f"triton is not importable: {err}"
-    if interpreting:
-        return f"variant {variant!r} is a Gluon kernel, which TRITON_INTERPRET=1 cannot run" \
-            if VARIANTS[variant].get("gluon") else None
-    if device is None:
-        return "no CUDA GPU (set TRITON_INTERPRET=1 to run the kernels on the CPU)"
-    cc = torch.cuda.get_device_capability(device)
-    low, high = VARIANTS[variant]["min_cc"], VARIANTS[variant]["max_cc"]
-    if cc < low or (high is not None and cc > high):
-        wanted = f"sm_{low[0]}{low[1]}" + ("+" if high is None else f" to sm_{high[0]}{high[1]}")
-        return f"variant {variant!r} needs {wanted}, this GPU is sm_{cc[0]}{cc[1]}"
-    return None
-
-
 def _is_quantized(x):
     return all(hasattr(x, name) for name in ("fmt", "data", "scale", "transposed"))
-
-
-def _device_scope(t):
-    """Triton launches on the current device: make it the inputs' device when it is not already."""
-    if t.is_cuda and t.device.index != torch.cuda.current_device():
-        return torch.cuda.device(t.device)
-    return contextlib.nullcontext()
 
 
 def _check_runnable(op, variant, tensors, tma_tensors):
@@ -90,28 +48,11 @@ def _check_runnable(op, variant, tensors, tma_tensors):
     reason = unavailable_reason(variant)
     if reason is not None:
         raise RuntimeError(reason)
-    _check_devices(tensors)
+    check_devices(tensors)
     _check_tma_layout(variant, tma_tensors)
 
 
 # ---------------------------------------------------------------- custom ops
-
-def _eager(tensors) -> bool:
-    """True when a call may skip torch's custom-op dispatch (a large share of a call's host time,
-    scripts/bench_api_overhead_gpu.py): plain tensors that need no autograd, outside torch.compile,
-    export and jit tracing, fake tensors and torch dispatch or function modes, which must see the op.
-    (cuda_impl.ops applies the same rule; the two backends do not import each other.)"""
-    if torch.compiler.is_compiling() or torch.jit.is_tracing():
-        return False
-    if torch._C._len_torch_dispatch_stack() or torch._C._is_torch_function_mode_enabled():
-        return False
-    return all(t is None or (type(t) is torch.Tensor and not t.requires_grad) for t in tensors)
-
-
-def _run(op, impl, tensors, *args):
-    """op(*tensors, *args), or the implementation directly where `_eager` allows."""
-    return (impl if _eager(tensors) else op)(*tensors, *args)
-
 
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float,
             variant: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -119,7 +60,7 @@ def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale:
     out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
-    with _device_scope(q):
+    with device_scope(q):
         kernels.launch(q, k, v, out, lse, causal, scale)
     return out, lse
 
@@ -138,7 +79,7 @@ def _fwd_local(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     out = torch.empty((*q.shape[:3], v.shape[3]), dtype=q.dtype, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
-    with _device_scope(q):
+    with device_scope(q):
         kernels.launch(q, k, v, out, lse, causal, scale, window=(window_left, window_right), softcap=softcap)
     return out, lse
 
@@ -158,7 +99,7 @@ def _fwd_fp8(q: torch.Tensor, k: torch.Tensor, vt: torch.Tensor, q_descale: torc
     out = torch.empty(q.shape, dtype=torch.bfloat16, device=q.device)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
-    with _device_scope(q):
+    with device_scope(q):
         kernels.launch(q, k, vt, q_descale, k_descale, v_descale, out, lse, causal, scale)
     return out, lse
 
@@ -181,7 +122,7 @@ def _fwd_blocked(q: torch.Tensor, q_scale: torch.Tensor, k: torch.Tensor, k_scal
                                              *(t for t in tensor_scales if t is not None)), {})
     out, lse = _blocked_outputs(q, variant)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
-    with _device_scope(q):
+    with device_scope(q):
         kernels.launch(VARIANTS[variant]["formats"][0], q, q_scale, k, k_scale, vt, vt_scale, tensor_scales,
                        out, lse, causal, scale)
     return out, lse
@@ -252,16 +193,6 @@ def _check_head_dims(variant, head_dim, head_dim_v):
                      + (f" (variants that take {dims}: {others})" if others else ""))
 
 
-def _check_devices(tensors):
-    devices = {t.device for t in tensors}
-    if len(devices) != 1:
-        raise ValueError(f"inputs are on different devices: {sorted(map(str, devices))}")
-    device = devices.pop()
-    if device.type != "cuda" and not _interpreting():
-        raise ValueError(f"triton kernels need CUDA tensors, got {device} "
-                         f"(or set TRITON_INTERPRET=1 to run on the CPU)")
-
-
 def _check_tma_layout(variant, tensors):
     """TMA descriptors need a unit last stride and 16-byte aligned base address and strides."""
     from triton_impl.kernels.tuning import strides
@@ -304,7 +235,7 @@ def select_variant(q, k=None, v=None, *, causal=False):
     seqlen_q = shape_of(q)[-2]
     length = max(seqlen_q, shape_of(k)[-2] if k is not None else 0)
     data = q.data if quantized else q
-    cc = None if _interpreting() or _device_type(data) != "cuda" else torch.cuda.get_device_capability(data.device)
+    cc = None if interpreting() or _device_type(data) != "cuda" else torch.cuda.get_device_capability(data.device)
     rows = [r for r in DEFAULT_VARIANTS if fmt in r[2]]
     if not rows:
         formats = sorted({f for r in DEFAULT_VARIANTS for f in r[2]})
@@ -393,11 +324,11 @@ def _attention_16bit(q, k, v, causal, scale, variant, window=(-1, -1), softcap=0
     _check_shapes(q, k, v.shape, variant)
     scale = _resolve_scale(scale, q.shape[-1])
     if window != (-1, -1) or softcap:  # a variant that declares both (_attention_local)
-        return _run(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
+        return run_op(_fwd_local_op, _fwd_local, (q, k, v), bool(causal), scale, int(window[0]), int(window[1]),
                     softcap, variant)
     if VARIANTS[variant]["op"] == "decode":
         return _attention_decode(q, k, v, causal, scale, variant)
-    return _run(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
+    return run_op(_fwd_op, _fwd, (q, k, v), bool(causal), scale, variant)
 
 
 def _attention_decode(q, k, v, causal, scale, variant):
@@ -421,7 +352,7 @@ def _fwd_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q:
     out = torch.empty((*q.shape[:2], v.shape[2]), dtype=q.dtype, device=q.device)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     kernels = importlib.import_module(VARIANTS[variant]["kernels"])
-    with _device_scope(q):
+    with device_scope(q):
         kernels.launch_varlen(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal,
                               scale, window=(window_left, window_right), softcap=softcap)
     return out, lse
@@ -459,7 +390,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
     variant = _choose_variant(_TORCH_FORMATS[q.dtype], variant, q, k, v, causal)
     _check_head_dims(variant, layout.head_dim, layout.head_dim_v)
     scale = _resolve_scale(scale, layout.head_dim)
-    out, lse = _run(_fwd_varlen_op, _fwd_varlen, (q, k, v, cu_seqlens_q, cu_seqlens_k), int(max_seqlen_q),
+    out, lse = run_op(_fwd_varlen_op, _fwd_varlen, (q, k, v, cu_seqlens_q, cu_seqlens_k), int(max_seqlen_q),
                     int(max_seqlen_k), bool(causal), scale, int(window[0]), int(window[1]), float(softcap), variant)
     return (out, lse) if return_lse else out
 
@@ -560,7 +491,7 @@ def _attention_quantized(q, k, v, causal, scale, variant):
                              f"got {t.scale.dtype} {tuple(t.scale.shape)}")
         descales.append(t.scale.contiguous())
     scale = _resolve_scale(scale, q.data.shape[-1])
-    return _run(_fwd_fp8_op, _fwd_fp8, (q.data, k.data, vt, *descales), bool(causal), scale, variant)
+    return run_op(_fwd_fp8_op, _fwd_fp8, (q.data, k.data, vt, *descales), bool(causal), scale, variant)
 
 
 def _attention_blocked(q, k, v, causal, scale, variant):
@@ -590,4 +521,4 @@ def _attention_blocked(q, k, v, causal, scale, variant):
     tensor_scales = [t.tensor_scale.reshape(()) if q.fmt == "nvfp4" else None for t in (q, k, v)]
     tensors = (q.data.contiguous(), q.scale.contiguous(), k.data.contiguous(), k.scale.contiguous(),
                v.data.contiguous(), v.scale.contiguous(), *tensor_scales)
-    return _run(_fwd_blocked_op, _fwd_blocked, tensors, bool(causal), scale, variant)
+    return run_op(_fwd_blocked_op, _fwd_blocked, tensors, bool(causal), scale, variant)
