@@ -1,7 +1,9 @@
 """Fixtures shared by the CUDA test files: a library is built once per session (or found in the
 build cache); without nvcc and without a cached build the test is skipped with the reason. And the Triton test
 files' way into the interpreter: their own tests again in a TRITON_INTERPRET=1 subprocess."""
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,10 +21,50 @@ interpreted = pytest.mark.skipif(not INSIDE_INTERPRETER, reason="runs in the TRI
 sm90_compile = pytest.mark.skipif(INSIDE_INTERPRETER, reason="compiles for sm_90a outside the interpreter")
 
 
+outside_interpreter = pytest.mark.skipif(INSIDE_INTERPRETER, reason="runs outside the interpreter")
+# The only reasons a test may skip for in the interpreter's subprocess: it belongs to the outer run.
+OUTER_REASONS = {sm90_compile.kwargs["reason"], outside_interpreter.kwargs["reason"], "this is the subprocess"}
+
+
 def skip_inside_interpreter() -> None:
     """For the test that starts the interpreter's subprocess: it skips itself there."""
     if INSIDE_INTERPRETER:
         pytest.skip("this is the subprocess")
+
+
+def _test_items(module_globals: dict, keep) -> int:
+    """How many test items the module's test functions whose marks satisfy keep(marks) make, parametrisations
+    multiplied out."""
+    total = 0
+    for name, fn in module_globals.items():
+        if name.startswith("test_") and callable(fn):
+            marks = getattr(fn, "pytestmark", [])
+            if keep(marks):
+                total += math.prod(len(m.args[1]) for m in marks if m.name == "parametrize")
+    return total
+
+
+def check_interpreter_run(stdout: str, module_globals: dict) -> None:
+    """The interpreter subprocess of a test module (run_interpreter_subprocess with -rs) ran every test but the
+    outer ones: its summary says 'N passed, M skipped' (and the GPU tests deselected where -m 'not gpu' was asked)
+    with M the items of the tests marked for the outer run (OUTER_REASONS) plus the suite test itself and N every
+    other item that is not a GPU test, and it skipped for no other reason, so that a test that skips inside (a
+    missing package, a guard that became true) or is not collected there fails the suite instead of hiding."""
+    def outer(marks):
+        return any(m.name == "skipif" and m.kwargs.get("reason") in OUTER_REASONS for m in marks)
+
+    def gpu(marks):
+        return any(m.name == "gpu" for m in marks)
+    outer_items = _test_items(module_globals, outer) + 1  # + the suite test, which skips itself inside
+    inner_items = _test_items(module_globals, lambda marks: not outer(marks) and not gpu(marks)) - 1
+    lines = stdout.strip().splitlines()
+    summary = lines[-1] if lines else ""
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", summary.split(" in ")[0])}
+    reasons = set(re.findall(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", stdout, flags=re.M))
+    assert reasons <= OUTER_REASONS, f"tests skipped in the interpreter: {sorted(reasons - OUTER_REASONS)}\n{summary}"
+    assert set(counts) <= {"passed", "skipped", "deselected"}, f"the subprocess reports: {summary}"
+    assert counts.get("skipped", 0) == outer_items, f"{outer_items} outer items should skip there: {summary}"
+    assert counts.get("passed", 0) == inner_items, f"{inner_items} items should pass there: {summary}"
 
 
 def triton_gpu_or_skip() -> None:

@@ -4,13 +4,13 @@ before any @triton.jit runs), add up to torch's sum, with and without a ragged t
 import pytest
 import torch
 
-from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter
+from conftest import check_interpreter_run, interpreted, run_interpreter_subprocess, skip_inside_interpreter
 
 
 def test_stream_read_interpreter_suite():
     skip_inside_interpreter()
     pytest.importorskip("triton")
-    assert " passed" in run_interpreter_subprocess(__file__, timeout=300)
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs", timeout=300), globals())
 
 
 @interpreted

@@ -12,15 +12,14 @@ import pytest
 import torch
 
 from compare import oracle
-from conftest import (INSIDE_INTERPRETER, interpreted, run_interpreter_subprocess, skip_inside_interpreter,
-                      sm90_compile, triton_gpu_or_skip)
+from conftest import (check_interpreter_run, interpreted, outside_interpreter, run_interpreter_subprocess,
+                      skip_inside_interpreter, sm90_compile, triton_gpu_or_skip)
 
 
 def test_decode_interpreter_suite():
     skip_inside_interpreter()
     pytest.importorskip("triton")
-    stdout = run_interpreter_subprocess(__file__, "-m", "not gpu", timeout=600)
-    assert " passed" in stdout  # the inner tests really ran
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu", timeout=600), globals())
 
 
 def _public():
@@ -151,7 +150,7 @@ def test_plan_covers_the_window_span():
     assert plan(1, 1, 4, 100, 64, window_keys=500)[1:] == plan(1, 1, 4, 100, 64)[1:]  # wider than the cache
 
 
-@pytest.mark.skipif(INSIDE_INTERPRETER, reason="the GPU's tiles: outside the interpreter")
+@outside_interpreter
 def test_gpu_plan_follows_the_window_not_the_capacity():
     """The split plan for an H200 (132 SMs; pure Python): b1 Hkv8 Sq1 bf16 d128 with window 4096 on 32k keys is
     planned as a cache of its span (4096 + 1 + one 64-key tile), so its grid is the one of a 4097-key cache, and

@@ -13,18 +13,15 @@ import pytest
 import torch
 
 from compare import backends, oracle
-from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
+from conftest import (check_interpreter_run, interpreted, run_interpreter_subprocess, skip_inside_interpreter,
+                      sm90_compile, triton_gpu_or_skip)
 
 pytest.importorskip("triton")
 
 
 def test_headdims_interpreter_suite():
     skip_inside_interpreter()
-    stdout = run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu")
-    # inside: every test but this one and the compiles ran (the oracle cases, the strided and default-variant runs,
-    # the checks)
-    ran = len(CASES) + len(VARLEN_CASES) + 2 + len(DEFAULTS) + len(BAD_CALLS) + len(BAD_VARLEN_CALLS) + 1
-    assert f"{ran} passed, {len(COMPILES) + 1} skipped" in stdout, stdout[-3000:]
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu"), globals())
 
 
 CASES = [

@@ -8,74 +8,53 @@ Triton 3.6's interpreter multiplies bf16 dots on raw bits.
 """
 import importlib.util
 import math
-import re
 
 import pytest
 import torch
 
-from conftest import INSIDE_INTERPRETER, interpreted, run_interpreter_subprocess, skip_inside_interpreter
+from conftest import (INSIDE_INTERPRETER, check_interpreter_run, interpreted, outside_interpreter,
+                      run_interpreter_subprocess, skip_inside_interpreter)
 
 
 def test_interpreter_suite():
     skip_inside_interpreter()
     pytest.importorskip("triton")
-    check_inner_summary(run_interpreter_subprocess(__file__, "-rs"), interpreted_count(), outer_count())
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs"), globals())
 
 
-# What the subprocess may skip: the tests that belong to the outer run (not marked `interpreted`).
-OUTER_ONLY = {"this is the subprocess", "checks the machine without the interpreter", "runs in the outer process"}
-outer_only = pytest.mark.skipif(INSIDE_INTERPRETER, reason="runs in the outer process")
+@outside_interpreter
+def test_interpreter_run_check_catches_a_skipped_or_missing_test():
+    """check_interpreter_run counts a module's items from its marks: here two interpreted tests (one of three
+    parametrisations), one outer test, one GPU test and the suite itself."""
+    def suite():
+        pass
 
+    @interpreted
+    @pytest.mark.parametrize("n", [1, 2, 3])
+    def inner(n):
+        pass
 
-def _items(reasons) -> int:
-    """How many test items this module's tests skipped (in the subprocess) for one of `reasons` make,
-    parametrisations multiplied out."""
-    total = 0
-    for name, fn in list(globals().items()):
-        marks = getattr(fn, "pytestmark", [])
-        if name.startswith("test_") and any(m.name == "skipif" and m.kwargs.get("reason") in reasons for m in marks):
-            total += math.prod(len(m.args[1]) for m in marks if m.name == "parametrize")
-    return total
+    @outside_interpreter
+    def outer():
+        pass
 
+    @pytest.mark.gpu
+    def on_gpu():
+        pass
 
-def interpreted_count() -> int:
-    return _items({interpreted.kwargs["reason"]})
-
-
-def outer_count() -> int:
-    return _items(OUTER_ONLY) + 1  # test_interpreter_suite skips itself inside
-
-
-def check_inner_summary(stdout: str, interpreted_items: int, outer_items: int) -> None:
-    """Every test of the subprocess ran and passed but the outer ones: its summary says 'N passed, M skipped'
-    with M the outer tests' items and N at least the `interpreted` items, and the only skip reasons are the
-    outer tests', so an interpreted test that skips (a missing package, a guard that became true) fails the
-    outer test instead of hiding."""
-    lines = stdout.strip().splitlines()
-    summary = lines[-1] if lines else ""
-    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (\w+)", summary.split(" in ")[0])}
-    reasons = set(re.findall(r"^SKIPPED \[\d+\] [^:]+:\d+: (.*)$", stdout, flags=re.M))
-    assert reasons <= OUTER_ONLY, f"interpreted tests skipped: {sorted(reasons - OUTER_ONLY)}\n{summary}"
-    assert set(counts) == {"passed", "skipped"} and counts["skipped"] == outer_items, (
-        f"{outer_items} outer tests should skip in the subprocess; it reports: {summary}")
-    assert counts["passed"] >= interpreted_items, (
-        f"{interpreted_items} interpreted tests collected, the subprocess reports: {summary}")
-
-
-@outer_only
-def test_inner_summary_check_catches_a_skipped_interpreted_test():
-    assert interpreted_count() >= 85 and outer_count() == 3
-    skips = ("SKIPPED [1] tests/test_triton_interpret.py:26: this is the subprocess\n"
-             "SKIPPED [2] tests/test_triton_interpret.py:36: checks the machine without the interpreter\n")
-    check_inner_summary("....\n" + skips + "91 passed, 3 skipped in 86.85s (0:01:26)", 85, 3)
-    for bad in ("....\n" + skips + "SKIPPED [1] tests/test_triton_interpret.py:120: no triton\n"
-                "90 passed, 4 skipped in 80s", "....\n" + skips + "3 passed, 3 skipped in 1s",
-                "....\n" + skips + "90 passed, 1 failed, 3 skipped in 1s"):
+    module = {"test_suite": suite, "test_inner": inner, "test_also_inner": lambda: None, "test_outer": outer,
+              "test_gpu": on_gpu, "helper": outer}
+    skips = ("SKIPPED [1] tests/x.py:26: this is the subprocess\n"
+             "SKIPPED [1] tests/x.py:36: runs outside the interpreter\n")
+    check_interpreter_run("....\n" + skips + "4 passed, 2 skipped, 1 deselected in 1.5s", module)
+    for bad in (skips + "SKIPPED [1] tests/x.py:120: no triton\n3 passed, 3 skipped in 1s",  # a test skipped inside
+                skips + "3 passed, 2 skipped in 1s",  # one not collected
+                skips + "3 passed, 1 failed, 2 skipped in 1s"):
         with pytest.raises(AssertionError):
-            check_inner_summary(bad, 85, 3)
+            check_interpreter_run(bad, module)
 
 
-@pytest.mark.skipif(INSIDE_INTERPRETER, reason="checks the machine without the interpreter")
+@outside_interpreter
 def test_without_gpu_or_interpreter_the_reason_is_given():
     import triton_impl
     if torch.cuda.is_available():

@@ -12,17 +12,15 @@ import pytest
 import torch
 
 from compare import backends, oracle
-from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
+from conftest import (check_interpreter_run, interpreted, run_interpreter_subprocess, skip_inside_interpreter,
+                      sm90_compile, triton_gpu_or_skip)
 
 pytest.importorskip("triton")
 
 
 def test_local_interpreter_suite():
     skip_inside_interpreter()
-    stdout = run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu")
-    # inside: the oracle cases, the rows test and the refusals ran; the suite itself and the compiles skipped
-    ran, skipped = len(CASES) + len(VARLEN_CASES) + 3, len(COMPILE_OPTIONS) + 1
-    assert f"{ran} passed, {skipped} skipped" in stdout, stdout[-3000:]
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu"), globals())
 
 
 CASES = [

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from compare import backends, kvcache, oracle
-from conftest import interpreted, run_interpreter_subprocess, skip_inside_interpreter, sm90_compile, triton_gpu_or_skip
+from conftest import (check_interpreter_run, interpreted, run_interpreter_subprocess, skip_inside_interpreter,
+                      sm90_compile, triton_gpu_or_skip)
 
 pytest.importorskip("triton")
 
@@ -18,9 +19,7 @@ gpu = pytest.mark.gpu
 
 def test_mla_interpreter_suite():
     skip_inside_interpreter()
-    stdout = run_interpreter_subprocess(__file__, "-m", "not gpu")
-    ran = len(CASES) + 3 + len(BAD_CALLS) + 1  # the oracle cases, the three checks below, the refusals, the registry
-    assert f"{ran} passed" in stdout, stdout[-3000:]
+    check_interpreter_run(run_interpreter_subprocess(__file__, "-rs", "-m", "not gpu"), globals())
 
 
 def _mla(q, k_cache, v_cache, *, return_lse, k_descale=None, v_descale=None, **kw):
