@@ -98,7 +98,7 @@ def test_fa2_wide_offsets_path_under_the_interpreter():
     from pathlib import Path
     repo = Path(__file__).resolve().parents[1]
     env = dict(os.environ, TRITON_INTERPRET="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(repo), os.environ.get("PYTHONPATH")])))
+               PYTHONPATH=os.pathsep.join(filter(None, [str(repo), str(repo / "tests"), os.environ.get("PYTHONPATH")])))
     run = subprocess.run([sys.executable, "-c", _WIDE_SCRIPT], cwd=repo, env=env, capture_output=True, text=True,
                          timeout=600)
     assert run.returncode == 0 and "wide ok" in run.stdout, run.stdout[-4000:] + run.stderr[-4000:]
