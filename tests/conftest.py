@@ -19,17 +19,16 @@ REPO = Path(__file__).resolve().parents[1]
 INSIDE_INTERPRETER = os.environ.get("TRITON_INTERPRET") == "1"
 interpreted = pytest.mark.skipif(not INSIDE_INTERPRETER, reason="runs in the TRITON_INTERPRET=1 subprocess")
 sm90_compile = pytest.mark.skipif(INSIDE_INTERPRETER, reason="compiles for sm_90a outside the interpreter")
-
-
 outside_interpreter = pytest.mark.skipif(INSIDE_INTERPRETER, reason="runs outside the interpreter")
+_SUITE_SKIP = "this is the subprocess"
 # The only reasons a test may skip for in the interpreter's subprocess: it belongs to the outer run.
-OUTER_REASONS = {sm90_compile.kwargs["reason"], outside_interpreter.kwargs["reason"], "this is the subprocess"}
+OUTER_REASONS = {sm90_compile.kwargs["reason"], outside_interpreter.kwargs["reason"], _SUITE_SKIP}
 
 
 def skip_inside_interpreter() -> None:
     """For the test that starts the interpreter's subprocess: it skips itself there."""
     if INSIDE_INTERPRETER:
-        pytest.skip("this is the subprocess")
+        pytest.skip(_SUITE_SKIP)
 
 
 def _test_items(module_globals: dict, keep) -> int:
