@@ -157,7 +157,7 @@ def _decode_impl(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_d
            None if block_table is None else (block_table.shape, block_table.stride(), block_table.dtype),
            None if cache_seqlens is None else cache_seqlens.dtype,
            None if k_descale is None else k_descale.dtype, None if v_descale is None else v_descale.dtype,
-           bool(causal), num_splits, split_size, window_left, window_right, device, kernels.interpreting())
+           bool(causal), num_splits, split_size, window_left, window_right, device, kernels.tuning.interpreting())
     prepared = _prepared.get(key) if config is None else None
     if prepared is None:
         prepared = _Prepared(q, k_cache, v_cache, block_table, num_splits, split_size, window_left, config)

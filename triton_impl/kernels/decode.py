@@ -366,10 +366,6 @@ def merge_tile(rows: int, head_dim_v: int, n_splits: int) -> tuple[int, int, int
             min(MERGE_BLOCK_S, triton.next_power_of_2(max(n_splits, 1))))
 
 
-def interpreting():
-    return triton.knobs.runtime.interpret
-
-
 def grid(tiles, heads_kv, batch):
     """The one-dimensional grid of `tiles` programs per (batch, KV head) (_program takes it apart)."""
     return tuning.flat_grid(tiles, heads_kv, batch)
@@ -379,7 +375,7 @@ def tiles(head_dim, rows, kv_element_size=2, config=None):
     """(BLOCK_M, BLOCK_N, num_warps, num_stages) for a query tile of `rows` packed rows; config overrides
     BLOCK_N / num_warps / num_stages / MAX_BLOCK_M."""
     config = config or {}
-    if interpreting():
+    if tuning.interpreting():
         block_n, warps, stages = INTERPRETER_CONFIG["BLOCK_N"], 1, 1
         max_m = config.get("MAX_BLOCK_M", INTERPRETER_CONFIG["MAX_BLOCK_M"])
         block_m = min(max(16, triton.next_power_of_2(rows)), max_m)
@@ -432,7 +428,7 @@ class _Kernel:
         self.device = device  # the inputs' CUDA device, current during the launch (the stream is its current one)
         self.grid3 = (*grid, 1, 1)[:3]
         self.constexpr_values = None  # in the kernel's parameter order, once it has compiled
-        self.interpreted = interpreting()
+        self.interpreted = tuning.interpreting()
         self.compiled = {}
         self.records = {}  # record()'s answers by the compiled kernels' key
 
@@ -570,7 +566,7 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descal
         capacity = k_cache.shape[1]
     split = n_splits > 1
     fp8 = k_cache.dtype != q.dtype
-    if paged and page_size % block_n and not interpreting():
+    if paged and page_size % block_n and not tuning.interpreting():
         stages += GATHER_EXTRA_STAGES
     ws_strides = (*ws_o.stride()[:4], *ws_lse.stride()[:3]) if split else (0,) * 7
     device = q.device.index
@@ -593,7 +589,7 @@ def prepare(q, k_cache, v_cache, cache_seqlens, block_table, k_descale, v_descal
              *out.stride()[:3], *lse.stride()[:2], *ws_strides),
             dict(HEAD_DIM=head_dim, BLOCK_M=merge_m, BLOCK_D=merge_d, BLOCK_S=merge_s,
                  HAS_SEQLENS=cache_seqlens is not None, FP8=fp8, KEY_BLOCK=block_n),
-            dict(num_warps=1 if interpreting() else MERGE_WARPS, num_stages=1), device)
+            dict(num_warps=1 if tuning.interpreting() else MERGE_WARPS, num_stages=1), device)
     return Launch(split_kernel, merge_kernel, cache_seqlens is not None, paged, fp8)
 
 
