@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import paired
-from .figures import (FOUNDING_SHAPE, KERNEL_HEAD_DIMS, REPO_ROOT, decode_eager_cases, decode_ratio, grid_rows,
-                      headdims_data, load_results, mla_data, not_drawn_note, passed)
+from .results import (FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, REPO_ROOT, decode_eager_cases,
+                      decode_ratio, grid_rows, headdims_data, load_results, mla_data, not_drawn_note, passed)
 from .schema import shape_label
 
 
@@ -225,7 +225,6 @@ HEADLINE_ROWS = [
     ("mxfp8", "cuda:hopper-mxfp8"), ("mxfp8", "triton:mxfp8-dequant"), ("mxfp8", "triton:mxfp8-dot-scaled"),
     ("nvfp4", "cuda:hopper-nvfp4"), ("nvfp4", "triton:nvfp4-dequant"),
 ]
-HEADLINE_HEAD_DIM = 128
 MAX_HEADLINE_ROWS = 15
 TRITON_16BIT = ["triton:fa2", "triton:fa2-tma", "triton:fa2-ws"]
 TRITON_FP8 = ["triton:fp8", "triton:fp8-ws"]

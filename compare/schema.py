@@ -1,4 +1,4 @@
-"""The results CSV schema, shared by the driver (compare.bench) and the figures (compare.figures).
+"""The results CSV schema, shared by the driver (compare.bench) and the readers of the results (compare.results).
 Torch-free, so that figures regenerate on a machine with only pandas and seaborn."""
 
 ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_capability", "driver", "cuda",
@@ -7,7 +7,7 @@ CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "h
                 "head_dim", "causal", "head_dim_v", "window_left", "window_right", "softcap", "lengths", "packing",
                 "page_size"]
 # Case columns added after the first published CSVs, and what a CSV without them means (head_dim_v None: the
-# row's head_dim): compare.figures.load_results fills them in, so older data reads as the dense cases it holds.
+# row's head_dim): compare.results.load_results fills them in, so older data reads as the dense cases it holds.
 # lengths / packing: a packed batch's length mix (compare.varlen.LENGTH_MIXES) and "packed" or "padded" (batch,
 # seqlen_q / seqlen_k are then its sequence count and longest lengths); empty for a dense case. packing "latent" and
 # page_size: MLA decode against a paged latent cache (compare.mla; heads_kv 1, seqlen_k every sequence's keys).

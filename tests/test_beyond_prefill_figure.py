@@ -5,7 +5,7 @@ import csv
 import numpy as np
 import pytest
 
-from compare import figures, schema
+from compare import figures, results, schema
 
 
 def _row(label, tflops, **case):
@@ -28,7 +28,7 @@ def _load(tmp_path, name, rows):
         writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    return figures.load_results(folder)
+    return results.load_results(folder)
 
 
 def _sweeps(tmp_path):
@@ -58,7 +58,7 @@ def _sweeps(tmp_path):
 
 
 def test_each_panel_holds_the_best_cuda_over_the_best_triton_per_case(tmp_path):
-    panels = {title: grid for title, grid, _, _ in figures.beyond_prefill_ratios(*_sweeps(tmp_path))}
+    panels = {title: grid for title, grid, _, _ in results.beyond_prefill_ratios(*_sweeps(tmp_path))}
     assert list(panels) == ["local attention, causal, 4k keys", "packed variable-length batches",
                             "head dims, 4 x 4k tokens", "MLA decode, pages of 64"]
     local = panels["local attention, causal, 4k keys"]

@@ -5,7 +5,6 @@ The fixture holds cuda:v1, cuda:v5, triton:fa2, sdpa:flash on the 16k-token grid
 failed the oracle with an absurd 99999 TFLOP/s (bf16, d64, seqlen 1024, causal).
 """
 
-import argparse
 import math
 import shutil
 from pathlib import Path
@@ -17,10 +16,10 @@ import pytest
 from matplotlib.colors import TwoSlopeNorm, to_rgb
 from PIL import Image
 
-from compare import bench, figures
+from compare import bench, figures, results
 
 FIXTURE = Path(__file__).parent / "fixtures" / "results-h200.csv"
-REFERENCE_DIR = figures.REPO_ROOT / "figures" / "reference"
+REFERENCE_DIR = results.REPO_ROOT / "figures" / "reference"
 FAIL_TFLOPS = 99999.0
 STEMS = ("fig1_tflops_vs_seqlen", "fig2_ladder", "fig3_cuda_vs_triton", "fig4_accuracy_vs_speed", "fig5_roofline",
          "figA1_tflops_grid")
@@ -35,8 +34,8 @@ def data_dir(tmp_path):
 
 
 @pytest.fixture
-def results(data_dir):
-    return figures.load_results(data_dir)
+def loaded(data_dir):
+    return results.load_results(data_dir)
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +49,7 @@ def drawn_once(tmp_path_factory):
 
 
 def test_schema_mirrors_the_bench_driver():
-    assert set(figures.REQUIRED_COLUMNS) <= set(bench.COLUMNS)
+    assert set(results.REQUIRED_COLUMNS) <= set(bench.COLUMNS)
     assert list(pd.read_csv(FIXTURE, nrows=0).columns) == bench.COLUMNS
 
 
@@ -87,9 +86,9 @@ def _bars(ax) -> dict[str, float]:
     return dict(zip(labels, [bar.get_width() for bar in ax.patches]))
 
 
-def test_ladder_draws_one_bar_per_founding_row_with_its_speed(results, tmp_path):
+def test_ladder_draws_one_bar_per_founding_row_with_its_speed(loaded, tmp_path):
     """Figure 2's bars: the fixture's bf16 rows at b1 h8 q4096 k8192 d128 (numbers written out here)."""
-    fig = figures.fig_ladder(results, figures.Style(results), tmp_path / "no-reference")
+    fig = figures.fig_ladder(loaded, figures.Style(loaded), tmp_path / "no-reference")
     assert len(fig.axes) == 1
     assert _bars(fig.axes[0]) == {"cuda:v1": 250.0, "cuda:v5": 400.0, "triton:fa2": 380.0, "sdpa:cudnn": 633.0,
                                   "sdpa:flash": 349.0}
@@ -110,11 +109,11 @@ def _drawn_lines(fig, style) -> dict[tuple[str, str], list[tuple[float, float]]]
     return drawn
 
 
-def test_headline_lines_are_the_fixture_speeds(results):
+def test_headline_lines_are_the_fixture_speeds(loaded):
     """Figure 1's lines: per panel the fastest CUDA variant (v5), the fastest Triton one (fa2) and the SDPA peer,
     TFLOP/s against seqlen, from the fixture (numbers written out here; v5's failed 99999 row is at d64)."""
-    fig = figures.fig_tflops_vs_seqlen(results)
-    labels = figures.headline_data(results)
+    fig = figures.fig_tflops_vs_seqlen(loaded)
+    labels = results.headline_data(loaded)
     style = figures.Style.qualitative(dict(zip(labels["label"], labels["family"])))
     want = {
         ("bf16, head_dim 128, non-causal", "cuda:v5"): [(1024, 378.0), (4096, 420.0)],
@@ -145,9 +144,9 @@ def test_accuracy_points_are_medians_over_the_shared_shapes():
         common = set.intersection(*(set(g["shape"]) for _, g in group.groupby("label")))
         for label, g in group[group["shape"].isin(common)].groupby("label"):
             want.add((label, fmt, round(g["tflops"].median(), 6), round(g["rel_l2_unquantized"].median(), 9)))
-    results = figures.load_results(FIXTURE.parent)
-    style = figures.Style(results)
-    fig = figures.fig_accuracy(results, style)
+    loaded = results.load_results(FIXTURE.parent)
+    style = figures.Style(loaded)
+    fig = figures.fig_accuracy(loaded, style)
     by_colour = {to_rgb(c): label for label, c in style.color.items()}
     by_marker = {m: f for f, m in figures.FORMAT_MARKERS.items()}
     drawn = set()
@@ -163,31 +162,31 @@ def test_accuracy_points_are_medians_over_the_shared_shapes():
         ("triton:fa2", "fp8", 800.0)}
 
 
-def test_roofline_points_and_ceilings_are_the_rows(results):
+def test_roofline_points_and_ceilings_are_the_rows(loaded):
     """Figure 5: a point per passing row at (its arithmetic intensity, its TFLOP/s), and a dotted line at each
     measured compute ceiling of the fixture (mma.sync.bf16 642, gemm.bf16 700, gemm.fp8 1259)."""
-    fig = figures.fig_roofline(results, figures.Style(results))
+    fig = figures.fig_roofline(loaded, figures.Style(loaded))
     ax = fig.axes[0]
     points = sorted((round(float(x), 6), float(y)) for c in ax.collections for x, y in c.get_offsets())
-    rows = results[(results["oracle"] == "pass")]
-    want = sorted((round(float(x), 6), float(y)) for x, y in zip(figures.arithmetic_intensity(rows), rows["tflops"]))
+    rows = loaded[(loaded["oracle"] == "pass")]
+    want = sorted((round(float(x), 6), float(y)) for x, y in zip(results.arithmetic_intensity(rows), rows["tflops"]))
     assert points == want and len(points) == 38 and max(y for _, y in points) == 800.0
     ceilings = sorted({float(line.get_ydata()[0]) for line in ax.get_lines() if line.get_linestyle() == ":"})
     assert ceilings == [642.0, 700.0, 1259.0]
 
 
-def test_failed_row_is_loaded_but_never_drawn_as_a_speed(results):
-    failed = results[results["oracle"] != "pass"]
+def test_failed_row_is_loaded_but_never_drawn_as_a_speed(loaded):
+    failed = loaded[loaded["oracle"] != "pass"]
     assert failed["tflops"].tolist() == [FAIL_TFLOPS]
-    for select in (figures.seqlen_data, figures.ladder_data, figures.accuracy_data, figures.roofline_data):
-        drawn = select(results)
+    for select in (results.seqlen_data, results.ladder_data, results.accuracy_data, results.roofline_data):
+        drawn = select(loaded)
         assert not drawn.empty, select.__name__
         assert (drawn["oracle"] == "pass").all(), select.__name__
         assert drawn["tflops"].max() < 1000, select.__name__
 
 
-def test_heatmap_ratio_is_best_cuda_over_best_triton(results):
-    table = figures.cuda_triton_ratio(results).set_index(["format", "causal", "head_dim", "seqlen"])
+def test_heatmap_ratio_is_best_cuda_over_best_triton(loaded):
+    table = results.cuda_triton_ratio(loaded).set_index(["format", "causal", "head_dim", "seqlen"])
     # bf16 d128 4k non-causal: best CUDA is v5 (420), Triton fa2 350.
     assert table.loc[("bf16", False, 128, 4096), "ratio"] == pytest.approx(420 / 350)
     # bf16 d64 1k causal: v5 failed the oracle (99999), so v1's 300*0.9*0.85*0.8 = 183.6 is the best CUDA.
@@ -197,14 +196,14 @@ def test_heatmap_ratio_is_best_cuda_over_best_triton(results):
     assert table.loc[("fp8", False, 128, 4096), "ratio"] == pytest.approx(700 / 800)
 
 
-def test_heatmap_cell_with_one_side_only_is_blank_not_zero(results):
-    no_triton_here = ~((results["family"] == "triton") & (results["format"] == "bf16") & (results["head_dim"] == 128)
-                       & (results["seqlen_q"] == 1024) & ~results["causal"])
-    table = figures.cuda_triton_ratio(results[no_triton_here]).set_index(["format", "causal", "head_dim", "seqlen"])
+def test_heatmap_cell_with_one_side_only_is_blank_not_zero(loaded):
+    no_triton_here = ~((loaded["family"] == "triton") & (loaded["format"] == "bf16") & (loaded["head_dim"] == 128)
+                       & (loaded["seqlen_q"] == 1024) & ~loaded["causal"])
+    table = results.cuda_triton_ratio(loaded[no_triton_here]).set_index(["format", "causal", "head_dim", "seqlen"])
     assert math.isnan(table.loc[("bf16", False, 128, 1024), "ratio"])
 
 
-def test_newest_row_wins_across_csvs(data_dir, results):
+def test_newest_row_wins_across_csvs(data_dir, loaded):
     original = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
     is_v1_cell = ((original["variant"] == "v1") & (original["seqlen_k"] == "4096") & (original["head_dim"] == "128")
                   & (original["causal"] == "False") & (original["format"] == "bf16"))
@@ -213,23 +212,23 @@ def test_newest_row_wins_across_csvs(data_dir, results):
     newer[["timestamp", "git_commit", "tflops"]] = ["2026-12-01T00:00:00+00:00", "new999", "333.0"]
     older.to_csv(data_dir / "a-older.csv", index=False)
     newer.to_csv(data_dir / "z-newer.csv", index=False)
-    merged = figures.load_results(data_dir)
-    assert len(merged) == len(results)
+    merged = results.load_results(data_dir)
+    assert len(merged) == len(loaded)
     cell = merged[(merged["label"] == "cuda:v1") & (merged["seqlen_k"] == 4096) & (merged["head_dim"] == 128)
                   & ~merged["causal"] & (merged["format"] == "bf16")]
     assert cell["tflops"].tolist() == [333.0] and cell["git_commit"].tolist() == ["new999"]
 
 
-def test_arithmetic_intensity_of_the_founding_shape(results):
-    row = figures.ladder_data(results).query("label == 'cuda:v5'")
+def test_arithmetic_intensity_of_the_founding_shape(loaded):
+    row = results.ladder_data(loaded).query("label == 'cuda:v5'")
     flop = 4 * 8 * 128 * 4096 * 8192
     minimal_bytes = 2 * (2 * 8 * 4096 * 128 + 2 * 8 * 8192 * 128)  # q + out, k + v, 2 bytes each
-    assert figures.arithmetic_intensity(row).item() == pytest.approx(flop / minimal_bytes, rel=1e-5)
+    assert results.arithmetic_intensity(row).item() == pytest.approx(flop / minimal_bytes, rel=1e-5)
 
 
-def test_tflops_bounds_bracket_the_median(results):
-    rows = figures.seqlen_data(results)
-    low, high = figures.tflops_bounds(rows)
+def test_tflops_bounds_bracket_the_median(loaded):
+    rows = results.seqlen_data(loaded)
+    low, high = results.tflops_bounds(rows)
     assert (low < rows["tflops"]).all() and (rows["tflops"] < high).all()
 
 
@@ -252,25 +251,25 @@ def test_figures_without_data_are_skipped_with_a_message(data_dir, tmp_path):
 def test_a_foreign_csv_is_refused(tmp_path):
     (tmp_path / "other.csv").write_text("kind,impl,ms\nattn,x,1.0\n")
     with pytest.raises(ValueError, match="missing columns"):
-        figures.load_results(tmp_path)
+        results.load_results(tmp_path)
 
 
-def test_archived_csvs_are_not_drawn(data_dir, results):
+def test_archived_csvs_are_not_drawn(data_dir, loaded):
     original = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
     newer_but_archived = original.copy()
     newer_but_archived[["timestamp", "git_commit", "tflops"]] = ["2030-01-01T00:00:00+00:00", "arch000", "1.0"]
     (data_dir / "archive").mkdir()
     newer_but_archived.to_csv(data_dir / "archive" / "paper-old.csv", index=False)
-    merged = figures.load_results(data_dir)
-    assert len(merged) == len(results) and "arch000" not in set(merged["git_commit"])
+    merged = results.load_results(data_dir)
+    assert len(merged) == len(loaded) and "arch000" not in set(merged["git_commit"])
 
 
 def test_caption_tells_oracle_failures_from_refusals():
     rows = pd.DataFrame({"oracle": ["pass", "fail", "error", "error"],
                          "label": ["cuda:v1", "cuda:v5", "triton:x", "triton:x"]})
-    note = figures.not_drawn_note(rows)
+    note = results.not_drawn_note(rows)
     assert note == "Not shown: 1 row(s) failed the oracle (cuda:v5); 2 row(s) raised an error (triton:x)."
-    assert figures.not_drawn_note(rows[rows["oracle"] == "pass"]) == ""
+    assert results.not_drawn_note(rows[rows["oracle"] == "pass"]) == ""
 
 
 # ---------------------------------------------------------------- reproducible files
@@ -313,7 +312,7 @@ def test_a_users_matplotlibrc_does_not_change_the_files(drawn_once, data_dir, tm
                            "rasterise or compress differently")
 def test_the_committed_figures_are_what_the_committed_data_draws(tmp_path):
     """A fresh clone that runs `python -m compare figures` gets the committed bytes: the tree stays clean."""
-    committed_dir = figures.REPO_ROOT / "figures"
+    committed_dir = results.REPO_ROOT / "figures"
     regenerated = _generate_bytes(committed_dir / "data", tmp_path / "regen")
     committed = {p.name: p.read_bytes() for p in sorted(committed_dir.iterdir())
                  if p.suffix in (".png", ".pdf")}
@@ -324,36 +323,36 @@ def test_the_committed_figures_are_what_the_committed_data_draws(tmp_path):
 
 # ---------------------------------------------------------------- figure 1 (headline) and A1 (the grid)
 
-def test_headline_panels_are_d128_bf16_and_fp8_both_masks(results):
-    assert figures.headline_panels(results) == [("bf16", 128, False), ("bf16", 128, True),
+def test_headline_panels_are_d128_bf16_and_fp8_both_masks(loaded):
+    assert results.headline_panels(loaded) == [("bf16", 128, False), ("bf16", 128, True),
                                                 ("fp8", 128, False), ("fp8", 128, True)]
-    only_d64 = results[results["head_dim"] == 64]
-    assert figures.headline_panels(only_d64) == [("bf16", 64, False), ("bf16", 64, True)]
+    only_d64 = loaded[loaded["head_dim"] == 64]
+    assert results.headline_panels(only_d64) == [("bf16", 64, False), ("bf16", 64, True)]
 
 
-def test_headline_keeps_the_fastest_cuda_and_triton_and_the_peers(results):
-    drawn = figures.headline_data(results)
+def test_headline_keeps_the_fastest_cuda_and_triton_and_the_peers(loaded):
+    drawn = results.headline_data(loaded)
     per_panel = drawn.groupby(["format", "causal"])["label"].unique().map(sorted).to_dict()
     assert per_panel[("bf16", False)] == ["cuda:v5", "sdpa:flash", "triton:fa2"]
     assert per_panel[("bf16", True)] == ["cuda:v5", "sdpa:flash", "triton:fa2"]
     assert (drawn["head_dim"] == 128).all() and (drawn["oracle"] == "pass").all()
 
 
-def test_a_failed_row_never_makes_a_variant_the_fastest(results):
-    boosted = results.copy()
+def test_a_failed_row_never_makes_a_variant_the_fastest(loaded):
+    boosted = loaded.copy()
     is_v1 = (boosted["label"] == "cuda:v1") & (boosted["head_dim"] == 128) & ~boosted["causal"] \
         & (boosted["format"] == "bf16")
     boosted.loc[is_v1, ["tflops", "oracle"]] = [FAIL_TFLOPS, "fail"]
-    drawn = figures.headline_data(boosted)
+    drawn = results.headline_data(boosted)
     panel = drawn[(drawn["format"] == "bf16") & ~drawn["causal"]]
     assert set(panel["label"]) == {"cuda:v5", "triton:fa2", "sdpa:flash"}
 
 
-def test_headline_has_few_panels_and_colours_and_markers_that_differ(results):
-    fig = figures.fig_tflops_vs_seqlen(results)
+def test_headline_has_few_panels_and_colours_and_markers_that_differ(loaded):
+    fig = figures.fig_tflops_vs_seqlen(loaded)
     assert len(fig.axes) == 4
-    labels = sorted(set(figures.headline_data(results)["label"]))
-    families = dict(zip(results["label"], results["family"]))
+    labels = sorted(set(results.headline_data(loaded)["label"]))
+    families = dict(zip(loaded["label"], loaded["family"]))
     style = figures.Style.qualitative({lab: families[lab] for lab in labels})
     colours = [to_rgb(style.color[lab]) for lab in labels]
     assert len(set(colours)) == len(labels)
@@ -367,9 +366,9 @@ def test_headline_has_few_panels_and_colours_and_markers_that_differ(results):
     assert drawn_colours == set(colours)
 
 
-def test_appendix_grid_has_every_panel_and_backend(results):
-    fig = figures.fig_tflops_grid(results, figures.Style(results))
-    rows = figures.seqlen_data(results)
+def test_appendix_grid_has_every_panel_and_backend(loaded):
+    fig = figures.fig_tflops_grid(loaded, figures.Style(loaded))
+    rows = results.seqlen_data(loaded)
     n_columns = len({(d, c) for d, c in zip(rows["head_dim"], rows["causal"])})
     assert len(fig.axes) == rows["format"].nunique() * n_columns
     legend_texts = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
@@ -378,8 +377,8 @@ def test_appendix_grid_has_every_panel_and_backend(results):
 
 # ---------------------------------------------------------------- figure 3's colour scale
 
-def test_ratio_colours_centre_on_one_and_show_a_tenth(results):
-    fig = figures.fig_cuda_vs_triton(results)
+def test_ratio_colours_centre_on_one_and_show_a_tenth(loaded):
+    fig = figures.fig_cuda_vs_triton(loaded)
     mesh = fig.axes[0].collections[0]
     norm = mesh.norm
     assert isinstance(norm, TwoSlopeNorm) and norm.vcenter == 1.0

@@ -4,7 +4,7 @@ import csv
 
 import pytest
 
-from compare import figures, report, schema, sweeps
+from compare import figures, report, results, schema, sweeps
 
 
 def test_the_sweep_asks_for_the_dims_models_use_and_the_192_128_pair():
@@ -41,7 +41,7 @@ def _results(folder):
         writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
         writer.writeheader()
         writer.writerows([_row(*r) for r in ROWS])
-    return figures.load_results(folder)
+    return results.load_results(folder)
 
 
 def test_the_head_dim_finding_is_computed_from_the_rows(tmp_path):
@@ -79,6 +79,6 @@ def test_figure_11_draws_each_backend_over_the_head_dims(tmp_path):
 
 
 def test_the_head_dim_finding_and_figure_need_their_rows(tmp_path):
-    assert report.headdims_findings(figures.load_results(tmp_path)) == []
+    assert report.headdims_findings(results.load_results(tmp_path)) == []
     with pytest.raises(figures.NothingToDraw):
-        figures.fig_headdims(figures.load_results(tmp_path))
+        figures.fig_headdims(results.load_results(tmp_path))

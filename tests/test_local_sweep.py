@@ -7,10 +7,10 @@ import re
 import pandas as pd
 import pytest
 
-from compare import bench, figures, oracle, report, sweeps
+from compare import bench, figures, oracle, report, results, sweeps
 from compare.schema import COLUMNS, LATER_CASE_COLUMNS, shape_label
 
-FIXTURE = figures.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
+FIXTURE = results.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
 
 
 def test_the_sweep_holds_windows_caps_and_their_dense_rows():
@@ -48,8 +48,8 @@ def test_older_csvs_read_as_their_dense_cases(tmp_path):
     """A CSV written before the later columns: load_results fills them with what the rows meant."""
     frame = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False).drop(columns=list(LATER_CASE_COLUMNS), errors="ignore")
     (tmp_path / "old.csv").write_text(frame.to_csv(index=False))
-    old = figures.load_results(tmp_path)
-    now = figures.load_results(FIXTURE.parent)
+    old = results.load_results(tmp_path)
+    now = results.load_results(FIXTURE.parent)
     cases = old[old["backend"] != "ceiling"]
     assert (cases["head_dim_v"] == cases["head_dim"]).all()
     assert (cases["window_left"] == -1).all() and (cases["window_right"] == -1).all() and (cases["softcap"] == 0).all()
@@ -88,7 +88,7 @@ RATES = {
 
 def test_local_finding_is_computed_from_the_rows(tmp_path):
     _local_csv(tmp_path / "local.csv", RATES)
-    (text,) = report.local_findings(figures.load_results(tmp_path))
+    (text,) = report.local_findings(results.load_results(tmp_path))
     # cuda / triton per window: 520 / 260 = 2.00, 585 / 300 = 1.95; against its dense causal 650: 0.80, 0.90
     assert "`cuda:hopper` is 1.95–2.00× `triton:fa2`" in text
     assert "runs at 0.80–0.90× its own dense rate on the same mask (lowest at d128 causal window 1k)" in text
@@ -98,9 +98,9 @@ def test_local_finding_is_computed_from_the_rows(tmp_path):
 
 
 def test_local_finding_and_figure_need_their_rows(tmp_path):
-    assert report.local_findings(figures.load_results(tmp_path)) == []
+    assert report.local_findings(results.load_results(tmp_path)) == []
     with pytest.raises(figures.NothingToDraw):
-        figures.fig_local(figures.load_results(tmp_path))
+        figures.fig_local(results.load_results(tmp_path))
 
 
 def test_figure_7_is_drawn_from_the_local_folder_only(tmp_path):
@@ -108,17 +108,17 @@ def test_figure_7_is_drawn_from_the_local_folder_only(tmp_path):
     (data / "local").mkdir(parents=True)
     (data / FIXTURE.name).write_bytes(FIXTURE.read_bytes())
     _local_csv(data / "local" / "local.csv", RATES)
-    fig = figures.fig_local(figures.load_results(data / "local"))
+    fig = figures.fig_local(results.load_results(data / "local"))
     (ax,) = fig.axes
     solid = sorted((tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()
                    if line.get_linestyle() == "-")
     assert solid == [((1024, 4096), (260.0, 300.0)), ((1024, 4096), (520.0, 585.0))]  # triton:fa2, cuda:hopper
     dotted = sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_linestyle() == ":")
     assert dotted == [330.0, 640.0, 650.0]  # each backend's dense causal rate (the capped rows are not drawn)
-    written = figures.generate(data, tmp_path / "figs", figures.REPO_ROOT / "figures" / "reference", log=lambda _: None)
+    written = figures.generate(data, tmp_path / "figs", results.REPO_ROOT / "figures" / "reference", log=lambda _: None)
     assert {p.name for p in written} >= {"fig7_local_attention.png", "fig7_local_attention.pdf"}
     # the dense figures do not see the local rows
-    assert "local" not in figures.load_results(data)["sweep"].unique()
+    assert "local" not in results.load_results(data)["sweep"].unique()
 
 
 def test_the_timed_call_is_the_judged_call():

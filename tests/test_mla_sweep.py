@@ -6,7 +6,7 @@ import inspect
 
 import pytest
 
-from compare import backends, bench, figures, mla, report, schema, sweeps
+from compare import backends, bench, figures, mla, report, results, schema, sweeps
 from kv_reference import kv_reference
 
 
@@ -112,7 +112,7 @@ def _results(folder):
         writer.writeheader()
         writer.writerows([_mla_row(*r) for r in ROWS] + [_ceiling_row("dram.read", 4.0),
                                                           _ceiling_row("wgmma.bf16", 800.0)])
-    return figures.load_results(folder)
+    return results.load_results(folder)
 
 
 def test_the_mla_finding_is_computed_from_the_rows(tmp_path):
@@ -131,20 +131,20 @@ def test_the_mla_finding_is_computed_from_the_rows(tmp_path):
 def test_figure_10_is_drawn_from_the_mla_folder(tmp_path):
     data = tmp_path / "data"
     data.mkdir()
-    fixture = figures.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
+    fixture = results.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
     (data / fixture.name).write_bytes(fixture.read_bytes())
     rows = _results(data / "mla")
-    drawn = figures.mla_data(rows)
+    drawn = results.mla_data(rows)
     assert sorted(drawn["tbps"].round(3)) == sorted(round(b * k * 576 * 2 / (ms * 1e-3) / 1e12, 3)
                                                     for _, ms, b, _, k, *_ in ROWS)
     fig = figures.fig_mla(rows)
     hollow = [line for ax in fig.axes for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     assert sum(len(line.get_xdata()) for line in hollow) == 2  # the Sq = 2 row, on both rows of panels
-    written = figures.generate(data, tmp_path / "figs", figures.REPO_ROOT / "figures" / "reference", log=lambda _: None)
+    written = figures.generate(data, tmp_path / "figs", results.REPO_ROOT / "figures" / "reference", log=lambda _: None)
     assert {p.name for p in written} >= {"fig10_mla_decode.png", "fig10_mla_decode.pdf"}
 
 
 def test_the_mla_finding_and_figure_need_their_rows(tmp_path):
-    assert report.mla_findings(figures.load_results(tmp_path)) == []
+    assert report.mla_findings(results.load_results(tmp_path)) == []
     with pytest.raises(figures.NothingToDraw):
-        figures.fig_mla(figures.load_results(tmp_path))
+        figures.fig_mla(results.load_results(tmp_path))

@@ -11,10 +11,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from compare import figures, report, schema
+from compare import figures, report, results, schema
 
-FIXTURE_DIR = figures.REPO_ROOT / "tests" / "fixtures"
-DATA = figures.REPO_ROOT / "figures" / "data"
+FIXTURE_DIR = results.REPO_ROOT / "tests" / "fixtures"
+DATA = results.REPO_ROOT / "figures" / "data"
 DOCS = [report.README, report.RESULTS]
 HEX_HASH = re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)|<img[^>]*\ssrc=\"([^\"]+)\"")
@@ -99,7 +99,7 @@ def test_readme_prose_has_no_hand_typed_measurements():
     assert not found, f"hand-typed measurements in the README: {found}"
 
 
-@pytest.mark.parametrize("doc", DOCS + [figures.REPO_ROOT / "docs" / "reproducing.md"], ids=lambda p: p.name)
+@pytest.mark.parametrize("doc", DOCS + [results.REPO_ROOT / "docs" / "reproducing.md"], ids=lambda p: p.name)
 def test_every_relative_link_resolves(doc):
     text = doc.read_text()
     targets = [a or b for a, b in LINK.findall(text)]
@@ -247,14 +247,14 @@ def _decode_results(tmp_path, rows):
         writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
-    return figures.load_results(tmp_path)
+    return results.load_results(tmp_path)
 
 
 def test_decode_figure_marks_eager_timings(tmp_path):
     df = _decode_results(tmp_path, [
         _decode_row("cuda:decode", 0.02, 1), _decode_row("sdpa:cudnn", 0.03, 1, note=schema.EAGER + " (x)"),
         _decode_row("cuda:decode", 0.1, 8), _decode_row("sdpa:cudnn", 0.1, 8)])
-    assert sorted(figures.decode_data(df)["eager"].tolist()) == [False, False, False, True]
+    assert sorted(results.decode_data(df)["eager"].tolist()) == [False, False, False, True]
     fig = figures.fig_decode_bandwidth(df)
     hollow = [line for ax in fig.axes for line in ax.get_lines() if line.get_markerfacecolor() == "white"]
     assert sum(len(line.get_xdata()) for line in hollow) == 1
@@ -268,7 +268,7 @@ def test_decode_cuda_against_triton_figure_and_finding(tmp_path):
         row("cuda:decode", 0.100, 8, 32768), row("triton:decode", 0.090, 8, 32768),
         row("cuda:decode", 0.050, 32, 1024), row("triton:decode", 0.070, 32, 1024, note=schema.EAGER + " (x)"),
         row("sdpa:cudnn", 0.022, 1, 8192), row("sdpa:cudnn", 0.095, 8, 32768), row("sdpa:cudnn", 0.06, 32, 1024)])
-    table = figures.decode_cuda_triton_ratio(df)  # 25 / 20 = 1.25, 90 / 100 = 0.90; the eager case left out
+    table = results.decode_cuda_triton_ratio(df)  # 25 / 20 = 1.25, 90 / 100 = 0.90; the eager case left out
     assert sorted(round(r, 2) for r in table["ratio"]) == [0.9, 1.25] and set(table["group"]) == {4}
     fig = figures.fig_decode_cuda_vs_triton(df)
     assert [t.get_text() for t in fig.axes[0].texts] == ["1.25", "0.90"]
@@ -374,7 +374,7 @@ def test_headline_cells_are_ratios_and_rates_recomputed_from_the_fixture():
                 == (head_dim, seqlen_q, seqlen_k, causal)]
         return float(r["tflops"])
 
-    df = figures.load_results(FIXTURE_DIR)
+    df = results.load_results(FIXTURE_DIR)
     ratios = {(key.replace("`cuda:v5` / `sdpa:flash` (FA2) | ", "d"), column): value
               for (key, column), value in _cells(report.headline_table(df), key_columns=2).items()}
     for d in (64, 128):
@@ -444,7 +444,7 @@ def test_update_readme_through_the_cli_rewrites_only_the_generated_blocks(tmp_pa
     if not any(DATA.glob("*.csv")):
         pytest.skip("no committed results")
     root = tmp_path / "repo"
-    shutil.copytree(figures.REPO_ROOT / "compare", root / "compare", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(results.REPO_ROOT / "compare", root / "compare", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(DATA, root / "figures" / "data")
     (root / "docs").mkdir()
     before = {}
@@ -454,14 +454,14 @@ def test_update_readme_through_the_cli_rewrites_only_the_generated_blocks(tmp_pa
             text = report.replace_block(text, name, "stale")
         text = text.replace("\n## ", "\nA hand-written line the generator must keep.\n\n## ", 1)
         before[doc] = text
-        (root / doc.relative_to(figures.REPO_ROOT)).write_text(text)
+        (root / doc.relative_to(results.REPO_ROOT)).write_text(text)
     env = dict(os.environ, PYTHONPATH=str(root))
     run = subprocess.run([sys.executable, "-m", "compare", "report", "--update-readme"], cwd=root, env=env,
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout + run.stderr
     assert run.stdout.split() == ["updated", "README.md", "updated", "docs/results.md"], run.stdout
     for doc in DOCS:
-        after = (root / doc.relative_to(figures.REPO_ROOT)).read_text()
+        after = (root / doc.relative_to(results.REPO_ROOT)).read_text()
         assert "A hand-written line the generator must keep." in after
         assert report.outside_blocks(after, report.BLOCKS[doc]) == report.outside_blocks(before[doc], report.BLOCKS[doc])
         # the blocks are the committed ones, which test_generated_blocks_equal_a_fresh_generation holds to a fresh
@@ -479,7 +479,7 @@ def test_a_cell_measured_twice_shows_its_best_speed():
     """Two passing rows of one headline cell (a case measured in two sweeps): the cell shows the faster, whichever
     comes first; a slower copy changes nothing."""
     import pandas as pd
-    df = figures.load_results(FIXTURE_DIR)
+    df = results.load_results(FIXTURE_DIR)
     grid = report.grid_rows(report.passed(df))
     cell = (grid["label"] == "cuda:v5") & (grid["format"] == "bf16") & (grid["head_dim"] == 128) & \
            (grid["seqlen_q"] == 4096) & ~grid["causal"].astype(bool)

@@ -129,9 +129,9 @@ VARLEN_RATES = {
 
 
 def test_varlen_finding_is_computed_from_the_rows(tmp_path):
-    from compare import figures, report
+    from compare import report, results
     _varlen_csv(tmp_path / "varlen.csv", VARLEN_RATES)
-    (text,) = report.varlen_findings(figures.load_results(tmp_path))
+    (text,) = report.varlen_findings(results.load_results(tmp_path))
     # 510 / 300 = 1.70, 380 / 304 = 1.25; against Triton 2.00 and 0.95; equal against its padded self 0.80;
     # longtail against cuDNN padded 15.00
     assert "`cuda:hopper` is 1.25–1.70× torch's `varlen_attn` (FlashAttention-2; ahead in all 2)" in text
@@ -143,20 +143,20 @@ def test_varlen_finding_is_computed_from_the_rows(tmp_path):
 
 
 def test_varlen_finding_and_figure_need_their_rows(tmp_path):
-    from compare import figures, report
-    assert report.varlen_findings(figures.load_results(tmp_path)) == []
+    from compare import figures, report, results
+    assert report.varlen_findings(results.load_results(tmp_path)) == []
     with pytest.raises(figures.NothingToDraw):
-        figures.fig_varlen(figures.load_results(tmp_path))
+        figures.fig_varlen(results.load_results(tmp_path))
 
 
 def test_figure_8_is_drawn_from_the_varlen_folder(tmp_path):
-    from compare import figures
+    from compare import figures, results
     data = tmp_path / "data"
     (data / "varlen").mkdir(parents=True)
-    fixture = figures.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
+    fixture = results.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
     (data / fixture.name).write_bytes(fixture.read_bytes())
     _varlen_csv(data / "varlen" / "varlen.csv", VARLEN_RATES)
-    written = figures.generate(data, tmp_path / "figs", figures.REPO_ROOT / "figures" / "reference", log=lambda _: None)
+    written = figures.generate(data, tmp_path / "figs", results.REPO_ROOT / "figures" / "reference", log=lambda _: None)
     assert {p.name for p in written} >= {"fig8_varlen.png", "fig8_varlen.pdf"}
-    labels = set(figures.varlen_data(figures.load_results(data / "varlen"))["label"])
+    labels = set(results.varlen_data(results.load_results(data / "varlen"))["label"])
     assert {"cuda:hopper", "cuda:hopper (padded)", "sdpa:cudnn (padded)", "torch:varlen_attn"} <= labels
