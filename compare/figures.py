@@ -54,11 +54,11 @@ from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure  # figures without pyplot: no GUI backend, no global figure state
 from matplotlib.ticker import LogFormatter, NullFormatter
 
-from .results import (GRID_TOKENS, KERNEL_HEAD_DIMS, REPO_ROOT, SHAPE_COLUMNS, accuracy_data, beyond_prefill_ratios,
-                      cuda_triton_ratio, decode_cuda_triton_ratio, decode_data, format_key, founding_rows, grid_rows,
-                      headdims_data, headline_data, headline_panels, ladder_data, load_results, local_data, mix_order,
-                      mla_data, not_drawn_note, passed, roofline_data, seqlen_data, seqlen_tick, tflops_bounds,
-                      varlen_data)
+from .results import (GRID_TOKENS, KERNEL_HEAD_DIMS, OWN_KERNEL_DIMS, REPO_ROOT, SHAPE_COLUMNS, accuracy_data,
+                      beyond_prefill_ratios, cuda_triton_ratio, decode_cuda_triton_ratio, decode_data, format_key,
+                      founding_rows, grid_rows, headdims_data, headline_data, headline_panels, ladder_data,
+                      load_results, local_data, mix_order, mla_data, not_drawn_note, passed, roofline_data, seqlen_data,
+                      seqlen_tick, tflops_bounds, varlen_data)
 
 FOUNDING_REFERENCE = "rtx5090-founding-ladder.csv"
 FORMAT_MARKERS = {"bf16": "o", "fp16": "s", "fp8": "^", "mxfp8": "D", "nvfp4": "v"}
@@ -685,7 +685,7 @@ def fig_headdims(df: pd.DataFrame) -> Figure:
             xs = sorted(line.index, key=position.get)
             ax.plot([position[x] for x in xs], [line[x] for x in xs], color=style.color[label],
                     marker=style.marker[label], linewidth=1.2, markersize=4)
-        ax.set_xticks(range(len(order)), [d + ("*" if d in map(str, KERNEL_HEAD_DIMS) else "") for d in order])
+        ax.set_xticks(range(len(order)), [d + ("*" if d in OWN_KERNEL_DIMS else "") for d in order])
         shape = panel.iloc[0]
         ax.set_title(f"{'causal' if causal else 'non-causal'}, b{int(shape['batch'])} h{int(shape['heads_q'])}, "
                      f"{seqlen_tick(shape['seqlen_q'])} tokens each", fontsize=9)

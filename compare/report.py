@@ -19,8 +19,9 @@ from pathlib import Path
 import pandas as pd
 
 from . import paired
-from .results import (FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, REPO_ROOT, decode_eager_cases,
-                      decode_ratio, grid_rows, headdims_data, load_results, mla_data, not_drawn_note, passed)
+from .results import (FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, KERNEL_PAIRS, OWN_KERNEL_DIMS, REPO_ROOT,
+                      decode_eager_cases, decode_ratio, grid_rows, headdims_data, load_results, mla_data,
+                      not_drawn_note, passed)
 from .schema import shape_label
 
 
@@ -587,28 +588,22 @@ def _slashed(dims) -> str:
 
 def headdims_findings(df: pd.DataFrame) -> list[str]:
     """The README's head-dim finding (one headdims sweep, figures/data/headdims): `cuda:hopper`'s kernels between
-    others (d192) against their neighbours' FLOP rates, the head dims it runs on a wider kernel against that kernel's
-    own rate, the issue's target, and cuDNN and `triton:fa2` at the head dims outside 64 / 128 / 256."""
+    others (d192) against their neighbours' FLOP rates, its Q/K / V pairs (192/128) against their Q/K width's kernel,
+    the head dims it runs on a wider kernel against that kernel's own rate, the issue's target, and cuDNN and `triton:fa2` at the head dims outside 64 / 128 / 256."""
     rows = headdims_data(df)
     rates = rows.pivot_table(index=["dims", "causal"], columns="label", values="tflops", aggfunc="max")
     if "cuda:hopper" not in rates:
         return []
     hopper = rates["cuda:hopper"]
     widths = rows.drop_duplicates("dims").set_index("dims")["width"]
-    kernels = {str(d) for d in KERNEL_HEAD_DIMS}
 
     def versus(dims: str, causal: bool, kernel: int) -> float:
         return hopper.get((dims, causal), math.nan) / hopper.get((str(kernel), causal), math.nan)
 
-    padded = [key for key in rates.index if key[0] not in kernels]
+    padded = [key for key in rates.index if key[0] not in OWN_KERNEL_DIMS]
     own = pd.Series({(dims, c): versus(dims, c, next(d for d in KERNEL_HEAD_DIMS if d >= widths[dims]))
                      for dims, c in padded}, dtype=float).dropna()
-    if own.empty:
-        return []
     shape = rows.iloc[0]
-    names = [f"Q/K {d.replace('/', ' with V ')}" if "/" in d else f"d{d}"
-             for d in dict.fromkeys(d for d, _ in sorted(padded, key=lambda k: (widths[k[0]], "/" in k[0], k[0])))]
-    names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
     text = (f"**Head dims** (bf16, {int(shape['batch'])} × {_seq(shape['seqlen_q'])} tokens, {int(shape['heads_q'])} "
             f"heads, causal and not, {len(rates)} cases of one run, figure 11): ")
     inner = []  # cuda:hopper's kernels besides the common ones, against the common ones beside them
@@ -623,9 +618,21 @@ def headdims_findings(df: pd.DataFrame) -> list[str]:
         if not up.empty and not down.empty:
             inner.append(f"its own d{dim} kernel runs at {_span(up)} the d{above} kernel's FLOP rate and "
                          f"{_span(down)} d{below}'s")
-    text += "`cuda:hopper`: " + "; ".join(inner + [
-        f"at {names}, which run on the kernel of the next of {_slashed(KERNEL_HEAD_DIMS)} with zero "
-        f"columns, {_span(own)} that kernel's own FLOP rate (lowest at {_headdims_where(own.idxmin())})"])
+    for pair in KERNEL_PAIRS:  # against the kernel of its Q/K width
+        qk, v = pair.split("/")
+        wide = pd.Series({c: versus(pair, c, int(qk)) for c in (False, True)}).dropna()
+        if not wide.empty:
+            inner.append(f"its own Q/K {qk} with V {v} kernel runs at {_span(wide)} the d{qk} kernel's FLOP rate")
+    if not own.empty:
+        order = sorted(own.index, key=lambda k: (widths[k[0]], "/" in k[0], k[0]))
+        names = [f"Q/K {d.replace('/', ' with V ')}" if "/" in d else f"d{d}" for d in dict.fromkeys(d for d, _ in order)]
+        verb = "run" if len(names) > 1 else "runs"
+        names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+        inner.append(f"at {names}, which {verb} on the kernel of the next of {_slashed(KERNEL_HEAD_DIMS)} with zero "
+                     f"columns, {_span(own)} that kernel's own FLOP rate (lowest at {_headdims_where(own.idxmin())})")
+    if not inner:
+        return []
+    text += "`cuda:hopper`: " + "; ".join(inner)
     held = pd.Series({(dims, c): versus(dims, c, kernel) for dims, kernel in HEADDIMS_TARGET.items()
                       for c in (False, True)}, dtype=float).dropna()
     if not held.empty:

@@ -42,6 +42,9 @@ HEADLINE_HEAD_DIM = 128
 HEADLINE_FORMATS = ("bf16", "fp8")
 DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
 KERNEL_HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
+KERNEL_PAIRS = ("192/128",)  # Q/K / V pairs cuda:hopper has kernels of their own for (P V at V's width)
+# figure 11's `dims` that have a cuda:hopper kernel of their own
+OWN_KERNEL_DIMS = frozenset(map(str, KERNEL_HEAD_DIMS)) | frozenset(KERNEL_PAIRS)
 LENGTH_MIXES = ("longtail", "uniform", "equal")  # the varlen sweep's length mixes, in the order they are shown
 
 
