@@ -57,8 +57,11 @@ class Backend:
     head_dim_pairs: tuple[tuple[int, int], ...] = ()  # (Q/K, V) head dims it takes besides equal ones in head_dims
     latent_pairs_only: bool = False  # the pairs only as one latent KV cache in q's dtype (MLA: V = K's first columns)
     # run_mla(q, kv_cache, *, cache_seqlens, block_table, causal, scale, return_lse): attention_mla_decode's call
-    # (compare.mla: MLA decode against a paged latent cache); None: no MLA sweep case
+    # (compare.cache_sweep: MLA decode against a paged latent cache); None: no MLA sweep case
     run_mla: Callable | None = field(default=None, repr=False)
+    # run_kvcache(q, k_cache, v_cache, *, cache_seqlens, block_table, k_descale=, v_descale=, causal, scale, window=,
+    # return_lse): attention_with_kvcache's call (compare.cache_sweep); None: no KV-cache sweep case
+    run_kvcache: Callable | None = field(default=None, repr=False)
 
     @property
     def backend(self) -> str:
@@ -101,6 +104,8 @@ class Backend:
             return "packed batches only (no dense call for the padded batch)"
         if getattr(case, "mla", False) and self.run_mla is None:
             return "no MLA decode against a latent cache (attention_mla_decode)"
+        if getattr(case, "kvcache", False) and not case.mla and self.run_kvcache is None:
+            return "no decode against a KV cache (attention_with_kvcache)"
         if case.fmt not in self.formats:
             return f"format {case.fmt} not in {self.formats}"
         v_dim = getattr(case, "v_dim", case.head_dim)  # (a case type without one: V's head_dim is Q's)
@@ -302,7 +307,8 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
         def run_varlen(q, k, v, *args, _variant=variant, **kwargs):
             return module.attention_varlen(q, k, v, *args, variant=_variant, **kwargs)
 
-        # the decode variant that takes MLA's head dims serves attention_mla_decode
+        # the decode variant serves attention_with_kvcache, and attention_mla_decode where it takes MLA's head dims
+        kvcache = variant == "decode" and hasattr(module, "attention_with_kvcache")
         mla = variant == "decode" and (MLA_HEAD_DIM, MLA_HEAD_DIM_V) in caps.get("head_dim_pairs", ()) and hasattr(
             module, "attention_mla_decode")
 
@@ -321,6 +327,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             local=bool(caps.get("local")), softcap=bool(caps.get("softcap")), varlen=bool(caps.get("varlen")),
             run_varlen=run_varlen if caps.get("varlen") else None,
             run_mla=module.attention_mla_decode if mla else None,
+            run_kvcache=module.attention_with_kvcache if kvcache else None,
             ceiling=caps.get("ceiling", _CEILING[family]), description=caps.get("description", ""),
             last_config=(lambda _v=variant: module.last_config(_v)) if hasattr(module, "last_config")
             else (lambda: None)))

@@ -31,7 +31,7 @@ import torch
 
 from . import backends as backends_mod
 from . import env as env_mod
-from . import mla, oracle
+from . import oracle
 from .schema import COLUMNS, EAGER, KEY_COLUMNS, shape_label
 from .sweeps import Sweep, shard as shard_items
 
@@ -63,7 +63,8 @@ def attention_pairs(seqlen_q: int, seqlen_k: int, causal: bool, window: tuple[in
 
 def flops(case: oracle.Case) -> int:
     """2 (Q K^T: head_dim) + 2 (P V: V's head_dim) FLOPs per multiply-add of every visible (query, key) pair; for a
-    packed batch (compare.varlen.SweepCase) or an MLA case (compare.mla.SweepCase) those of its sequences."""
+    packed batch (compare.varlen.SweepCase) or a KV-cache case (compare.cache_sweep.SweepCase) those of its
+    sequences."""
     dims = case.head_dim + getattr(case, "v_dim", case.head_dim)
     sequences = getattr(case, "sequences", None)
     if sequences is not None:
@@ -162,16 +163,18 @@ def _gpu_datasheet(gpu: str, case: oracle.Case) -> float | None:
 
 def _judged_call(backend: backends_mod.Backend, case, device: str):
     """(the oracle's verdict on `backend` for `case`, the call it judged, ready to time). A packed batch runs the
-    backend's varlen call, or (padded) its dense call on the padded batch, judged as that dense case; an MLA case
-    (compare.mla.SweepCase) its attention_mla_decode on a paged latent cache."""
-    if getattr(case, "mla", False):
+    backend's varlen call, or (padded) its dense call on the padded batch, judged as that dense case; a KV-cache case
+    (compare.cache_sweep.SweepCase) its attention_with_kvcache, or attention_mla_decode on MLA's latent cache."""
+    if getattr(case, "kvcache", False):
         inputs = oracle.make_kvcache_inputs(case.case, device)
-
-        def run(q, k_cache, v_cache, *, return_lse, **kw):  # (v_cache: the view of k_cache the oracle made)
-            return backend.run_mla(q, k_cache, return_lse=return_lse, **kw)
+        if case.mla:
+            def run(q, k_cache, v_cache, **kw):  # (v_cache: the view of k_cache the oracle made)
+                return backend.run_mla(q, k_cache, **kw)
+        else:
+            run = backend.run_kvcache
         verdict = oracle.check_kvcache(run, case.case, device=device, inputs=inputs)
         kwargs = inputs.kwargs(case.case)
-        return verdict, lambda: backend.run_mla(inputs.q, inputs.k_cache, **kwargs)
+        return verdict, lambda: run(inputs.q, inputs.k_cache, inputs.v_cache, **kwargs)
     if getattr(case, "padded", None) is False:
         inputs = oracle.make_varlen_inputs(case.case, device)
         verdict = oracle.check_varlen(backend.run_varlen, case.case, device=device, inputs=inputs,
@@ -297,8 +300,8 @@ def _case_fields(backend, case) -> dict:
                 seqlen_k=case.seqlen_k, head_dim=case.head_dim, causal=case.causal, head_dim_v=case.v_dim,
                 window_left=case.window[0], window_right=case.window[1], softcap=case.softcap,
                 lengths="" if padded is None else case.mix,
-                packing=mla.PACKING if getattr(case, "mla", False) else "" if padded is None else
-                "padded" if padded else "packed", page_size=getattr(case, "page_size", ""))
+                packing=getattr(case, "packing", "") if padded is None else "padded" if padded else "packed",
+                page_size=getattr(case, "page_size", None) or "", kv_format=getattr(case, "kv_format", ""))
 
 
 def _fmt(value) -> str:

@@ -41,6 +41,8 @@ OUTPUT_BYTES = {"fp16": 2.0, "fp32": 4.0}  # every other format writes bf16
 HEADLINE_HEAD_DIM = 128
 HEADLINE_FORMATS = ("bf16", "fp8")
 DECODE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_k"]
+CACHE_CASE = ["batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal", "window_left",
+              "window_right"]
 KERNEL_HEAD_DIMS = (64, 80, 96, 128, 192, 256)  # the head dims cuda:hopper has kernels for; the others run on the next
 KERNEL_PAIRS = ("192/128",)  # Q/K / V pairs cuda:hopper has kernels of their own for (P V at V's width)
 # figure 11's `dims` that have a cuda:hopper kernel of their own
@@ -208,11 +210,17 @@ def headline_data(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(kept) if kept else rows.iloc[:0]
 
 
-def decode_data(df: pd.DataFrame) -> pd.DataFrame:
-    """What figure 6 draws: passing single-token decode rows, with the K and V bytes they must read once and the
-    bandwidth that gives (K and V bytes per second, as the README's decode finding; Q and O add under 1% at the
-    sweep's shapes)."""
+def decode_calls(df: pd.DataFrame) -> pd.DataFrame:
+    """Passing decode rows of the dense call (attention(), the peers' SDPA): not the KV-cache calls'."""
     rows = passed(df)
+    return rows[rows["packing"] == ""] if "packing" in rows else rows
+
+
+def decode_data(df: pd.DataFrame) -> pd.DataFrame:
+    """What figure 6 draws: passing single-token decode rows of the dense call, with the K and V bytes they must read
+    once and the bandwidth that gives (K and V bytes per second, as the README's decode finding; Q and O add under 1%
+    at the sweep's shapes)."""
+    rows = decode_calls(df)
     rows = rows[(rows["seqlen_q"] == 1) & rows["format"].isin(list(ELEMENT_BYTES))]
     element = rows["format"].map(ELEMENT_BYTES)
     kv_bytes = 2 * rows["batch"] * rows["heads_kv"] * rows["seqlen_k"] * rows["head_dim"] * element
@@ -251,6 +259,34 @@ def decode_cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame(columns=[*DECODE_CASE, "ratio", "group"])
     ratio = ratio.rename("ratio").reset_index()
     return ratio.assign(group=ratio["heads_q"] // ratio["heads_kv"])
+
+
+def cache_ratios(df: pd.DataFrame, label: str) -> dict[str, pd.Series]:
+    """`label`'s same-run speed ratios between its KV-cache calls (packing "paged" / "contiguous", compare.cache_sweep)
+    on the same case (CACHE_CASE): "paged<N>": the contiguous cache's time over pages of N keys' (above 1: the paged
+    cache is faster), both in q's dtype; "fp8": the cache in q's dtype over the e4m3 cache's, the same layout.
+    Graph-timed rows only (an eager timing carries the host's launch time)."""
+    rows = passed(df)
+    if "packing" not in rows:
+        return {}
+    rows = rows[(rows["label"] == label) & rows["packing"].isin(["paged", "contiguous"])
+                & ~rows["note"].astype(str).str.startswith(EAGER)]
+    if rows.empty:
+        return {}
+    layout = np.where(rows["packing"] == "paged", "paged" + rows["page_size"].astype(str).str.split(".").str[0],
+                      "contiguous")
+    times = rows.assign(layout=layout, kv=rows["kv_format"].replace("", "same")).pivot_table(
+        index=CACHE_CASE, columns=["layout", "kv"], values="ms_p50", aggfunc="min")
+    out = {}
+    for paged in sorted((c for c, _ in times.columns if c.startswith("paged")), key=lambda c: int(c[5:])):
+        if ("contiguous", "same") in times and (paged, "same") in times:
+            out[paged] = (times[("contiguous", "same")] / times[(paged, "same")]).dropna()
+    layouts = dict.fromkeys(times.columns.get_level_values(0))
+    fp8 = [(times[(layout, "same")] / times[(layout, "fp8")]).dropna() for layout in layouts
+           if (layout, "same") in times and (layout, "fp8") in times]
+    if fp8:
+        out["fp8"] = pd.concat(fp8)
+    return {name: ratio for name, ratio in out.items() if not ratio.empty}
 
 
 def local_data(df: pd.DataFrame) -> pd.DataFrame:

@@ -5,14 +5,16 @@ ENV_COLUMNS = ["timestamp", "sweep", "git_commit", "gpu", "sm_count", "compute_c
                "torch", "triton", "host_python", "sm_clock_mhz"]
 CASE_COLUMNS = ["backend", "family", "variant", "format", "batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k",
                 "head_dim", "causal", "head_dim_v", "window_left", "window_right", "softcap", "lengths", "packing",
-                "page_size"]
+                "page_size", "kv_format"]
 # Case columns added after the first published CSVs, and what a CSV without them means (head_dim_v None: the
 # row's head_dim): compare.results.load_results fills them in, so older data reads as the dense cases it holds.
 # lengths / packing: a packed batch's length mix (compare.varlen.LENGTH_MIXES) and "packed" or "padded" (batch,
-# seqlen_q / seqlen_k are then its sequence count and longest lengths); empty for a dense case. packing "latent" and
-# page_size: MLA decode against a paged latent cache (compare.mla; heads_kv 1, seqlen_k every sequence's keys).
+# seqlen_q / seqlen_k are then its sequence count and longest lengths); empty for a dense case. packing "latent",
+# "paged" or "contiguous", page_size and kv_format: decode through a KV-cache call (compare.cache_sweep; seqlen_k every
+# sequence's keys): MLA's latent cache in pages, or a GQA cache in pages or contiguous, kv_format "fp8" for an e4m3
+# cache ("" for one in the row's format).
 LATER_CASE_COLUMNS = {"head_dim_v": None, "window_left": "-1", "window_right": "-1", "softcap": "0", "lengths": "",
-                      "packing": "", "page_size": ""}
+                      "packing": "", "page_size": "", "kv_format": ""}
 RESULT_COLUMNS = ["ms_p20", "ms_p50", "ms_p80", "tflops", "ceiling", "ceiling_tflops", "pct_sol",
                   "pct_datasheet", "max_abs_err", "err_bound", "rel_l2", "rel_l2_unquantized", "oracle_rows",
                   "oracle", "note"]
@@ -36,8 +38,9 @@ def _later(row, column: str):
 def shape_label(row) -> str:
     """A results row's case as one short label, e.g. 'bf16 b4 h16/16 q4096 k4096 d128 causal', with
     'd192v128', ' win4096,0' and ' cap30' where V's head_dim, a window or a softcap set it apart, ' longtail
-    packed' for a packed batch (b: its sequences, q / k: its longest lengths) and ' latent page64' for MLA decode
-    (works on a dict or a pandas row)."""
+    packed' for a packed batch (b: its sequences, q / k: its longest lengths), ' latent page64' for MLA decode,
+    ' paged64' / ' cache' for decode through attention_with_kvcache and ' kv-fp8' for an e4m3 cache (works on a
+    dict or a pandas row)."""
     ints = {c: int(row[c]) for c in ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim")}
     causal = " causal" if row["causal"] in (True, "True", "true") else ""
     dv = int(float(_later(row, "head_dim_v")))
@@ -49,5 +52,12 @@ def shape_label(row) -> str:
         extra += f" {lengths} {packing}"
     elif packing == "latent":  # MLA decode: one latent cache in pages
         extra += f" latent page{int(float(_later(row, 'page_size')))}"
+    elif packing == "paged":  # decode through attention_with_kvcache
+        extra += f" paged{int(float(_later(row, 'page_size')))}"
+    elif packing == "contiguous":
+        extra += " cache"
+    kv_format = _later(row, "kv_format")
+    if isinstance(kv_format, str) and kv_format:
+        extra += f" kv-{kv_format}"
     return (f"{row['format']} b{ints['batch']} h{ints['heads_q']}/{ints['heads_kv']} q{ints['seqlen_q']} "
             f"k{ints['seqlen_k']} d{ints['head_dim']}{f'v{dv}' if dv != ints['head_dim'] else ''}{causal}{extra}")

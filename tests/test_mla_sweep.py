@@ -6,13 +6,13 @@ import inspect
 
 import pytest
 
-from compare import backends, bench, figures, mla, report, results, schema, sweeps
+from compare import backends, bench, cache_sweep, figures, report, results, schema, sweeps
 from kv_reference import kv_reference
 
 
 def test_the_sweep_spans_the_issue_grid():
     cases = sweeps.load("mla").cases
-    assert cases and all(isinstance(c, mla.SweepCase) for c in cases)
+    assert cases and all(isinstance(c, cache_sweep.SweepCase) and c.mla for c in cases)
     assert {(c.head_dim, c.v_dim, c.heads_kv, c.page_size, c.fmt) for c in cases} == {(576, 512, 1, 64, "bf16")}
     assert {c.heads_q for c in cases} == {16, 64, 128}
     assert (min(c.batch for c in cases), max(c.batch for c in cases)) == (1, 128)
@@ -34,7 +34,7 @@ def test_only_the_decode_kernels_take_an_mla_case():
 
 
 @pytest.mark.parametrize("table, message", [
-    ("latent = true\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64", "latent = true and page_size go together"),
+    ("latent = true\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64", "an MLA case is latent = true with page_size"),
     ("latent = true\npage_size = 64\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64\nhead_dim = 128",
      "head_dim is 576 in an MLA case, got 128"),
     ("latent = true\npage_size = 64\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64\nwindow_left = 8",
@@ -59,14 +59,13 @@ def _latent_reference(q, kv_cache, *, head_dim_v=512, **kw):
 
 
 def test_an_mla_row_is_judged_then_timed_on_its_flops():
-    case = mla.sweep_case(batch=3, heads_q=4, seqlen_q=2, seqlen_k=40, page_size=16, causal=True, fmt="fp32")
+    case = cache_sweep.mla_case(batch=3, heads_q=4, seqlen_q=2, seqlen_k=40, page_size=16, causal=True, fmt="fp32")
     row = bench.measure(_reference_backend(_latent_reference), case, "cpu", {}, 1, 2)
     assert row["oracle"] == "pass", row
     assert (row["packing"], row["page_size"], row["head_dim"], row["head_dim_v"], row["heads_kv"]) == \
         ("latent", 16, 576, 512, 1)
     pairs = 3 * (39 + 40)  # bottom-right causal: the first query sees 39 keys, the second 40
     assert bench.flops(case) == 2 * 4 * (576 + 512) * pairs
-    assert case.cache_bytes == 3 * 40 * 576 * 4
     assert row["tflops"] == pytest.approx(bench.flops(case) / (row["ms_p50"] * 1e-3) / 1e12)
     assert schema.shape_label(bench.csv_cells(row)) == "fp32 b3 h4/1 q2 k40 d576v512 causal latent page16"
 
@@ -74,7 +73,7 @@ def test_an_mla_row_is_judged_then_timed_on_its_flops():
 def test_a_wrong_mla_call_fails_its_row_and_is_not_timed():
     def second_half(q, kv_cache, *, head_dim_v=512, **kw):  # V taken from the wrong columns
         return kv_reference(q, kv_cache, kv_cache[..., -head_dim_v:], **kw)
-    case = mla.sweep_case(batch=2, heads_q=2, seqlen_q=1, seqlen_k=33, page_size=16, causal=False, fmt="fp32")
+    case = cache_sweep.mla_case(batch=2, heads_q=2, seqlen_q=1, seqlen_k=33, page_size=16, causal=False, fmt="fp32")
     row = bench.measure(_reference_backend(second_half), case, "cpu", {}, 1, 2)
     assert row["oracle"] == "fail" and "ms_p50" not in row
 

@@ -13,8 +13,12 @@ the table expands to the product of its lists. Shape keys:
 * ``lengths`` (a length mix of ``compare.varlen.LENGTH_MIXES``) with ``tokens``: a packed batch of that many
   tokens (queries and keys alike), and ``packing``: "packed" (default; the backends with a varlen call) or
   "padded" (a dense backend on the batch padded to the longest sequence);
-* ``latent = true`` with ``page_size``: MLA decode (compare.mla) -- one latent head of 576 columns per sequence in a
-  paged cache, V its first 512, every sequence ``seqlen_k`` keys long, run through the backends'
+* ``cache``: "contiguous" or "paged" (with ``page_size``), and ``kv_format``: "same" (default, the cache in q's
+  dtype) or "fp8" (e4m3 with per-(batch, KV head) descales): decode through the backends' ``attention_with_kvcache``
+  against a cache of ``seqlen_k`` keys in every sequence (compare.cache_sweep; with a ``window_left`` /
+  ``window_right`` where given);
+* ``latent = true`` with ``page_size``: MLA decode (compare.cache_sweep) -- one latent head of 576 columns per
+  sequence in a paged cache, V its first 512, every sequence ``seqlen_k`` keys long, run through the backends'
   ``attention_mla_decode`` (the head dims are MLA's; ``head_dim`` / ``heads_kv`` may be left out).
 
 A top-level ``triton_interpret = true`` marks a sweep sized for Triton's interpreter: on a machine without a
@@ -35,7 +39,7 @@ SWEEP_DIR = Path(__file__).resolve().parent
 _TOP_KEYS = {"description", "backends", "formats", "shapes", "triton_interpret"}
 _SHAPE_KEYS = {"seqlen", "seqlen_q", "seqlen_k", "batch", "tokens", "heads_q", "model_dim", "heads_kv",
                "head_dim", "causal", "formats", "head_dim_v", "window_left", "window_right", "softcap", "lengths",
-               "packing", "latent", "page_size"}
+               "packing", "latent", "page_size", "cache", "kv_format"}
 PACKINGS = ("packed", "padded")
 
 
@@ -86,8 +90,8 @@ def load(name_or_path: str) -> Sweep:
 def _case(d: dict, where: str) -> Case:
     if "lengths" in d or "packing" in d:
         return _packed_case(d, where)
-    if d.get("latent") or "page_size" in d:
-        return _latent_case(d, where)
+    if d.get("latent") or "page_size" in d or "cache" in d or "kv_format" in d:
+        return _cache_case(d, where)
     try:
         seqlen_q = d.get("seqlen_q", d.get("seqlen"))
         seqlen_k = d.get("seqlen_k", d.get("seqlen"))
@@ -119,24 +123,42 @@ def _packed_case(d: dict, where: str):
     return varlen.SweepCase(case, mix=d["lengths"], padded=packing == "padded")
 
 
-def _latent_case(d: dict, where: str):
-    """An MLA decode case (compare.mla.SweepCase) of a shapes table with latent = true."""
-    from .. import mla
+def _cache_case(d: dict, where: str):
+    """A KV-cache decode case (compare.cache_sweep.SweepCase): MLA's with latent = true, else a GQA cache of `cache`
+    layout."""
+    from .. import cache_sweep
     from ..kvcache import MLA_HEAD_DIM, MLA_HEAD_DIM_V
     try:
-        if not d.get("latent") or "page_size" not in d:
-            raise ValueError("latent = true and page_size go together (a paged latent cache)")
-        fixed = dict(head_dim=MLA_HEAD_DIM, head_dim_v=MLA_HEAD_DIM_V, heads_kv=1)
-        for key, value in fixed.items():
-            if d.get(key, value) != value:
-                raise ValueError(f"{key} is {value} in an MLA case, got {d[key]}")
-        for key in ("window_left", "window_right", "softcap", "seqlen", "tokens", "model_dim"):
+        for key in ("softcap", "seqlen", "tokens", "model_dim"):
             if key in d:
-                raise ValueError(f"{key} is not a key of an MLA case")
-        return mla.sweep_case(batch=d["batch"], heads_q=d["heads_q"], seqlen_q=d["seqlen_q"], seqlen_k=d["seqlen_k"],
-                              page_size=d["page_size"], causal=bool(d.get("causal", False)), fmt=d["formats"])
+                raise ValueError(f"{key} is not a key of a KV-cache case")
+        if d.get("latent"):
+            if "page_size" not in d or "cache" in d or "kv_format" in d:
+                raise ValueError("an MLA case is latent = true with page_size (a paged latent cache in q's dtype)")
+            fixed = dict(head_dim=MLA_HEAD_DIM, head_dim_v=MLA_HEAD_DIM_V, heads_kv=1)
+            for key, value in fixed.items():
+                if d.get(key, value) != value:
+                    raise ValueError(f"{key} is {value} in an MLA case, got {d[key]}")
+            for key in ("window_left", "window_right"):
+                if key in d:
+                    raise ValueError(f"{key} is not a key of an MLA case")
+            return cache_sweep.mla_case(batch=d["batch"], heads_q=d["heads_q"], seqlen_q=d["seqlen_q"],
+                                        seqlen_k=d["seqlen_k"], page_size=d["page_size"],
+                                        causal=bool(d.get("causal", False)), fmt=d["formats"])
+        cache = d.get("cache")
+        if cache not in cache_sweep.CACHES:
+            raise ValueError(f"cache must be one of {cache_sweep.CACHES} (or latent = true), got {cache!r}")
+        if (cache == cache_sweep.PAGED) != ("page_size" in d):
+            raise ValueError('page_size goes with cache = "paged", and only with it')
+        if "head_dim_v" in d and d["head_dim_v"] != d["head_dim"]:
+            raise ValueError("a KV-cache case has V's head_dim equal to Q/K's (MLA's pair: latent = true)")
+        return cache_sweep.cache_case(batch=d["batch"], heads_q=d["heads_q"], heads_kv=d.get("heads_kv", d["heads_q"]),
+                                      seqlen_q=d["seqlen_q"], seqlen_k=d["seqlen_k"], head_dim=d["head_dim"],
+                                      page_size=d.get("page_size"), kv_fmt=d.get("kv_format", "same"),
+                                      causal=bool(d.get("causal", False)), fmt=d["formats"],
+                                      window=(d.get("window_left", -1), d.get("window_right", -1)))
     except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: MLA case {d} ({exc!r})") from exc
+        raise ValueError(f"{where}: KV-cache case {d} ({exc!r})") from exc
 
 
 def parse_shard(spec: str) -> tuple[int, int]:
