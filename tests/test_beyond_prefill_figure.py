@@ -1,34 +1,27 @@
 """Figure 12 (compare.figures.fig_beyond_prefill): the best CUDA over the best Triton speed per case of the local,
 varlen, headdims and mla sweeps, from results rows written here (no GPU)."""
-import csv
 
 import numpy as np
 import pytest
 
-from compare import figures, results, schema
+from compare import figures, results
+import results_rows
 
 
 def _row(label, tflops, **case):
     backend, variant = label.split(":")
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-04T00:00:00+00:00", sweep="x", git_commit="0" * 40, gpu="NVIDIA H200", driver="1",
-               cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-               family=backend if backend in ("cuda", "triton") else "peer", format="bf16", batch=1, heads_q=16,
-               heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=True, window_left=-1,
-               window_right=-1, softcap=0, ms_p20=1, ms_p50=1, ms_p80=1, tflops=tflops, oracle="pass")
+    row = results_rows.row(timestamp="2026-12-04T00:00:00+00:00", sweep="x", backend=backend, variant=variant,
+                           family=backend if backend in ("cuda", "triton") else "peer", format="bf16", batch=1,
+                           heads_q=16, heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=128, causal=True,
+                           window_left=-1, window_right=-1, softcap=0, ms_p20=1, ms_p50=1, ms_p80=1, tflops=tflops,
+                           oracle="pass")
     row.update(case)
     row.setdefault("head_dim_v", row["head_dim"])
     return row
 
 
 def _load(tmp_path, name, rows):
-    folder = tmp_path / name
-    folder.mkdir()
-    with (folder / f"{name}.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return results.load_results(folder)
+    return results_rows.write_and_load(tmp_path / name, rows, name)
 
 
 def _sweeps(tmp_path):

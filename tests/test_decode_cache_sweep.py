@@ -1,13 +1,13 @@
 """The decode sweep's KV-cache rows (compare/sweeps/decode.toml, compare.cache_sweep) on the CPU: the layouts it
 holds, which backends take them, how the driver judges and times a row through attention_with_kvcache, the columns
 that mark it, and the README sentence computed from the rows (pages against a contiguous cache, e4m3 against bf16)."""
-import csv
 import inspect
 
 import pytest
 
 from compare import backends, bench, cache_sweep, report, results, schema, sweeps
 from kv_reference import kv_reference
+import results_rows
 
 
 def _cache_cases():
@@ -91,13 +91,11 @@ def test_a_wrong_cache_call_fails_its_row_and_is_not_timed():
 
 def _row(label, ms, batch=8, seqlen_k=32768, packing="", page_size="", kv_format=""):
     backend, variant = label.split(":")
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-07T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
-               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-               family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32, heads_kv=8,
-               seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms, ms_p80=ms,
-               tflops=1.0, oracle="pass", head_dim_v=128, window_left=-1, window_right=-1, softcap=0,
-               packing=packing, page_size=page_size, kv_format=kv_format)
+    row = results_rows.row(timestamp="2026-12-07T00:00:00+00:00", sweep="decode", backend=backend, variant=variant,
+                           family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
+                           heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
+                           ms_p80=ms, tflops=1.0, oracle="pass", head_dim_v=128, window_left=-1, window_right=-1,
+                           softcap=0, packing=packing, page_size=page_size, kv_format=kv_format)
     return row
 
 
@@ -112,12 +110,7 @@ ROWS = [_row("cuda:decode", 0.250), _row("sdpa:cudnn", 0.245),  # the dense call
 
 
 def _results(folder, rows=ROWS):
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "decode.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return results.load_results(folder)
+    return results_rows.write_and_load(folder, rows, "decode")
 
 
 def test_cache_ratios_and_the_decode_finding_read_the_rows(tmp_path):

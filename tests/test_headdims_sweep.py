@@ -1,10 +1,10 @@
 """The headdims sweep (compare/sweeps/headdims.toml): its cases, figure 11 and the README's head-dim finding, from
 results rows written here (no GPU)."""
-import csv
 
 import pytest
 
-from compare import figures, report, results, schema, sweeps
+from compare import figures, report, results, sweeps
+import results_rows
 
 
 def test_the_sweep_asks_for_the_dims_models_use_and_the_192_128_pair():
@@ -18,13 +18,11 @@ def test_the_sweep_asks_for_the_dims_models_use_and_the_192_128_pair():
 
 def _row(label, tflops, head_dim, head_dim_v=None, causal=False):
     backend, variant = label.split(":")
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-03T00:00:00+00:00", sweep="headdims", git_commit="0" * 40, gpu="NVIDIA H200",
-               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-               family=backend if backend != "sdpa" else "peer", format="bf16", batch=4, heads_q=16, heads_kv=16,
-               seqlen_q=4096, seqlen_k=4096, head_dim=head_dim, head_dim_v=head_dim_v or head_dim, causal=causal,
-               window_left=-1, window_right=-1, softcap=0, ms_p20=1, ms_p50=1, ms_p80=1, tflops=tflops,
-               oracle="pass")
+    row = results_rows.row(sweep="headdims", backend=backend, variant=variant,
+                           family=backend if backend != "sdpa" else "peer", format="bf16", batch=4, heads_q=16,
+                           heads_kv=16, seqlen_q=4096, seqlen_k=4096, head_dim=head_dim,
+                           head_dim_v=head_dim_v or head_dim, causal=causal, window_left=-1, window_right=-1,
+                           softcap=0, ms_p20=1, ms_p50=1, ms_p80=1, tflops=tflops, oracle="pass")
     return row
 
 
@@ -36,12 +34,7 @@ ROWS = [("cuda:hopper", 600, 128), ("cuda:hopper", 460, 96), ("cuda:hopper", 700
 
 
 def _results(folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "headdims.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows([_row(*r) for r in ROWS])
-    return results.load_results(folder)
+    return results_rows.write_and_load(folder, [_row(*r) for r in ROWS], "headdims")
 
 
 def test_the_head_dim_finding_is_computed_from_the_rows(tmp_path):

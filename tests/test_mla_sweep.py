@@ -1,13 +1,13 @@
 """The MLA sweep (compare/sweeps/mla.toml) on the CPU: its cases, which backends take them, how the driver judges and
 times an MLA row (attention_mla_decode on a paged latent cache), the columns that mark it, figure 10 and the README
 finding computed from the rows."""
-import csv
 import inspect
 
 import pytest
 
 from compare import backends, bench, cache_sweep, figures, report, results, schema, sweeps
 from kv_reference import kv_reference
+import results_rows
 
 
 def test_the_sweep_spans_the_issue_grid():
@@ -80,22 +80,18 @@ def test_a_wrong_mla_call_fails_its_row_and_is_not_timed():
 
 def _mla_row(label, ms, batch, heads_q, seqlen_k, seqlen_q=1):
     backend, variant = label.split(":")
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-03T00:00:00+00:00", sweep="mla", git_commit="0" * 40, gpu="NVIDIA H200",
-               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant, family=backend,
-               format="bf16", batch=batch, heads_q=heads_q, heads_kv=1, seqlen_q=seqlen_q, seqlen_k=seqlen_k,
-               head_dim=576, head_dim_v=512, causal=seqlen_q > 1, packing="latent", page_size=64, ms_p20=ms,
-               ms_p50=ms, ms_p80=ms, tflops=2 * batch * heads_q * seqlen_q * seqlen_k * 1088 / (ms * 1e-3) / 1e12,
-               oracle="pass")
+    row = results_rows.row(sweep="mla", backend=backend, variant=variant, family=backend, format="bf16", batch=batch,
+                           heads_q=heads_q, heads_kv=1, seqlen_q=seqlen_q, seqlen_k=seqlen_k, head_dim=576,
+                           head_dim_v=512, causal=seqlen_q > 1, packing="latent", page_size=64, ms_p20=ms, ms_p50=ms,
+                           ms_p80=ms, tflops=2 * batch * heads_q * seqlen_q * seqlen_k * 1088 / (ms * 1e-3) / 1e12,
+                           oracle="pass")
     return row
 
 
 def _ceiling_row(name, value):
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-03T00:00:00+00:00", sweep="mla", git_commit="0" * 40, gpu="NVIDIA H200",
-               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend="ceiling", family="ceiling",
-               variant=name, format="", batch=0, heads_q=0, heads_kv=0, seqlen_q=0, seqlen_k=0, head_dim=0,
-               causal=False, ceiling=name, ceiling_tflops=value, oracle="n/a")
+    row = results_rows.row(sweep="mla", backend="ceiling", family="ceiling", variant=name, format="", batch=0,
+                           heads_q=0, heads_kv=0, seqlen_q=0, seqlen_k=0, head_dim=0, causal=False, ceiling=name,
+                           ceiling_tflops=value, oracle="n/a")
     return row
 
 
@@ -105,13 +101,8 @@ ROWS = [("cuda:decode", 0.040, 1, 16, 65536), ("triton:decode", 0.050, 1, 16, 65
 
 
 def _results(folder):
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / "mla.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows([_mla_row(*r) for r in ROWS] + [_ceiling_row("dram.read", 4.0),
-                                                          _ceiling_row("wgmma.bf16", 800.0)])
-    return results.load_results(folder)
+    rows = [_mla_row(*r) for r in ROWS] + [_ceiling_row("dram.read", 4.0), _ceiling_row("wgmma.bf16", 800.0)]
+    return results_rows.write_and_load(folder, rows, "mla")
 
 
 def test_the_mla_finding_is_computed_from_the_rows(tmp_path):

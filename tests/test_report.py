@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from compare import figures, report, results, schema
+import results_rows
 
 FIXTURE_DIR = results.REPO_ROOT / "tests" / "fixtures"
 DATA = results.REPO_ROOT / "figures" / "data"
@@ -231,23 +232,16 @@ def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
 def _decode_row(label, ms, batch, seqlen_k=8192, note=""):
     """One passing decode-sweep row (b `batch`, h32/8, q1, d128 bf16) of `label` at `ms` milliseconds."""
     backend, variant = label.split(":")
-    row = {c: "" for c in schema.COLUMNS}
-    row.update(timestamp="2026-12-03T00:00:00+00:00", sweep="decode", git_commit="0" * 40, gpu="NVIDIA H200",
-               driver="1", cuda="13.0", torch="2.11", triton="3.6.0", backend=backend, variant=variant,
-               family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32, heads_kv=8,
-               seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms, ms_p80=ms,
-               tflops=1.0, oracle="pass", note=note)
+    row = results_rows.row(sweep="decode", backend=backend, variant=variant,
+                           family="peer" if backend == "sdpa" else backend, format="bf16", batch=batch, heads_q=32,
+                           heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, causal=False, ms_p20=ms, ms_p50=ms,
+                           ms_p80=ms, tflops=1.0, oracle="pass", note=note)
     return row
 
 
 def _decode_results(tmp_path, rows):
     """The rows written as a results CSV in tmp_path and read back as the figures read them."""
-    import csv
-    with (tmp_path / "decode.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=schema.COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
-    return results.load_results(tmp_path)
+    return results_rows.write_and_load(tmp_path, rows, "decode")
 
 
 def test_decode_figure_marks_eager_timings(tmp_path):
