@@ -14,6 +14,7 @@ import fnmatch
 import functools
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -321,7 +322,7 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
             latent_pairs_only=bool(caps.get("latent_pairs_only")),
             run=run, availability=lambda _v=variant: module.unavailable_reason(_v),
             # under TRITON_INTERPRET=1 the Triton kernels run on the CPU: triton_impl says which can
-            min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and _interpreting())
+            min_cc=tuple(caps["min_cc"]) if caps.get("min_cc") and not (family == "triton" and interpreting())
             else None,
             max_cc=tuple(caps["max_cc"]) if caps.get("max_cc") else None, max_seqlen_q=caps.get("max_seqlen_q"),
             local=bool(caps.get("local")), softcap=bool(caps.get("softcap")), varlen=bool(caps.get("varlen")),
@@ -334,7 +335,8 @@ def _package_backends(family: str, module_name: str) -> list[Backend]:
     return out
 
 
-def _interpreting() -> bool:
+def interpreting() -> bool:
+    """TRITON_INTERPRET is set: the Triton kernels run on the CPU, in Triton's interpreter."""
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
@@ -355,6 +357,18 @@ def registry() -> dict[str, Backend]:
                     + _package_backends("triton", "triton_impl") + _package_backends("cuda", "cuda_impl"))
         _REGISTRY = {b.name: b for b in backends}
     return _REGISTRY
+
+
+def use_triton_interpreter() -> None:
+    """Switch TRITON_INTERPRET=1 on (a machine without a GPU), before any Triton kernel is imported, and build the
+    registry anew, with the interpreter's availability. ValueError if a kernel module was imported already."""
+    global _REGISTRY
+    if interpreting():
+        return
+    if any(m.startswith("triton_impl.kernels.") for m in sys.modules):  # decorated before the switch
+        raise ValueError("set TRITON_INTERPRET=1 before the Triton kernels are imported")
+    os.environ["TRITON_INTERPRET"] = "1"
+    _REGISTRY = None
 
 
 def get(name: str) -> Backend:

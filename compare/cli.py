@@ -11,7 +11,6 @@ import argparse
 import csv
 import fnmatch
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -125,11 +124,8 @@ def cmd_run(args) -> int:
     else:
         sweep = sweeps.load(args.sweep)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    if sweep.triton_interpret and device == "cpu" and os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
-        if any(m.startswith("triton_impl.kernels.") for m in sys.modules):  # decorated before the switch
-            raise ValueError("set TRITON_INTERPRET=1 before the Triton kernels are imported")
-        os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter: the kernels run on the CPU
-        backends._REGISTRY = None  # availability is decided anew, with the interpreter on
+    if sweep.triton_interpret and device == "cpu":
+        backends.use_triton_interpreter()
     used = launch.select_device()
     base = args.out or bench.default_output(sweep.name, env.environment(device))
     # a part writes its own file, <base>.part<i>of<N>.csv -- unless --out and --shard both name it
@@ -248,15 +244,11 @@ def cmd_env(args) -> int:
 def _interpreter_for_triton(patterns: list[str] | None) -> None:
     """Without a GPU, Triton backends run under TRITON_INTERPRET=1 (as the cpu sweep of `run` does): switched on
     here, before any kernel is imported, when the patterns can select one."""
-    if torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+    if torch.cuda.is_available() or backends.interpreting():
         return
     names = [n for n, b in backends.registry().items() if b.family == "triton"]
-    if not any(fnmatch.fnmatchcase(n, p) for n in names for p in (patterns or ["*"])):
-        return
-    if any(m.startswith("triton_impl.kernels.") for m in sys.modules):  # decorated before the switch
-        raise ValueError("set TRITON_INTERPRET=1 before the Triton kernels are imported")
-    os.environ["TRITON_INTERPRET"] = "1"  # Triton's interpreter: the kernels run on the CPU
-    backends._REGISTRY = None  # availability is decided anew, with the interpreter on
+    if any(fnmatch.fnmatchcase(n, p) for n in names for p in (patterns or ["*"])):
+        backends.use_triton_interpreter()
 
 
 def cmd_fuzz(args) -> int:

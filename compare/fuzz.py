@@ -248,14 +248,10 @@ def example_from_json(mode: str, data: dict) -> DenseExample | KVExample | Varle
 # ---------------------------------------------------------------- targets
 
 
-def interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def profile_for(backend: backends.Backend, device: str) -> Profile:
     if torch.device(device).type == "cuda":
         return PROFILES["gpu"]
-    return PROFILES["interpret"] if backend.family == "triton" and interpreting() else PROFILES["cpu"]
+    return PROFILES["interpret"] if backend.family == "triton" and backends.interpreting() else PROFILES["cpu"]
 
 
 def formats_for(backend: backends.Backend, profile: Profile) -> tuple[str, ...]:
