@@ -19,8 +19,8 @@ from pathlib import Path
 import pandas as pd
 
 from . import paired
-from .results import (FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, KERNEL_PAIRS, OWN_KERNEL_DIMS, REPO_ROOT,
-                      cache_ratios, decode_calls, decode_eager_cases, decode_ratio, grid_rows, headdims_data,
+from .results import (DECODE_CASE, FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, KERNEL_PAIRS, OWN_KERNEL_DIMS,
+                      REPO_ROOT, cache_ratios, ceiling_value, decode_calls, decode_eager_cases, decode_ratio, grid_rows, headdims_data,
                       load_results, mla_data, not_drawn_note, passed)
 from .schema import shape_label
 
@@ -412,13 +412,16 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
     before = decode_ratio(rows, "cuda:decode", "cuda:hopper")
     one = rows[(rows["seqlen_q"] == 1) & (rows["label"] == "cuda:decode")]
     kv = 2 * one["batch"] * one["heads_kv"] * one["seqlen_k"] * one["head_dim"] * 2
-    peak = (kv / (one["ms_p50"] * 1e-3) / 1e12).max()
+    tbps = kv / (one["ms_p50"] * 1e-3) / 1e12
+    peak, at = tbps.max(), _decode_where(tuple(one.loc[tbps.idxmax(), DECODE_CASE]))
+    read = ceiling_value(df, "dram.read")
     dims = "/".join(str(int(d)) for d in sorted(one["head_dim"].unique()))
     text = (f"**Decode** (bf16 d{dims}, one query token against a contiguous cache of "
             f"{_seq(one['seqlen_k'].min())}–{_seq(one['seqlen_k'].max())} keys, batch {int(one['batch'].min())}–"
             f"{int(one['batch'].max())}, {len(cuda)} cases of one run): the split-KV `cuda:decode` runs at "
             f"{_span(cuda)} cuDNN's speed ({_decode_tally(cuda, 'cuDNN')}) and reads K and V at up to "
-            f"{peak:.2f} TB/s")
+            f"{peak:.2f} TB/s" + (f", {100 * peak / read:.0f}% of the read ceiling measured in the same run ({at})"
+                                  if read > 0 else f" ({at})"))
     if not triton.empty:
         text += f"; `triton:decode` at {_span(triton)} ({_decode_tally(triton, 'cuDNN')})"
     skipped = len(decode_eager_cases(rows, "cuda:decode", "sdpa:cudnn"))
@@ -570,19 +573,19 @@ def mla_findings(df: pd.DataFrame) -> list[str]:
     rows = mla_data(df)
     if rows.empty or "cuda:decode" not in set(rows["label"]):
         return []
-    ceilings = df[df["backend"] == "ceiling"].groupby("variant")["ceiling_tflops"].max()
+    read, wgmma = ceiling_value(df, "dram.read"), ceiling_value(df, "wgmma.bf16")
     cuda = rows[rows["label"] == "cuda:decode"]
     parts = []
     few, many = cuda[cuda["heads_q"] == cuda["heads_q"].min()], cuda[cuda["heads_q"] == cuda["heads_q"].max()]
-    if "dram.read" in ceilings:
+    if read > 0:
         best = few.loc[few["tbps"].idxmax()]
         parts.append(f"reads the latent cache at up to {best['tbps']:.2f} TB/s at {int(best['heads_q'])} query heads, "
-                     f"{100 * best['tbps'] / ceilings['dram.read']:.0f}% of the read ceiling measured in the "
+                     f"{100 * best['tbps'] / read:.0f}% of the read ceiling measured in the "
                      f"same run ({_mla_where(tuple(best[MLA_CASE]))})")
-    if "wgmma.bf16" in ceilings:
+    if wgmma > 0:
         best = many.loc[many["tflops"].idxmax()]
         parts.append(f"reaches {best['tflops']:.0f} TFLOP/s at {int(best['heads_q'])} heads, "
-                     f"{100 * best['tflops'] / ceilings['wgmma.bf16']:.0f}% of the bf16 wgmma ceiling "
+                     f"{100 * best['tflops'] / wgmma:.0f}% of the bf16 wgmma ceiling "
                      f"({_mla_where(tuple(best[MLA_CASE]))}; the wgmma kernel)")
     times = rows.pivot_table(index=MLA_CASE, columns="label", values="ms_p50", aggfunc="min")
     if "triton:decode" in times:

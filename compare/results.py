@@ -210,6 +210,13 @@ def headline_data(df: pd.DataFrame) -> pd.DataFrame:
     return pd.concat(kept) if kept else rows.iloc[:0]
 
 
+def ceiling_value(df: pd.DataFrame, name: str) -> float:
+    """The measured ceiling `name` (compare.ceilings) of the rows' run, NaN where they hold none."""
+    if "backend" not in df or "variant" not in df:
+        return float("nan")
+    return float(df.loc[(df["backend"] == "ceiling") & (df["variant"] == name), "ceiling_tflops"].max())
+
+
 def decode_calls(df: pd.DataFrame) -> pd.DataFrame:
     """Passing decode rows of the dense call (attention(), the peers' SDPA): not the KV-cache calls'."""
     rows = passed(df)

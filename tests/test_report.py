@@ -271,6 +271,20 @@ def test_decode_cuda_against_triton_figure_and_finding(tmp_path):
            "in 1, most at b8 h32/8 k32k: 0.90×)" in text
 
 
+def test_decode_finding_holds_the_peak_read_rate_to_the_read_ceiling(tmp_path):
+    row = _decode_row
+    read = results_rows.row(sweep="decode", backend="ceiling", family="ceiling", variant="dram.read", format="",
+                            batch=0, heads_q=0, heads_kv=0, seqlen_q=0, seqlen_k=0, head_dim=0, causal=False,
+                            ceiling="dram.read", ceiling_tflops=5.0, oracle="n/a")
+    rows = [row("cuda:decode", 0.250, 8, 32768), row("sdpa:cudnn", 0.240, 8, 32768),
+            row("cuda:decode", 0.020, 1, 8192), row("sdpa:cudnn", 0.021, 1, 8192)]
+    # b8 h32/8 k32k: K and V 2 x 8 x 8 x 32768 x 128 x 2 bytes = 1.074 GB in 0.25 ms = 4.29 TB/s, 86% of 5.0
+    (text,) = report.decode_findings(_decode_results(tmp_path / "with", rows + [read]))
+    assert "reads K and V at up to 4.29 TB/s, 86% of the read ceiling measured in the same run (b8 h32/8 k32k)" in text
+    (text,) = report.decode_findings(_decode_results(tmp_path / "without", rows))
+    assert "reads K and V at up to 4.29 TB/s (b8 h32/8 k32k)." in text and "read ceiling" not in text
+
+
 def test_headline_ratios_use_the_fastest_passing_row_of_each_side():
     def row(label, fmt, tflops, seqlen=1024, causal=False, oracle="pass", head_dim=128, batch=None, seqlen_k=None):
         return dict(label=label, format=fmt, tflops=tflops, oracle=oracle, head_dim=head_dim, seqlen_q=seqlen,
