@@ -20,8 +20,8 @@ import pandas as pd
 
 from . import paired
 from .results import (DECODE_CASE, FOUNDING_SHAPE, HEADLINE_HEAD_DIM, KERNEL_HEAD_DIMS, KERNEL_PAIRS, OWN_KERNEL_DIMS,
-                      REPO_ROOT, cache_ratios, ceiling_value, decode_calls, decode_eager_cases, decode_ratio, grid_rows, headdims_data,
-                      load_results, mla_data, not_drawn_note, passed)
+                      REPO_ROOT, cache_ratios, ceiling_value, decode_calls, decode_data, decode_eager_cases,
+                      decode_ratio, grid_rows, headdims_data, load_results, mla_data, not_drawn_note, passed)
 from .schema import shape_label
 
 
@@ -410,10 +410,9 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
         return []
     triton = decode_ratio(rows, "triton:decode", "sdpa:cudnn")
     before = decode_ratio(rows, "cuda:decode", "cuda:hopper")
-    one = rows[(rows["seqlen_q"] == 1) & (rows["label"] == "cuda:decode")]
-    kv = 2 * one["batch"] * one["heads_kv"] * one["seqlen_k"] * one["head_dim"] * 2
-    tbps = kv / (one["ms_p50"] * 1e-3) / 1e12
-    peak, at = tbps.max(), _decode_where(tuple(one.loc[tbps.idxmax(), DECODE_CASE]))
+    one = decode_data(df)
+    one = one[one["label"] == "cuda:decode"]  # (K and V bytes per second: figure 6's)
+    peak, at = one["tbps"].max(), _decode_where(tuple(one.loc[one["tbps"].idxmax(), DECODE_CASE]))
     read = ceiling_value(df, "dram.read")
     dims = "/".join(str(int(d)) for d in sorted(one["head_dim"].unique()))
     text = (f"**Decode** (bf16 d{dims}, one query token against a contiguous cache of "
@@ -444,19 +443,17 @@ def _cache_sentence(df: pd.DataFrame) -> str:
     and more, 1.8x)."""
     parts = []
     for label in ("cuda:decode", "triton:decode"):
-        ratios = cache_ratios(df, label)
-        paged = [name for name in ratios if name.startswith("paged")]
+        paged, fp8 = cache_ratios(df, label)
         said = []
         if paged:
-            sizes = "/".join(name[5:] for name in paged)
-            large = [ratios[name] for name in paged if int(name[5:]) >= 64]
-            said.append(f"pages of {sizes} keys at {_span(pd.concat([ratios[n] for n in paged]))} the contiguous "
-                        "cache's speed" + (f" ({_span(pd.concat(large))} from 64 keys up; target 0.95×)" if large
-                                           else ""))
-        if "fp8" in ratios:
-            said.append(f"an e4m3 cache at {_span(ratios['fp8'])} the bf16 cache's speed (target 1.8×)")
+            large = [ratio for size, ratio in paged.items() if size >= 64]
+            said.append(f"pages of {'/'.join(map(str, paged))} keys at {_span(pd.concat(list(paged.values())))} the "
+                        "contiguous cache's speed" + (f" ({_span(pd.concat(large))} from 64 keys up; target 0.95×)"
+                                                      if large else ""))
+        if not fp8.empty:
+            said.append(f"an e4m3 cache at {_span(fp8)} the bf16 cache's speed (target 1.8×)")
         if said:
-            cases = len(pd.concat(list(ratios.values())).index.unique())
+            cases = len(pd.concat([*paged.values(), fp8]).index.unique())
             parts.append(f"`{label}` runs " + " and ".join(said) + f" ({cases} case{'s' if cases > 1 else ''})")
     if not parts:
         return ""
@@ -619,7 +616,8 @@ def _slashed(dims) -> str:
 def headdims_findings(df: pd.DataFrame) -> list[str]:
     """The README's head-dim finding (one headdims sweep, figures/data/headdims): `cuda:hopper`'s kernels between
     others (d192) against their neighbours' FLOP rates, its Q/K / V pairs (192/128) against their Q/K width's kernel,
-    the head dims it runs on a wider kernel against that kernel's own rate, the issue's target, and cuDNN and `triton:fa2` at the head dims outside 64 / 128 / 256."""
+    the head dims it runs on a wider kernel against that kernel's own rate, the issue's target, and cuDNN and
+    `triton:fa2` at the head dims outside 64 / 128 / 256."""
     rows = headdims_data(df)
     rates = rows.pivot_table(index=["dims", "causal"], columns="label", values="tflops", aggfunc="max")
     if "cuda:hopper" not in rates:
@@ -655,7 +653,8 @@ def headdims_findings(df: pd.DataFrame) -> list[str]:
             inner.append(f"its own Q/K {qk} with V {v} kernel runs at {_span(wide)} the d{qk} kernel's FLOP rate")
     if not own.empty:
         order = sorted(own.index, key=lambda k: (widths[k[0]], "/" in k[0], k[0]))
-        names = [f"Q/K {d.replace('/', ' with V ')}" if "/" in d else f"d{d}" for d in dict.fromkeys(d for d, _ in order)]
+        names = [f"Q/K {d.replace('/', ' with V ')}" if "/" in d else f"d{d}"
+                 for d in dict.fromkeys(d for d, _ in order)]
         verb = "run" if len(names) > 1 else "runs"
         names = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
         inner.append(f"at {names}, which {verb} on the kernel of the next of {_slashed(KERNEL_HEAD_DIMS)} with zero "

@@ -268,32 +268,31 @@ def decode_cuda_triton_ratio(df: pd.DataFrame) -> pd.DataFrame:
     return ratio.assign(group=ratio["heads_q"] // ratio["heads_kv"])
 
 
-def cache_ratios(df: pd.DataFrame, label: str) -> dict[str, pd.Series]:
+def cache_ratios(df: pd.DataFrame, label: str) -> tuple[dict[int, pd.Series], pd.Series]:
     """`label`'s same-run speed ratios between its KV-cache calls (packing "paged" / "contiguous", compare.cache_sweep)
-    on the same case (CACHE_CASE): "paged<N>": the contiguous cache's time over pages of N keys' (above 1: the paged
-    cache is faster), both in q's dtype; "fp8": the cache in q's dtype over the e4m3 cache's, the same layout.
-    Graph-timed rows only (an eager timing carries the host's launch time)."""
+    on the same case (CACHE_CASE): per page size N, the contiguous cache's time over pages of N keys' (above 1: the
+    paged cache is faster), both in q's dtype; and the cache in q's dtype over the e4m3 cache's, the same layout.
+    Page sizes without a pair, and an empty e4m3 series, where the run holds none. Graph-timed rows only (an eager
+    timing carries the host's launch time)."""
+    none = ({}, pd.Series(dtype=float))
+    if "packing" not in df:
+        return none
     rows = passed(df)
-    if "packing" not in rows:
-        return {}
     rows = rows[(rows["label"] == label) & rows["packing"].isin(["paged", "contiguous"])
                 & ~rows["note"].astype(str).str.startswith(EAGER)]
     if rows.empty:
-        return {}
-    layout = np.where(rows["packing"] == "paged", "paged" + rows["page_size"].astype(str).str.split(".").str[0],
-                      "contiguous")
-    times = rows.assign(layout=layout, kv=rows["kv_format"].replace("", "same")).pivot_table(
-        index=CACHE_CASE, columns=["layout", "kv"], values="ms_p50", aggfunc="min")
-    out = {}
-    for paged in sorted((c for c, _ in times.columns if c.startswith("paged")), key=lambda c: int(c[5:])):
-        if ("contiguous", "same") in times and (paged, "same") in times:
-            out[paged] = (times[("contiguous", "same")] / times[(paged, "same")]).dropna()
-    layouts = dict.fromkeys(times.columns.get_level_values(0))
-    fp8 = [(times[(layout, "same")] / times[(layout, "fp8")]).dropna() for layout in layouts
-           if (layout, "same") in times and (layout, "fp8") in times]
-    if fp8:
-        out["fp8"] = pd.concat(fp8)
-    return {name: ratio for name, ratio in out.items() if not ratio.empty}
+        return none
+    page = pd.to_numeric(rows["page_size"], errors="coerce").fillna(0).astype(int)  # 0: the contiguous cache
+    times = rows.assign(page=page, kv=rows["kv_format"].replace("", "same")).pivot_table(
+        index=CACHE_CASE, columns=["page", "kv"], values="ms_p50", aggfunc="min")
+    paged = {}
+    for size in sorted(p for p, kv in times.columns if p > 0 and kv == "same"):
+        if (0, "same") in times:
+            paged[size] = (times[(0, "same")] / times[(size, "same")]).dropna()
+    fp8 = [(times[(p, "same")] / times[(p, "fp8")]).dropna() for p in dict.fromkeys(times.columns.get_level_values(0))
+           if (p, "same") in times and (p, "fp8") in times]
+    return ({size: r for size, r in paged.items() if not r.empty},
+            pd.concat(fp8) if fp8 else pd.Series(dtype=float))
 
 
 def local_data(df: pd.DataFrame) -> pd.DataFrame:

@@ -115,23 +115,25 @@ def _results(folder, rows=ROWS):
 
 def test_cache_ratios_and_the_decode_finding_read_the_rows(tmp_path):
     df = _results(tmp_path)
-    ratios = results.cache_ratios(df, "cuda:decode")
+    paged, fp8 = results.cache_ratios(df, "cuda:decode")
     # contiguous 0.240 over pages: 16 0.80, 64 0.9756, 256 1.00; bf16 0.240 over e4m3 0.130: 1.846
-    assert {name: round(float(r.iloc[0]), 3) for name, r in ratios.items()} == {
-        "paged16": 0.8, "paged64": 0.976, "paged256": 1.0, "fp8": 1.846}
-    assert set(results.cache_ratios(df, "triton:decode")) == {"paged64"}
+    assert {size: round(float(r.iloc[0]), 3) for size, r in paged.items()} == {16: 0.8, 64: 0.976, 256: 1.0}
+    assert [round(float(r), 3) for r in fp8] == [1.846]
+    paged, fp8 = results.cache_ratios(df, "triton:decode")
+    assert set(paged) == {64} and fp8.empty
     # the dense call's rows alone make the decode finding's first sentences and figure 6
     assert len(results.decode_data(df)) == 2
     (text,) = report.decode_findings(df)
     assert "1 cases of one run" in text and "runs at 0.98× cuDNN's speed" in text
     assert ("Through `attention_with_kvcache` in the same run: `cuda:decode` runs pages of 16/64/256 keys at "
-            "0.80–1.00× the contiguous cache's speed (0.98–1.00× from 64 keys up; target 0.95×) and an e4m3 cache "
-            "at 1.85× the bf16 cache's speed (target 1.8×) (1 case); `triton:decode` runs pages of 64 keys at 0.90× "
-            "the contiguous cache's speed (0.90× from 64 keys up; target 0.95×) (1 case).") in text
+            "0.80–1.00× the contiguous cache's speed (0.98–1.00× from 64 keys up; target 0.95×) and an e4m3 "
+            "cache at 1.85× the bf16 cache's speed (target 1.8×) (1 case); `triton:decode` runs pages of 64 keys "
+            "at 0.90× the contiguous cache's speed (0.90× from 64 keys up; target 0.95×) (1 case).") in text
 
 
 def test_without_cache_rows_the_finding_has_no_cache_sentence(tmp_path):
     df = _results(tmp_path, ROWS[:2])
-    assert results.cache_ratios(df, "cuda:decode") == {}
+    paged, fp8 = results.cache_ratios(df, "cuda:decode")
+    assert paged == {} and fp8.empty
     (text,) = report.decode_findings(df)
     assert "attention_with_kvcache" not in text

@@ -34,7 +34,8 @@ def test_only_the_decode_kernels_take_an_mla_case():
 
 
 @pytest.mark.parametrize("table, message", [
-    ("latent = true\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64", "an MLA case is latent = true with page_size"),
+    ("latent = true\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64",
+     "an MLA case is latent = true with page_size"),
     ("latent = true\npage_size = 64\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64\nhead_dim = 128",
      "head_dim is 576 in an MLA case, got 128"),
     ("latent = true\npage_size = 64\nbatch = 1\nheads_q = 16\nseqlen_q = 1\nseqlen_k = 64\nwindow_left = 8",

@@ -213,7 +213,7 @@ def test_findings_report_losses_with_their_numbers():
 def test_decode_finding_leaves_out_cases_timed_eagerly_on_one_side():
     def row(label, ms, batch, seqlen_k, note=""):
         return dict(label=label, ms_p50=ms, note=note, tflops=1.0, oracle="pass", batch=batch, heads_q=32,
-                    heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, gpu="NVIDIA H200")
+                    heads_kv=8, seqlen_q=1, seqlen_k=seqlen_k, head_dim=128, format="bf16", gpu="NVIDIA H200")
 
     eager = schema.EAGER + " (no CUDA graph: graph replay did not reproduce an eager call's output)"
     df = pd.DataFrame([row("cuda:decode", 0.020, 1, 8192), row("sdpa:cudnn", 0.022, 1, 8192),
