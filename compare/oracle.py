@@ -13,9 +13,9 @@
 * ``check``: the FlashAttention rule, ``max|out - ref| <= 2 * max|out_lp - ref| + atol_floor``, with
   ``atol_floor`` one unit of the output dtype's precision at the output's magnitude (fp32 outputs: four, times
   the largest scaled score, ``FLOOR_ULPS``); LSE alike. NaN never passes; rows that see no key must give exactly
-  0 and -inf. The output allocator is poisoned with NaN before the call, so an element the kernel never writes
-  shows up as NaN (on CUDA, where the caching allocator hands the poisoned block back; on CPU a fresh allocation
-  is usually zeros, which fails on magnitude instead).
+  0 and -inf. On CUDA the call allocates from a fresh memory pool filled with NaN (``poisoned_allocations``), so
+  an element the kernel never writes shows up as NaN; on CPU a fresh allocation is usually zeros, which fails on
+  magnitude instead.
 * Local attention and softcap (``Case.window``, ``Case.softcap``), as FlashAttention defines them: keys
   ``diag - left .. diag + right`` around the bottom-right diagonal ``diag = i + Sk - Sq`` (-1: unbounded; causal
   sets right to 0), and scaled scores replaced by ``softcap * tanh(s / softcap)``; reference and plain alike,
@@ -29,6 +29,7 @@ reports the relative L2 error against float64 attention on the *unquantized* mas
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import itertools
 import math
 from dataclasses import dataclass
@@ -328,14 +329,29 @@ def _fp8_tensor_core_scores(q: formats.QuantTensor, k: formats.QuantTensor, b: i
     return out
 
 
-def poison_allocator(device: torch.device, nbytes: int) -> None:
-    """Fill `nbytes` of freshly freed device memory with NaN so that the next allocation of that
-    size returns NaN-filled memory through the caching allocator."""
+# The caching allocator serves requests up to 1 MiB from 2 MiB segments (its small pool), larger ones from their own.
+SMALL_REQUEST = 1 << 20
+POISON_LARGE_MIN = 20 << 20
+
+
+@contextlib.contextmanager
+def poisoned_allocations(device: torch.device | str, nbytes: int):
+    """Inside, the current thread's allocations on a CUDA `device` come from a fresh memory pool whose first
+    blocks were filled with NaN and freed: two small-pool segments and a large one of max(2 nbytes, 20 MiB). The
+    call's output (nbytes at most) and LSE then start out NaN, so an element the kernel never writes reads NaN --
+    whatever free blocks earlier work left in the shared pool (one may hold a previous call's correct output).
+    Nothing on a CPU device."""
     if torch.device(device).type != "cuda":
+        yield
         return
-    junk = torch.empty(nbytes // 4 + 1, dtype=torch.float32, device=device)
-    junk.fill_(math.nan)
-    del junk
+    pool = torch.cuda.MemPool()
+    with torch.cuda.use_mem_pool(pool, torch.device(device).index):
+        junk = [torch.empty(SMALL_REQUEST // 4, dtype=torch.float32, device=device) for _ in range(4)]
+        junk.append(torch.empty(max(2 * nbytes, POISON_LARGE_MIN) // 4, dtype=torch.float32, device=device))
+        for block in junk:
+            block.fill_(math.nan)
+        del junk, block
+        yield
 
 
 def _pick_rows(case: Case, device, max_rows: int | None) -> torch.Tensor | None:
@@ -368,9 +384,9 @@ def check(fn, case: Case, *, device: str | torch.device = "cpu", returns_lse: bo
     ``max_rows`` forces the row-sampled mode with that many rows (None: automatic by size)."""
     inputs = inputs or make_inputs(case, device)
     out_bytes = case.batch * case.heads_q * case.seqlen_q * case.v_dim * 4
-    poison_allocator(device, out_bytes)
-    result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse,
-                **case.extra_kwargs())
+    with poisoned_allocations(device, out_bytes):
+        result = fn(inputs.q, inputs.k, inputs.v, causal=case.causal, scale=case.scale, return_lse=returns_lse,
+                    **case.extra_kwargs())
     out, lse = result if returns_lse else (result, None)
     expected = (case.batch, case.heads_q, case.seqlen_q, case.v_dim)
     if tuple(out.shape) != expected:
@@ -658,8 +674,8 @@ def check_kvcache(fn, case: KVCase, *, device: str | torch.device = "cpu", input
     LSE -inf. The caches must come back bit for bit unchanged."""
     inputs = inputs or make_kvcache_inputs(case, device)
     cache_before = (_bits(inputs.k_cache).clone(), _bits(inputs.v_cache).clone())
-    poison_allocator(device, case.batch * case.heads_q * case.seqlen_q * case.v_dim * 4)
-    out, lse = fn(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
+    with poisoned_allocations(device, case.batch * case.heads_q * case.seqlen_q * case.v_dim * 4):
+        out, lse = fn(inputs.q, inputs.k_cache, inputs.v_cache, **inputs.kwargs(case), return_lse=True)
     expected = (case.batch, case.seqlen_q, case.heads_q, case.v_dim)
     if tuple(out.shape) != expected or tuple(lse.shape) != (case.batch, case.heads_q, case.seqlen_q):
         raise ValueError(f"backend returned out {tuple(out.shape)} / lse {tuple(lse.shape)}, expected {expected} / "
@@ -799,8 +815,8 @@ def check_varlen(fn, case: VarlenCase, *, device: str | torch.device = "cpu",
     inputs = inputs or make_varlen_inputs(case, device)
     total_q = sum(case.seqlens_q)
     v_dim = case.dense(0).v_dim
-    poison_allocator(device, total_q * case.heads_q * v_dim * 4)
-    result = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=returns_lse)
+    with poisoned_allocations(device, total_q * case.heads_q * v_dim * 4):
+        result = fn(inputs.q, inputs.k, inputs.v, **inputs.kwargs(case), return_lse=returns_lse)
     out, lse = result if returns_lse else (result, None)
     expected = (total_q, case.heads_q, v_dim)
     if tuple(out.shape) != expected or (lse is not None and tuple(lse.shape) != (case.heads_q, total_q)):

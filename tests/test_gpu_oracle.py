@@ -44,6 +44,23 @@ def test_gpu_poisoning_exposes_unwritten_output():
     assert not verdict.passed and "NaN" in verdict.reason
 
 
+def test_gpu_poisoning_holds_when_a_free_block_holds_the_right_answer():
+    """Free blocks of the output's size holding the correct output (a previous call's) must not reach the call:
+    the caching allocator would hand one back to an output the kernel never writes, and it would pass."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU")
+    case = oracle.Case(1, 2, 2, 128, 128, 64)
+    inputs = oracle.make_inputs(case, "cuda")
+    answers = [torch.nn.functional.scaled_dot_product_attention(inputs.q, inputs.k, inputs.v) for _ in range(8)]
+    torch.cuda.synchronize()
+    del answers
+
+    def writes_nothing(q, k, v, **kw):
+        return torch.empty_like(q)
+    verdict = oracle.check(writes_nothing, case, device="cuda", returns_lse=False, inputs=inputs)
+    assert not verdict.passed and "NaN" in verdict.reason
+
+
 def test_fp8_plain_reference_uses_tensor_cores_and_stays_close_to_fp32():
     if not torch.cuda.is_available():
         pytest.skip("no CUDA GPU")
