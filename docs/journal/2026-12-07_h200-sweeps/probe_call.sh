@@ -7,7 +7,7 @@ here=docs/journal/2026-12-07_h200-sweeps
 bash $here/decode_call.sh
 files=$(ls tests/test_*.py | awk -F/ '$2 >= "test_gpu_oracle.py" && $2 <= "test_triton_limits.py"' |
   grep -v -e test_native_entry -e test_triton_native_entry -e test_triton_decode -e test_triton_headdims)
-PYTHONPATH=$here timeout ${TESTS_LIMIT:-300} python3 -m pytest -q -p no:cacheprovider -p memprobe -m gpu $files \
+PYTHONPATH=$here${PYTHONPATH:+:$PYTHONPATH} timeout ${TESTS_LIMIT:-300} python3 -m pytest -q -p no:cacheprovider -p memprobe -m gpu $files \
   > $OUT/probe_pytest.log 2>&1
 echo "probe tests rc=$? at ${SECONDS}s"; tail -1 $OUT/probe_pytest.log; grep -E "^(FAILED|ERROR)" $OUT/probe_pytest.log | head
 awk -F'\t' '{print $1, $3}' $OUT/memprobe.txt | awk '{r=$NF; if (r - p > 4 || p - r > 4) print; p=r}' | head -20
