@@ -400,10 +400,12 @@ def _decode_tally(ratio: pd.Series, rival: str) -> str:
     return _tally_at(ratio, rival, _decode_where, " cases")
 
 
-def decode_findings(df: pd.DataFrame) -> list[str]:
+def decode_findings(df: pd.DataFrame, elsewhere: pd.DataFrame | None = None) -> list[str]:
     """The README's decode finding: the decode kernels against cuDNN and against the prefill kernels they replace,
     single-token decode (Sq = 1) of one decode sweep through the dense call, and the same kernels' KV-cache calls
-    (paged against contiguous, an e4m3 cache against one in q's dtype), every number computed here."""
+    (paged against contiguous, an e4m3 cache against one in q's dtype), every number computed here. `elsewhere`:
+    the decode sweep's rows on other GPUs; where `df` has no KV-cache calls, the first of those GPUs whose rows have
+    them gives that sentence, naming its GPU, environment and commit."""
     rows = decode_calls(df)
     cuda = decode_ratio(rows, "cuda:decode", "sdpa:cudnn")
     if cuda.empty:
@@ -433,14 +435,18 @@ def decode_findings(df: pd.DataFrame) -> list[str]:
     if not versus.empty:
         text += (f". Against `triton:decode` (figure 9) it runs at {_span(versus)} its speed "
                  f"({_decode_tally(versus, 'Triton')})")
-    caches = _cache_sentence(df)
+    caches = _cache_sentence(df, "in the same run")
+    for _, rows in ([] if caches or elsewhere is None else elsewhere.groupby("gpu", sort=True)):
+        caches = _cache_sentence(rows, f"in another run ({environment_line(rows)}), each ratio within it")
+        if caches:
+            break
     return [text + "." + (" " + caches if caches else "")]
 
 
-def _cache_sentence(df: pd.DataFrame) -> str:
-    """The decode kernels' KV-cache calls (compare.cache_sweep) against each other in the same run: pages against a
-    contiguous cache, an e4m3 cache against one in q's dtype, with the issue's targets (0.95x at pages of 64 keys
-    and more, 1.8x)."""
+def _cache_sentence(df: pd.DataFrame, run: str) -> str:
+    """The decode kernels' KV-cache calls (compare.cache_sweep) against each other within `df`'s run (`run` says
+    which): pages against a contiguous cache, an e4m3 cache against one in q's dtype, with the issue's targets (0.95x
+    at pages of 64 keys and more, 1.8x)."""
     parts = []
     for label in ("cuda:decode", "triton:decode"):
         paged, fp8 = cache_ratios(df, label)
@@ -457,7 +463,7 @@ def _cache_sentence(df: pd.DataFrame) -> str:
             parts.append(f"`{label}` runs " + " and ".join(said) + f" ({cases} case{'s' if cases > 1 else ''})")
     if not parts:
         return ""
-    return "Through `attention_with_kvcache` in the same run: " + "; ".join(parts) + "."
+    return f"Through `attention_with_kvcache` {run}: " + "; ".join(parts) + "."
 
 
 LOCAL_CASE = ["head_dim", "causal", "window_left", "window_right", "softcap"]
@@ -694,7 +700,9 @@ def readme_findings(data_dir: Path) -> str:
                                   ("head dims", "headdims", headdims_findings)):
         if (Path(data_dir) / folder).is_dir():
             sub = load_results(Path(data_dir) / folder)
-            extra = section(sub[sub["gpu"] == gpu])
+            mine = sub[sub["gpu"] == gpu]
+            extra = (decode_findings(mine, elsewhere=sub[sub["gpu"] != gpu]) if section is decode_findings
+                     else section(mine))
             items += extra
             below += [name] if extra else []
     head = (f"Measured on {gpu} ({_environments(rows)}), prefill at 16k tokens per batch"

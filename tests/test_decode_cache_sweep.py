@@ -137,3 +137,19 @@ def test_without_cache_rows_the_finding_has_no_cache_sentence(tmp_path):
     assert paged == {} and fp8.empty
     (text,) = report.decode_findings(df)
     assert "attention_with_kvcache" not in text
+
+
+def test_kv_cache_calls_of_another_gpu_give_the_sentence_and_name_their_run(tmp_path):
+    """The decode finding of one GPU's run without KV-cache calls quotes another GPU's run that has them, named; its
+    own calls, once it has them, win."""
+    other = [{**r, "gpu": "NVIDIA H100 80GB HBM3", "git_commit": "1" * 40} for r in ROWS]
+    everything = _results(tmp_path, ROWS[:2] + other)
+    mine, elsewhere = (everything[everything["gpu"] == "NVIDIA H200"], everything[everything["gpu"] != "NVIDIA H200"])
+    (text,) = report.decode_findings(mine, elsewhere=elsewhere)
+    assert (f"Through `attention_with_kvcache` in another run (NVIDIA H100 80GB HBM3, driver 1, CUDA 13.0, torch 2.11, "
+            f"triton 3.6.0, commit(s) {'1' * 40}), each ratio within it: `cuda:decode` runs pages of 16/64/256 keys "
+            "at 0.80–1.00×") in text
+    (text,) = report.decode_findings(_results(tmp_path / "own", ROWS), elsewhere=elsewhere)
+    assert "in the same run: `cuda:decode`" in text and "another run" not in text
+    (text,) = report.decode_findings(mine, elsewhere=elsewhere[elsewhere["packing"] == ""])
+    assert "attention_with_kvcache" not in text
