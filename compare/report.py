@@ -443,6 +443,12 @@ def decode_findings(df: pd.DataFrame, elsewhere: pd.DataFrame | None = None) -> 
     return [text + "." + (" " + caches if caches else "")]
 
 
+def _verdict(ratios: pd.Series, target: float) -> str:
+    """'met', or in how many of the cases the target was missed."""
+    missed = int((ratios.round(2) < target).sum())
+    return "met" if not missed else "missed" if missed == len(ratios) else f"missed in {missed} of {len(ratios)}"
+
+
 def _cache_sentence(df: pd.DataFrame, run: str) -> str:
     """The decode kernels' KV-cache calls (compare.cache_sweep) against each other within `df`'s run (`run` says
     which): pages against a contiguous cache, an e4m3 cache against one in q's dtype, with the issue's targets (0.95x
@@ -454,10 +460,10 @@ def _cache_sentence(df: pd.DataFrame, run: str) -> str:
         if paged:
             large = [ratio for size, ratio in paged.items() if size >= 64]
             said.append(f"pages of {'/'.join(map(str, paged))} keys at {_span(pd.concat(list(paged.values())))} the "
-                        "contiguous cache's speed" + (f" ({_span(pd.concat(large))} from 64 keys up; target 0.95×)"
-                                                      if large else ""))
+                        "contiguous cache's speed" + (f" ({_span(pd.concat(large))} from 64 keys up; target 0.95×: "
+                                                      f"{_verdict(pd.concat(large), 0.95)})" if large else ""))
         if not fp8.empty:
-            said.append(f"an e4m3 cache at {_span(fp8)} the bf16 cache's speed (target 1.8×)")
+            said.append(f"an e4m3 cache at {_span(fp8)} the bf16 cache's speed (target 1.8×: {_verdict(fp8, 1.8)})")
         if said:
             cases = len(pd.concat([*paged.values(), fp8]).index.unique())
             parts.append(f"`{label}` runs " + " and ".join(said) + f" ({cases} case{'s' if cases > 1 else ''})")

@@ -3,6 +3,7 @@ holds, which backends take them, how the driver judges and times a row through a
 that mark it, and the README sentence computed from the rows (pages against a contiguous cache, e4m3 against bf16)."""
 import inspect
 
+import pandas as pd
 import pytest
 
 from compare import backends, bench, cache_sweep, report, results, schema, sweeps
@@ -126,9 +127,12 @@ def test_cache_ratios_and_the_decode_finding_read_the_rows(tmp_path):
     (text,) = report.decode_findings(df)
     assert "1 cases of one run" in text and "runs at 0.98× cuDNN's speed" in text
     assert ("Through `attention_with_kvcache` in the same run: `cuda:decode` runs pages of 16/64/256 keys at "
-            "0.80–1.00× the contiguous cache's speed (0.98–1.00× from 64 keys up; target 0.95×) and an e4m3 "
-            "cache at 1.85× the bf16 cache's speed (target 1.8×) (1 case); `triton:decode` runs pages of 64 keys "
-            "at 0.90× the contiguous cache's speed (0.90× from 64 keys up; target 0.95×) (1 case).") in text
+            "0.80–1.00× the contiguous cache's speed (0.98–1.00× from 64 keys up; target 0.95×: met) and an e4m3 "
+            "cache at 1.85× the bf16 cache's speed (target 1.8×: met) (1 case); `triton:decode` runs pages of 64 "
+            "keys at 0.90× the contiguous cache's speed (0.90× from 64 keys up; target 0.95×: missed) (1 case).") in text
+    # a target is judged on the ratios as printed (two decimals)
+    assert report._verdict(pd.Series([0.9, 1.0]), 0.95) == "missed in 1 of 2"
+    assert report._verdict(pd.Series([0.949, 1.0]), 0.95) == "met"
 
 
 def test_without_cache_rows_the_finding_has_no_cache_sentence(tmp_path):
