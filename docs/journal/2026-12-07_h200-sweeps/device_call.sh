@@ -8,7 +8,7 @@
 # PART=all: the MLA suites, then the mla, headdims and decode sweeps in one call.
 # PART=every: the mla, headdims, decode, varlen and local sweeps, each cut to the time left of TOTAL, then every
 #   GPU test in the time left.
-# PART=tests: every GPU test, the decode, MLA, head-dim, local and varlen files first.
+# PART=tests: every GPU test, the decode, MLA, head-dim, local and varlen files first (SKIP: files to leave out).
 # PART=local: the local sweep (finding 6; local d64 on three consumers for windows above 1k keys).
 # device run: PART=mla FA2_GIT_COMMIT=<40 hex> bash docs/journal/2026-12-07_h200-sweeps/device_call.sh (carry .devcarry)
 set -u
@@ -75,7 +75,7 @@ elif [ "$PART" = tests ]; then  # the GPU tests, the issues' matrices first (dec
     tests/test_native_entry.py tests/test_triton_native_entry.py tests/test_cuda_headdims.py
     tests/test_triton_headdims.py tests/test_cuda_local.py tests/test_triton_local.py tests/test_cuda_varlen.py"
   gpu_tests $(( ${TOTAL:-575} - SECONDS - 10 )) $first
-  gpu_tests $(( ${TOTAL:-575} - SECONDS - 10 )) tests $(for f in $first; do echo --ignore=$f; done)
+  gpu_tests $(( ${TOTAL:-575} - SECONDS - 10 )) tests $(for f in $first ${SKIP:-}; do echo --ignore=$f; done)
 else  # PART=local
   sweep local 280
   tail -24 $OUT/sweep_local.log
