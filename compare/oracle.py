@@ -344,14 +344,15 @@ def poisoned_allocations(device: torch.device | str, nbytes: int):
     if torch.device(device).type != "cuda":
         yield
         return
-    pool = torch.cuda.MemPool()
-    with torch.cuda.use_mem_pool(pool, torch.device(device).index):
-        junk = [torch.empty(SMALL_REQUEST // 4, dtype=torch.float32, device=device) for _ in range(4)]
-        junk.append(torch.empty(max(2 * nbytes, POISON_LARGE_MIN) // 4, dtype=torch.float32, device=device))
-        for block in junk:
-            block.fill_(math.nan)
-        del junk, block
-        yield
+    with torch.cuda.device(torch.device(device).index):  # the pool belongs to the device it is created on
+        pool = torch.cuda.MemPool()
+        with torch.cuda.use_mem_pool(pool):
+            junk = [torch.empty(SMALL_REQUEST // 4, dtype=torch.float32, device=device) for _ in range(4)]
+            junk.append(torch.empty(max(2 * nbytes, POISON_LARGE_MIN) // 4, dtype=torch.float32, device=device))
+            for block in junk:
+                block.fill_(math.nan)
+            del junk, block
+            yield
 
 
 def _pick_rows(case: Case, device, max_rows: int | None) -> torch.Tensor | None:
