@@ -341,6 +341,19 @@ def test_the_local_paths_compile_for_sm90(causal):
 
 
 @sm90_compile
+def test_the_offline_compile_pipelines_k_and_v_as_the_launched_kernel_does():
+    """offline.compile_decode specialises the strides as the JIT does at the launches (multiples of 16 elements):
+    K and V tiles then go through cp.async into one shared-memory buffer per stage. Without it the loads are of two
+    bytes, nothing is pipelined, and registers and shared memory are unlike the launched kernel's."""
+    pytest.importorskip("triton")
+    from triton_impl.kernels import offline
+    two, three = (offline.report(offline.compile_decode(128, dict(BLOCK_M=16, BLOCK_N=64, num_warps=4,
+                                                                   num_stages=stages))) for stages in (2, 3))
+    assert three["smem"] - two["smem"] == 64 * 128 * 2 * 2, (two, three)  # one more stage: a K and a V tile of bf16
+    assert three["LDGSTS"] > two["LDGSTS"] > 0 and three["STL"] == 0, three
+
+
+@sm90_compile
 def test_e4m3_tiles_meet_bf16_queries_in_fp16_mmas():
     """With bf16 queries an e4m3 cache's tiles become fp16 (one F2FP unpack per pair) and both products run as fp16
     wgmma: no e4m3 -> fp16 -> bf16 round trip (F2F.BF16.F16), no bf16 wgmma; the bf16 cache keeps bf16 wgmma."""

@@ -107,6 +107,8 @@ def compile_decode(head_dim, config=None, *, head_dim_v=None, paged=True, page_s
             signature[name] = "fp32"
         else:
             signature[name] = "i32"
+            if re.fullmatch(r"s[a-z]{2,3}", name):  # the strides: multiples of 16 elements at every launch the
+                aligned.append(name)                 # sweeps make, which the JIT specialises on
     constexprs = dict(HEAD_DIM=head_dim_v, QK_EXTRA=head_dim - head_dim_v,
                       V_IS_K=head_dim > head_dim_v if v_is_k is None else v_is_k, BLOCK_M=config["BLOCK_M"],
                       BLOCK_N=config["BLOCK_N"], M_TILES=1, PAGED=paged, PAGE_SIZE=page_size, HAS_SEQLENS=True,
