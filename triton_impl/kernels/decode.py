@@ -50,7 +50,7 @@ LN2 = tl.constexpr(0.6931471805599453)
 # no spills), not timed.
 CONFIGS = {
     # MLA (Q/K 576, V 512 from K): 32 query rows x 32 keys, 8 warps for the 32 x 512 fp32 accumulator: the sm_90
-    # compiles that do not spill (190 / 238 registers bf16 / e4m3). 64 rows (wgmma) fit 8 warps too (no spills,
+    # compiles that do not spill (156 / 188 registers bf16 / e4m3). 64 rows (wgmma) fit 8 warps too (no spills,
     # 147 KB of shared memory at 32 keys) but are not timed: MAX_BLOCK_M keeps 32. bf16 takes ROW_TILE_CONFIGS'
     # instead; the e4m3 one is not timed.
     (576, 2): (32, 8, 3),
