@@ -5,7 +5,8 @@ interleaved rounds (compare.bench.time_call: CUDA-graph replays, L2 flushed), ea
    stages (144 KB), bf16's table tile beside for the e4m3 / bf16 ratio; b8 h32/8 k32k and b32 h32/8 k8k, contiguous.
 2. MLA (Q/K 576, V its first 512 columns, pages of 64): 64-row wgmma tiles (MAX_BLOCK_M 64; 32 or 64 keys, 8 warps,
    2 stages) against the table's 32-row mma.sync tile; b32 h128 k8k and b32 h64 k8k.
-Writes $OUT/triton_tile_probe.csv, prints a table. GPU machine: python3 <this file> (LIMIT: seconds for it all)."""
+Writes $OUT/triton_tile_probe.csv, prints a table. GPU machine: python3 <this file> (LIMIT: seconds after which no
+more shapes are timed; GROUPS: of e4m3,mla,mla64)."""
 
 from __future__ import annotations
 
@@ -57,8 +58,9 @@ def main() -> None:
     groups = [("e4m3", E4M3, lambda b, k: gqa(b, k, "fp8"), gqa(2, 0, "fp8", (9000, 777)), [(8, 32768), (32, 8192)]),
               ("mla", MLA, lambda b, k: mla(b, 128, k), mla(2, 128, 0, (9000, 777)), [(32, 8192)]),
               ("mla64", MLA, lambda b, k: mla(b, 64, k), mla(2, 64, 0, (9000, 777)), [(32, 8192)])]
+    wanted = os.environ.get("GROUPS", "e4m3,mla,mla64").split(",")
     rows = []
-    for group, configs, make, small, shapes in groups:
+    for group, configs, make, small, shapes in [g for g in groups if g[0] in wanted]:
         for name, config in configs.items():
             verdict = oracle.check_kvcache(runner(config), small, device="cuda")
             print(f"{group} {name}: oracle {'pass' if verdict.passed else 'FAIL ' + verdict.summary()}", flush=True)
