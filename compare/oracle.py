@@ -28,8 +28,8 @@ reports the relative L2 error against float64 attention on the *unquantized* mas
 
 from __future__ import annotations
 
-import dataclasses
 import contextlib
+import dataclasses
 import itertools
 import math
 from dataclasses import dataclass
