@@ -436,10 +436,11 @@ def decode_findings(df: pd.DataFrame, elsewhere: pd.DataFrame | None = None) -> 
         text += (f". Against `triton:decode` (figure 9) it runs at {_span(versus)} its speed "
                  f"({_decode_tally(versus, 'Triton')})")
     caches = _cache_sentence(df, "in the same run")
-    for _, rows in ([] if caches or elsewhere is None else elsewhere.groupby("gpu", sort=True)):
-        caches = _cache_sentence(rows, f"in another run ({environment_line(rows)}), each ratio within it")
-        if caches:
-            break
+    if not caches and elsewhere is not None:
+        for _, rows in elsewhere.groupby("gpu", sort=True):
+            caches = _cache_sentence(rows, f"in another run ({environment_line(rows)}), each ratio within it")
+            if caches:
+                break
     return [text + "." + (" " + caches if caches else "")]
 
 

@@ -25,6 +25,14 @@ _SUITE_SKIP = "this is the subprocess"
 OUTER_REASONS = {sm90_compile.kwargs["reason"], outside_interpreter.kwargs["reason"], _SUITE_SKIP}
 
 
+def load_shapes_table(tmp_path: Path, table: str):
+    """compare.sweeps.load of a sweep file whose one [[shapes]] table holds `table`'s lines (a loader test's input)."""
+    from compare import sweeps
+    path = tmp_path / "sweep.toml"
+    path.write_text(f"[[shapes]]\n{table}\n")
+    return sweeps.load(str(path))
+
+
 def skip_inside_interpreter() -> None:
     """For the test that starts the interpreter's subprocess: it skips itself there."""
     if INSIDE_INTERPRETER:

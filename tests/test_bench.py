@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from compare import bench, oracle, sweeps
+from conftest import load_shapes_table
 
 
 @pytest.mark.parametrize("sq,sk", [(1, 1), (7, 30), (30, 7), (64, 64), (100, 1)])
@@ -36,10 +37,8 @@ def test_named_sweeps_load():
 def test_bad_sweep_names_and_keys(tmp_path):
     with pytest.raises(ValueError, match="named sweeps"):
         sweeps.load("nope")
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[[shapes]]\nseqlen = 8\nhead_dimm = 64\n")
     with pytest.raises(ValueError, match="unknown keys"):
-        sweeps.load(str(bad))
+        load_shapes_table(tmp_path, "seqlen = 8\nhead_dimm = 64")
 
 
 def test_shard_partitions_exactly():

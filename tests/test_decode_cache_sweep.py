@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 from compare import backends, bench, cache_sweep, report, results, schema, sweeps
+from conftest import load_shapes_table
 from kv_reference import kv_reference
 import results_rows
 
@@ -50,10 +51,8 @@ BASE = "batch = 1\nheads_q = 4\nheads_kv = 2\nseqlen_q = 1\nseqlen_k = 64\nhead_
     (BASE + 'cache = "contiguous"\nkv_format = "fp4"', "KVCase formats"),
 ])
 def test_bad_cache_tables_say_what_is_wrong(tmp_path, table, message):
-    bad = tmp_path / "bad.toml"
-    bad.write_text(f"[[shapes]]\n{table}\n")
     with pytest.raises(ValueError, match=message):
-        sweeps.load(str(bad))
+        load_shapes_table(tmp_path, table)
 
 
 def _reference_backend(run_kvcache) -> backends.Backend:

@@ -9,6 +9,7 @@ import pytest
 
 from compare import bench, figures, oracle, report, results, sweeps
 from compare.schema import COLUMNS, LATER_CASE_COLUMNS, shape_label
+from conftest import load_shapes_table
 
 FIXTURE = results.REPO_ROOT / "tests" / "fixtures" / "results-h200.csv"
 
@@ -24,10 +25,8 @@ def test_the_sweep_holds_windows_caps_and_their_dense_rows():
 
 
 def test_sweep_keys_are_checked(tmp_path):
-    bad = tmp_path / "bad.toml"
-    bad.write_text("[[shapes]]\nbatch = 1\nheads_q = 2\nseqlen = 64\nhead_dim = 64\nwindow_left = -3\n")
     with pytest.raises(ValueError, match="window"):
-        sweeps.load(str(bad))
+        load_shapes_table(tmp_path, "batch = 1\nheads_q = 2\nseqlen = 64\nhead_dim = 64\nwindow_left = -3")
 
 
 def test_rows_carry_the_case_columns_and_resume_keys_match_the_csv():

@@ -6,6 +6,7 @@ import inspect
 import pytest
 
 from compare import backends, bench, cache_sweep, figures, report, results, schema, sweeps
+from conftest import load_shapes_table
 from kv_reference import kv_reference
 import results_rows
 
@@ -43,10 +44,8 @@ def test_only_the_decode_kernels_take_an_mla_case():
     ("latent = true\npage_size = 64\nbatch = 1\nheads_q = 16\nseqlen_q = 1", "seqlen_k"),
 ])
 def test_bad_mla_tables_say_what_is_wrong(tmp_path, table, message):
-    bad = tmp_path / "bad.toml"
-    bad.write_text(f"[[shapes]]\n{table}\n")
     with pytest.raises(ValueError, match=message):
-        sweeps.load(str(bad))
+        load_shapes_table(tmp_path, table)
 
 
 def _reference_backend(run_mla) -> backends.Backend:

@@ -5,6 +5,7 @@ import torch
 
 from compare import backends, bench, oracle, sweeps, varlen
 from compare.schema import shape_label
+from conftest import load_shapes_table
 from varlen_reference import packed_reference
 
 
@@ -22,13 +23,10 @@ def test_the_sweep_holds_each_mix_packed_and_padded():
 
 
 def test_packed_keys_are_checked(tmp_path):
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[[shapes]]\nlengths = "uniform"\ntokens = 64\nheads_q = 2\nhead_dim = 64\npacking = "ragged"\n')
     with pytest.raises(ValueError, match="packing must be one of"):
-        sweeps.load(str(bad))
-    bad.write_text('[[shapes]]\nlengths = "zipf"\ntokens = 64\nheads_q = 2\nhead_dim = 64\n')
+        load_shapes_table(tmp_path, 'lengths = "uniform"\ntokens = 64\nheads_q = 2\nhead_dim = 64\npacking = "ragged"')
     with pytest.raises(ValueError, match="length mix 'zipf'"):
-        sweeps.load(str(bad))
+        load_shapes_table(tmp_path, 'lengths = "zipf"\ntokens = 64\nheads_q = 2\nhead_dim = 64')
 
 
 def _reference_backend(**changes) -> backends.Backend:
